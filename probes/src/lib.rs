@@ -1,0 +1,90 @@
+//! rtrack-probes: reads a host's hardware from sysfs and procfs under a configurable root.
+//!
+//! Every probe is a function of a [`HostRoot`] (separate sysfs and procfs roots, so that tests
+//! run on captured trees and containers can point at a bind-mounted host `/sys`) that returns
+//! plain data and pushes [`Warning`]s for anything missing or malformed. A probe never panics on
+//! file contents and never aborts the whole inventory because one file is bad.
+//!
+//! One module per probe: [`cpu`], [`numa`], [`memory`], [`disk`], [`pci`], [`host`];
+//! [`probe_host`] runs them all in the order their inputs need.
+
+pub mod cpu;
+pub mod cpulist;
+pub mod disk;
+pub mod host;
+pub mod memory;
+pub mod numa;
+pub mod pci;
+pub mod read;
+mod root;
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+pub use cpulist::CpuSet;
+pub use read::{Warning, Warnings};
+pub use root::HostRoot;
+
+/// The only probe error: the roots cannot be read at all. Everything else is a warning.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// Neither the sysfs nor the procfs root is a readable directory.
+    #[error("cannot probe: neither {sys} nor {proc} is a readable directory ({reason})")]
+    UnusableRoot {
+        /// The sysfs root tried.
+        sys: PathBuf,
+        /// The procfs root tried.
+        proc: PathBuf,
+        /// What was wrong with each.
+        reason: String,
+    },
+}
+
+/// Everything the probes found.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HostInventory {
+    /// Hostname, architecture, kernel.
+    pub host: host::HostIdentity,
+    /// Processors.
+    pub cpu: cpu::CpuInfo,
+    /// NUMA nodes, sorted by id.
+    pub numa_nodes: Vec<numa::NumaNode>,
+    /// Host memory.
+    pub memory: memory::MemoryInfo,
+    /// Instance filesystem and block devices.
+    pub disks: disk::DiskInfo,
+    /// PCI functions, sorted by address.
+    pub pci_devices: Vec<pci::PciDevice>,
+    /// What could not be read or understood, in probe order.
+    pub warnings: Vec<Warning>,
+}
+
+/// Options for [`probe_host`].
+#[derive(Debug, Clone, Default)]
+pub struct ProbeOptions {
+    /// Disk probe options (instances path, virtual devices).
+    pub disk: disk::DiskOptions,
+}
+
+/// Runs every probe. Fails only when the roots are unusable.
+pub fn probe_host(root: &HostRoot, opts: &ProbeOptions) -> Result<HostInventory, ProbeError> {
+    root.check()?;
+    let mut w = Warnings::new();
+    let cpu_lists = cpu::read_cpu_lists(root, &mut w);
+    let numa = numa::probe_numa_nodes(root, &cpu_lists.online, &mut w);
+    let cpu = cpu::probe_cpu(root, cpu_lists, &numa.cpu_nodes, &mut w);
+    let memory = memory::probe_memory(root, &mut w);
+    let disks = disk::probe_disks(root, &opts.disk, &mut w);
+    let pci_devices = pci::probe_pci(root, &numa, &mut w);
+    let host = host::probe_host_identity(root, cpu.arch.clone(), &mut w);
+    Ok(HostInventory {
+        host,
+        cpu,
+        numa_nodes: numa.nodes,
+        memory,
+        disks,
+        pci_devices,
+        warnings: w.into_vec(),
+    })
+}

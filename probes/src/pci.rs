@@ -1,0 +1,734 @@
+//! PCI probe: every function under `sys/bus/pci/devices`, with its ids, class, NUMA node,
+//! driver, IOMMU group, network interfaces and SR-IOV relations, and human names from the PCI ID
+//! database.
+//!
+//! In: `sys/bus/pci/devices/<address>/{uevent,vendor,device,class,subsystem_vendor,
+//! subsystem_device,revision,numa_node,local_cpulist,sriov_totalvfs,sriov_numvfs}` (the id files
+//! only where `uevent` lacks the ids) and the links `driver`,
+//! `iommu_group`, `physfn`, `virtfn<N>`, `net/`, `virtio<N>/net/`; the first 64 bytes of `config`
+//! only when there is no `revision` file. Out: [`PciDevice`]s sorted by
+//! address.
+//!
+//! Each device directory is listed once, so only files that exist are opened. `config`,
+//! `resource<N>`, `rom`, `vpd`, `reset`, `remove` and `rescan` are never read: they can block,
+//! need root, or act on the device. `vendor`, `device` and `class` are mandatory; a device
+//! missing one is skipped with a warning. Ids always come from the attribute files, never from
+//! config space: a VF's own config space reads `ffff`.
+
+use std::cmp::Ordering;
+use std::fmt;
+use std::path::Path;
+
+use serde::{Serialize, Serializer};
+
+use crate::cpulist::CpuSet;
+use crate::numa::NumaTopology;
+use crate::read::{list_dir, parse_hex, parse_int, read_prefix, ReadFailure, SysDir, Warnings};
+use crate::HostRoot;
+
+/// A PCI function address `domain:bus:device.function`. The domain can be wider than 16 bits
+/// (Intel VMD uses `10000`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PciAddress {
+    /// Segment/domain.
+    pub domain: u32,
+    /// Bus.
+    pub bus: u8,
+    /// Device (slot), 0-31.
+    pub device: u8,
+    /// Function, 0-7.
+    pub function: u8,
+}
+
+impl PciAddress {
+    /// Parses `dddd:bb:ss.f` (domain of 4 to 8 hex digits).
+    pub fn parse(s: &str) -> Option<PciAddress> {
+        let (domain, rest) = s.split_once(':')?;
+        let (bus, rest) = rest.split_once(':')?;
+        let (device, function) = rest.split_once('.')?;
+        let hex_ok = |v: &str, min: usize, max: usize| {
+            (min..=max).contains(&v.len()) && v.chars().all(|c| c.is_ascii_hexdigit())
+        };
+        if !hex_ok(domain, 4, 8)
+            || !hex_ok(bus, 2, 2)
+            || !hex_ok(device, 2, 2)
+            || !hex_ok(function, 1, 1)
+        {
+            return None;
+        }
+        let addr = PciAddress {
+            domain: u32::from_str_radix(domain, 16).ok()?,
+            bus: u8::from_str_radix(bus, 16).ok()?,
+            device: u8::from_str_radix(device, 16).ok()?,
+            function: u8::from_str_radix(function, 16).ok()?,
+        };
+        (addr.device < 32 && addr.function < 8).then_some(addr)
+    }
+}
+
+impl fmt::Display for PciAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:04x}:{:02x}:{:02x}.{:x}",
+            self.domain, self.bus, self.device, self.function
+        )
+    }
+}
+
+impl Serialize for PciAddress {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// Nova's device type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum PciDevType {
+    /// A plain function, or an SR-IOV-incapable one.
+    #[serde(rename = "type-PCI")]
+    Pci,
+    /// An SR-IOV physical function (`sriov_totalvfs` > 0), whether or not VFs are enabled.
+    #[serde(rename = "type-PF")]
+    Pf,
+    /// An SR-IOV virtual function (has a `physfn` link).
+    #[serde(rename = "type-VF")]
+    Vf,
+}
+
+impl PciDevType {
+    /// Nova's string for the type.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PciDevType::Pci => "type-PCI",
+            PciDevType::Pf => "type-PF",
+            PciDevType::Vf => "type-VF",
+        }
+    }
+}
+
+/// Where a device's NUMA node came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NumaSource {
+    /// The device's `numa_node` file.
+    NumaNode,
+    /// `numa_node` was -1 or absent, and `local_cpulist` lies within exactly one node.
+    LocalCpulist,
+}
+
+/// One PCI function.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PciDevice {
+    /// `domain:bus:device.function`.
+    pub address: PciAddress,
+    /// Vendor id, 4 lower-case hex digits.
+    pub vendor_id: String,
+    /// Device (product) id, 4 lower-case hex digits.
+    pub product_id: String,
+    /// Class, subclass and programming interface, 6 lower-case hex digits.
+    pub class: String,
+    /// Subsystem vendor id.
+    pub subsystem_vendor_id: Option<String>,
+    /// Subsystem device id.
+    pub subsystem_product_id: Option<String>,
+    /// Revision, 2 hex digits.
+    pub revision: Option<String>,
+    /// NUMA node; null when the kernel does not know (-1) and `local_cpulist` does not tell.
+    pub numa_node: Option<u32>,
+    /// Where `numa_node` came from; null when unknown.
+    pub numa_node_source: Option<NumaSource>,
+    /// Bound driver (basename of the `driver` link); null when unbound.
+    pub driver: Option<String>,
+    /// IOMMU group number.
+    pub iommu_group: Option<u32>,
+    /// Network interfaces on this function.
+    pub net_interfaces: Vec<String>,
+    /// Nova's device type.
+    pub dev_type: PciDevType,
+    /// For a VF, the address of its PF.
+    pub parent_addr: Option<PciAddress>,
+    /// For a PF, its VFs in `virtfn<N>` order.
+    pub virtfns: Vec<PciAddress>,
+    /// For a PF, `sriov_numvfs` (VFs enabled).
+    pub sriov_numvfs: Option<u32>,
+    /// For an SR-IOV capable function, `sriov_totalvfs`.
+    pub sriov_totalvfs: Option<u32>,
+    /// Vendor name from the PCI ID database.
+    pub vendor_name: Option<String>,
+    /// Device name from the PCI ID database.
+    pub product_name: Option<String>,
+    /// Subclass (or class) name from the PCI ID database.
+    pub class_name: Option<String>,
+}
+
+impl PciDevice {
+    /// True for PCI-to-PCI and host bridges (class 06xx), which are never pooled.
+    pub fn is_bridge(&self) -> bool {
+        self.class.starts_with("06")
+    }
+}
+
+impl PartialOrd for PciDevice {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for PciDevice {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.address.cmp(&other.address)
+    }
+}
+
+/// Reads every PCI function. `numa` resolves devices whose `numa_node` is -1 through their
+/// `local_cpulist`.
+pub fn probe_pci(root: &HostRoot, numa: &NumaTopology, w: &mut Warnings) -> Vec<PciDevice> {
+    let devices_dir = root.sys_path("bus/pci/devices");
+    let Some(names) = list_dir(&devices_dir, w) else {
+        return Vec::new();
+    };
+    let mut netdevs = netdevs_by_function(root, w);
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let Some(address) = PciAddress::parse(&name) else {
+            w.push(
+                &devices_dir.join(&name),
+                "name is not a PCI address like 0000:3b:00.0: entry skipped",
+            );
+            continue;
+        };
+        let known_netdevs = netdevs
+            .as_mut()
+            .map(|m| m.remove(&address).unwrap_or_default());
+        if let Some(dev) = probe_function(&devices_dir.join(&name), address, numa, known_netdevs, w)
+        {
+            out.push(dev);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Network interfaces per PCI function, from the `sys/class/net/<if>` links (one `readlink` per
+/// interface instead of listing a `net/` directory per function). The function is the last PCI
+/// address in the link target: `../../devices/pci0000:00/0000:00:03.0/virtio2/net/eth0`.
+/// `None` when the tree has no `sys/class/net`, or one holding something else than links (a
+/// captured tree, never real sysfs): then each function's `net/` directory is listed instead.
+fn netdevs_by_function(
+    root: &HostRoot,
+    w: &mut Warnings,
+) -> Option<std::collections::HashMap<PciAddress, Vec<String>>> {
+    let class_net = root.sys_path("class/net");
+    let names = list_dir(&class_net, w)?;
+    let mut map: std::collections::HashMap<PciAddress, Vec<String>> = Default::default();
+    for name in names {
+        let path = class_net.join(&name);
+        let Ok(target) = std::fs::read_link(&path) else {
+            w.push(
+                &path,
+                "not a link to a device: network interfaces taken from each function's net/ instead",
+            );
+            return None;
+        };
+        let function = target
+            .iter()
+            .rev()
+            .filter_map(|c| c.to_str())
+            .find_map(PciAddress::parse);
+        if let Some(function) = function {
+            map.entry(function).or_default().push(name);
+        }
+    }
+    Some(map)
+}
+
+fn probe_function(
+    dir: &Path,
+    address: PciAddress,
+    numa: &NumaTopology,
+    known_netdevs: Option<Vec<String>>,
+    w: &mut Warnings,
+) -> Option<PciDevice> {
+    // Entries are opened by name relative to the directory, without listing it first: a missing
+    // optional attribute costs one failed `openat`, less than a listing of every function.
+    let Some(sysdir) = SysDir::open_unlisted(dir, w) else {
+        w.push(dir, "device directory cannot be opened: device skipped");
+        return None;
+    };
+    let hex_attr = |name: &str, digits: usize, w: &mut Warnings| -> Option<String> {
+        let raw = sysdir.read_optional(name, w)?;
+        let path = dir.join(name);
+        let expected = format!("a hex value like 0x{}", "0".repeat(digits));
+        let v = parse_hex(&raw, &path, &expected, w)?;
+        if u64::from(v) >= 1u64 << (4 * digits as u32) {
+            w.push(
+                &path,
+                format!("value {raw:?} is wider than {digits} hex digits"),
+            );
+            return None;
+        }
+        Some(format!("{v:0digits$x}"))
+    };
+
+    // `uevent` carries the ids, class and subsystem ids in one file (the kernel fills it from
+    // the same struct pci_dev as the attribute files); the attribute files are the fallback for
+    // captured trees without it.
+    let ue = sysdir
+        .read_optional("uevent", w)
+        .map(|text| parse_uevent(&text, &dir.join("uevent"), w))
+        .unwrap_or_default();
+    let from_ue = |v: Option<u32>, digits: usize| v.map(|v| format!("{v:0digits$x}"));
+
+    let mut missing = Vec::new();
+    let vendor_id = from_ue(ue.vendor, 4).or_else(|| hex_attr("vendor", 4, w));
+    let product_id = from_ue(ue.device, 4).or_else(|| hex_attr("device", 4, w));
+    let class = from_ue(ue.class, 6).or_else(|| hex_attr("class", 6, w));
+    for (name, v) in [
+        ("vendor", &vendor_id),
+        ("device", &product_id),
+        ("class", &class),
+    ] {
+        if v.is_none() {
+            missing.push(name);
+        }
+    }
+    let (Some(vendor_id), Some(product_id), Some(class)) = (vendor_id, product_id, class) else {
+        w.push(
+            dir,
+            format!(
+                "mandatory attribute(s) {} missing or unreadable: device skipped",
+                missing.join(", ")
+            ),
+        );
+        return None;
+    };
+
+    let subsystem_vendor_id =
+        from_ue(ue.subsystem_vendor, 4).or_else(|| hex_attr("subsystem_vendor", 4, w));
+    let subsystem_product_id =
+        from_ue(ue.subsystem_device, 4).or_else(|| hex_attr("subsystem_device", 4, w));
+    let revision = match sysdir.read_optional("revision", w) {
+        Some(raw) => {
+            let path = dir.join("revision");
+            parse_hex(&raw, &path, "a hex value like 0x00", w)
+                .filter(|v| *v <= 0xff)
+                .map(|v| format!("{v:02x}"))
+        }
+        // Kernels before 4.x have no `revision` file; byte 8 of the config header is the same.
+        None => match read_prefix(&dir.join("config"), 64) {
+            Ok(header) if header.len() > 8 => Some(format!("{:02x}", header[8])),
+            Ok(_) | Err(ReadFailure::Missing) => None,
+            Err(e) => {
+                w.push(&dir.join("config"), format!("header is {e}"));
+                None
+            }
+        },
+    };
+
+    let mut numa_node = None;
+    let mut numa_node_source = None;
+    if let Some(raw) = sysdir.read_optional("numa_node", w) {
+        let path = dir.join("numa_node");
+        if let Some(n) = parse_int::<i64>(&raw, &path, "a NUMA node number or -1", w) {
+            if n >= 0 {
+                match u32::try_from(n) {
+                    Ok(n) => {
+                        numa_node = Some(n);
+                        numa_node_source = Some(NumaSource::NumaNode);
+                    }
+                    Err(_) => w.push(&path, format!("NUMA node {n} is out of range")),
+                }
+            }
+        }
+    }
+    if numa_node.is_none() {
+        if let Some(raw) = sysdir.read_optional("local_cpulist", w) {
+            match CpuSet::parse_list(&raw) {
+                Ok(cpus) => {
+                    if let Some(node) = numa.node_holding(&cpus) {
+                        numa_node = Some(node);
+                        numa_node_source = Some(NumaSource::LocalCpulist);
+                    }
+                }
+                Err(e) => w.push(&dir.join("local_cpulist"), format!("not a cpulist: {e}")),
+            }
+        }
+    }
+
+    // `uevent` names the bound driver too (no DRIVER line: unbound); else the `driver` link.
+    let driver = if ue.present {
+        ue.driver.clone()
+    } else {
+        sysdir.link_basename("driver", w)
+    };
+    let iommu_group = sysdir
+        .link_basename("iommu_group", w)
+        .and_then(|g| parse_int(&g, &dir.join("iommu_group"), "an IOMMU group number", w));
+
+    // A VF has a `physfn` link to its PF; only other functions can carry `sriov_*`.
+    let physfn = sysdir.link_basename("physfn", w);
+    let is_vf = physfn.is_some();
+    let parent_addr = physfn.and_then(|base| {
+        let parsed = PciAddress::parse(&base);
+        if parsed.is_none() {
+            w.push(
+                &dir.join("physfn"),
+                format!("link target {base:?} is not a PCI address: VF whose PF is unknown"),
+            );
+        }
+        parsed
+    });
+    let (sriov_totalvfs, sriov_numvfs) = if is_vf {
+        (None, None)
+    } else {
+        let count = |name: &str, w: &mut Warnings| -> Option<u32> {
+            let raw = sysdir.read_optional(name, w)?;
+            parse_int(&raw, &dir.join(name), "a VF count", w)
+        };
+        (count("sriov_totalvfs", w), count("sriov_numvfs", w))
+    };
+    let dev_type = if is_vf {
+        PciDevType::Vf
+    } else if sriov_totalvfs.is_some_and(|n| n > 0) {
+        PciDevType::Pf
+    } else {
+        PciDevType::Pci
+    };
+
+    // Listing the directory is needed only for a PF's `virtfn<N>` links, and for `net/` and
+    // `virtio<N>/net/` when the tree has no `sys/class/net`.
+    let needs_listing = sriov_numvfs.is_some_and(|n| n > 0) || known_netdevs.is_none();
+    let entries = if needs_listing {
+        list_dir(dir, w).unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+
+    let net_interfaces = match known_netdevs {
+        Some(names) => names,
+        None => {
+            let mut names = Vec::new();
+            for sub in entries
+                .iter()
+                .filter(|e| *e == "net" || e.starts_with("virtio"))
+            {
+                // virtio functions carry their netdev one level down: virtio0/net/eth0.
+                let net = if sub == "net" {
+                    dir.join("net")
+                } else {
+                    dir.join(sub).join("net")
+                };
+                names.extend(list_dir(&net, w).unwrap_or_default());
+            }
+            names
+        }
+    };
+
+    let mut virtfn_links: Vec<(u32, &String)> = entries
+        .iter()
+        .filter_map(|e| {
+            e.strip_prefix("virtfn")
+                .and_then(|n| n.parse().ok())
+                .map(|n| (n, e))
+        })
+        .collect();
+    virtfn_links.sort_unstable_by_key(|(n, _)| *n);
+    let mut virtfns = Vec::with_capacity(virtfn_links.len());
+    for (_, link) in virtfn_links {
+        if let Some(base) = sysdir.link_basename(link, w) {
+            match PciAddress::parse(&base) {
+                Some(a) => virtfns.push(a),
+                None => w.push(
+                    &dir.join(link),
+                    format!("link target {base:?} is not a PCI address"),
+                ),
+            }
+        }
+    }
+
+    let (vendor_name, product_name, class_name) = pci_names(&vendor_id, &product_id, &class);
+    Some(PciDevice {
+        address,
+        vendor_id,
+        product_id,
+        class,
+        subsystem_vendor_id,
+        subsystem_product_id,
+        revision,
+        numa_node,
+        numa_node_source,
+        driver,
+        iommu_group,
+        net_interfaces,
+        dev_type,
+        parent_addr,
+        virtfns,
+        sriov_numvfs,
+        sriov_totalvfs,
+        vendor_name,
+        product_name,
+        class_name,
+    })
+}
+
+/// The values of a PCI `uevent` file rtrack uses.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PciUevent {
+    /// A `uevent` file was read.
+    pub present: bool,
+    /// `DRIVER`: the bound driver.
+    pub driver: Option<String>,
+    /// `PCI_ID` vendor.
+    pub vendor: Option<u32>,
+    /// `PCI_ID` device.
+    pub device: Option<u32>,
+    /// `PCI_CLASS` (24 bits).
+    pub class: Option<u32>,
+    /// `PCI_SUBSYS_ID` vendor.
+    pub subsystem_vendor: Option<u32>,
+    /// `PCI_SUBSYS_ID` device.
+    pub subsystem_device: Option<u32>,
+}
+
+/// Parses a PCI `uevent` (`PCI_ID=8086:37D2`, `PCI_CLASS=20000`, `PCI_SUBSYS_ID=15D9:37D2`).
+/// A malformed value is a warning and stays unknown, so the attribute file is read instead.
+pub fn parse_uevent(text: &str, path: &Path, w: &mut Warnings) -> PciUevent {
+    let mut ue = PciUevent {
+        present: true,
+        ..PciUevent::default()
+    };
+    let hex = |v: &str, max: u32| u32::from_str_radix(v, 16).ok().filter(|n| *n <= max);
+    for line in text.lines() {
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        match key {
+            "PCI_ID" | "PCI_SUBSYS_ID" => {
+                let pair = value
+                    .split_once(':')
+                    .and_then(|(a, b)| Some((hex(a, 0xffff)?, hex(b, 0xffff)?)));
+                match (key, pair) {
+                    ("PCI_ID", Some((v, d))) => (ue.vendor, ue.device) = (Some(v), Some(d)),
+                    (_, Some((v, d))) => {
+                        (ue.subsystem_vendor, ue.subsystem_device) = (Some(v), Some(d))
+                    }
+                    (_, None) => w.push(path, format!("{key}={value:?} is not VVVV:DDDD hex")),
+                }
+            }
+            "DRIVER" if !value.is_empty() => ue.driver = Some(value.to_string()),
+            "PCI_CLASS" => match hex(value, 0xff_ffff) {
+                Some(c) => ue.class = Some(c),
+                None => w.push(
+                    path,
+                    format!("PCI_CLASS={value:?} is not a 24-bit hex class"),
+                ),
+            },
+            _ => {}
+        }
+    }
+    ue
+}
+
+/// Vendor, device and class names from the compiled-in PCI ID database (pci-ids crate).
+pub fn pci_names(
+    vendor_id: &str,
+    product_id: &str,
+    class: &str,
+) -> (Option<String>, Option<String>, Option<String>) {
+    let vid = u16::from_str_radix(vendor_id, 16).ok();
+    let pid = u16::from_str_radix(product_id, 16).ok();
+    let vendor_name = vid
+        .and_then(<pci_ids::Vendor as pci_ids::FromId<u16>>::from_id)
+        .map(|v| v.name().to_string());
+    let product_name = match (vid, pid) {
+        (Some(v), Some(p)) => pci_ids::Device::from_vid_pid(v, p).map(|d| d.name().to_string()),
+        _ => None,
+    };
+    let cid = class.get(0..2).and_then(|c| u8::from_str_radix(c, 16).ok());
+    let sid = class.get(2..4).and_then(|c| u8::from_str_radix(c, 16).ok());
+    let class_name = match (cid, sid) {
+        (Some(c), Some(s)) => pci_ids::Subclass::from_cid_sid(c, s)
+            .map(|sc| sc.name().to_string())
+            .or_else(|| {
+                <pci_ids::Class as pci_ids::FromId<u8>>::from_id(c).map(|cl| cl.name().to_string())
+            }),
+        _ => None,
+    };
+    (vendor_name, product_name, class_name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn addresses_parse_and_print() {
+        let a = PciAddress::parse("0000:3b:00.1").unwrap();
+        assert_eq!((a.domain, a.bus, a.device, a.function), (0, 0x3b, 0, 1));
+        assert_eq!(a.to_string(), "0000:3b:00.1");
+        let vmd = PciAddress::parse("10000:00:04.0").unwrap();
+        assert_eq!(vmd.to_string(), "10000:00:04.0");
+        assert!(vmd > a);
+        for bad in [
+            "",
+            "0000:3b:00",
+            "000:3b:00.0",
+            "0000:3b:20.0",
+            "0000:3b:00.8",
+            "zzzz:00:00.0",
+            "0000:3b:00.0x",
+        ] {
+            assert!(PciAddress::parse(bad).is_none(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn uevent_gives_ids_class_and_subsystem() {
+        let mut w = Warnings::new();
+        let ue = parse_uevent(
+            "DRIVER=i40e\nPCI_CLASS=20000\nPCI_ID=8086:37D2\nPCI_SUBSYS_ID=15D9:37D2\nPCI_SLOT_NAME=0000:60:00.0\n",
+            Path::new("/u"),
+            &mut w,
+        );
+        assert_eq!(ue.vendor, Some(0x8086));
+        assert_eq!(ue.device, Some(0x37d2));
+        assert_eq!(ue.class, Some(0x020000));
+        assert_eq!(ue.subsystem_vendor, Some(0x15d9));
+        assert_eq!(ue.driver.as_deref(), Some("i40e"));
+        assert!(w.is_empty());
+        let ue = parse_uevent("PCI_ID=zz:1\nPCI_CLASS=1000000\n", Path::new("/u"), &mut w);
+        assert_eq!(ue.vendor, None);
+        assert_eq!(ue.class, None);
+        assert_eq!(w.len(), 2);
+    }
+
+    #[test]
+    fn names_come_from_the_id_database() {
+        let (v, p, c) = pci_names("8086", "1889", "020000");
+        assert_eq!(v.as_deref(), Some("Intel Corporation"));
+        assert_eq!(p.as_deref(), Some("Ethernet Adaptive Virtual Function"));
+        assert_eq!(c.as_deref(), Some("Ethernet controller"));
+        let (v, p, c) = pci_names("fff0", "0001", "ff0000");
+        assert_eq!((v, p), (None, None));
+        assert_eq!(c.as_deref(), Some("Unassigned class"));
+    }
+
+    fn mkdev(sys: &Path, addr: &str, files: &[(&str, &str)]) -> std::path::PathBuf {
+        let real = sys.join("devices/pci0000:00").join(addr);
+        fs::create_dir_all(&real).unwrap();
+        for (name, content) in files {
+            fs::write(real.join(name), content).unwrap();
+        }
+        let link_dir = sys.join("bus/pci/devices");
+        fs::create_dir_all(&link_dir).unwrap();
+        symlink(
+            format!("../../../devices/pci0000:00/{addr}"),
+            link_dir.join(addr),
+        )
+        .unwrap();
+        real
+    }
+
+    #[test]
+    fn sriov_pf_and_vf_are_linked() {
+        let dir = tempfile::tempdir().unwrap();
+        let sys = dir.path().join("sys");
+        let ids = |d: &'static str| {
+            vec![
+                ("vendor", "0x8086\n"),
+                ("device", d),
+                ("class", "0x020000\n"),
+                ("numa_node", "-1\n"),
+            ]
+        };
+        let mut pf_files = ids("0x159b\n");
+        pf_files.extend([("sriov_totalvfs", "128\n"), ("sriov_numvfs", "1\n")]);
+        let pf = mkdev(&sys, "0000:a2:00.0", &pf_files);
+        let vf = mkdev(&sys, "0000:a2:01.0", &ids("0x1889\n"));
+        symlink("../0000:a2:00.0", vf.join("physfn")).unwrap();
+        symlink("../0000:a2:01.0", pf.join("virtfn0")).unwrap();
+        symlink("../../../bus/pci/drivers/vfio-pci", vf.join("driver")).unwrap();
+        fs::create_dir_all(pf.join("net/ens1f0")).unwrap();
+        let mut w = Warnings::new();
+        let devs = probe_pci(
+            &HostRoot::under(dir.path()),
+            &NumaTopology::default(),
+            &mut w,
+        );
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!(devs.len(), 2);
+        assert_eq!(devs[0].dev_type, PciDevType::Pf);
+        assert_eq!(
+            devs[0].virtfns,
+            vec![PciAddress::parse("0000:a2:01.0").unwrap()]
+        );
+        assert_eq!(devs[0].net_interfaces, vec!["ens1f0"]);
+        assert_eq!(devs[0].sriov_numvfs, Some(1));
+        assert_eq!(devs[1].dev_type, PciDevType::Vf);
+        assert_eq!(devs[1].parent_addr, Some(devs[0].address));
+        assert_eq!(devs[1].driver.as_deref(), Some("vfio-pci"));
+        assert_eq!(devs[1].numa_node, None);
+    }
+
+    #[test]
+    fn missing_mandatory_file_skips_only_that_device() {
+        let dir = tempfile::tempdir().unwrap();
+        let sys = dir.path().join("sys");
+        mkdev(&sys, "0000:00:1f.2", &[("class", "0x058000\n")]);
+        mkdev(
+            &sys,
+            "0000:00:00.0",
+            &[
+                ("vendor", "0x8086\n"),
+                ("device", "0x2020\n"),
+                ("class", "0x060000\n"),
+            ],
+        );
+        let mut w = Warnings::new();
+        let devs = probe_pci(
+            &HostRoot::under(dir.path()),
+            &NumaTopology::default(),
+            &mut w,
+        );
+        assert_eq!(devs.len(), 1);
+        assert!(devs[0].is_bridge());
+        assert_eq!(w.len(), 1);
+        assert!(w.as_slice()[0].message.contains("vendor, device"), "{w:?}");
+    }
+
+    #[test]
+    fn numa_falls_back_to_local_cpulist() {
+        let dir = tempfile::tempdir().unwrap();
+        let sys = dir.path().join("sys");
+        mkdev(
+            &sys,
+            "0000:81:00.0",
+            &[
+                ("vendor", "0x15b3\n"),
+                ("device", "0x1013\n"),
+                ("class", "0x020700\n"),
+                ("numa_node", "-1\n"),
+                ("local_cpulist", "8-15\n"),
+            ],
+        );
+        let node_dir = sys.join("devices/system/node");
+        for (id, cpus) in [(0, "0-7"), (1, "8-15")] {
+            fs::create_dir_all(node_dir.join(format!("node{id}"))).unwrap();
+            fs::write(node_dir.join(format!("node{id}/cpulist")), cpus).unwrap();
+            fs::write(
+                node_dir.join(format!("node{id}/meminfo")),
+                format!("Node {id} MemTotal: 1024 kB\n"),
+            )
+            .unwrap();
+        }
+        let mut w = Warnings::new();
+        let root = HostRoot::under(dir.path());
+        let numa = crate::numa::probe_numa_nodes(&root, &CpuSet::new(), &mut w);
+        let devs = probe_pci(&root, &numa, &mut w);
+        assert_eq!(devs[0].numa_node, Some(1));
+        assert_eq!(devs[0].numa_node_source, Some(NumaSource::LocalCpulist));
+    }
+}

@@ -1,0 +1,60 @@
+//! The inventory report: what `rtrackd --once` prints and `GET /v1/inventory` returns.
+//!
+//! In: a [`HostInventory`] from the probes and the time it was taken. Out: an
+//! [`InventoryReport`] (serialized as JSON with fixed top-level keys, see `docs/inventory.md`) or
+//! a human table ([`table::render`]).
+
+pub mod table;
+
+use serde::Serialize;
+use time::OffsetDateTime;
+
+use crate::probes::HostInventory;
+
+/// The report. Top-level keys are fixed: tools read them.
+#[derive(Debug, Clone, Serialize)]
+pub struct InventoryReport {
+    /// Version of rtrack that made the report.
+    pub rtrack_version: &'static str,
+    /// When the probe ran, UTC, `YYYY-MM-DDTHH:MM:SSZ`.
+    pub probed_at: String,
+    /// host, cpu, numa_nodes, memory, disks, pci_devices, warnings.
+    #[serde(flatten)]
+    pub inventory: HostInventory,
+}
+
+impl InventoryReport {
+    /// Wraps a probe result taken at `probed_at`.
+    pub fn new(inventory: HostInventory, probed_at: OffsetDateTime) -> InventoryReport {
+        InventoryReport {
+            rtrack_version: env!("CARGO_PKG_VERSION"),
+            probed_at: format_utc(probed_at),
+            inventory,
+        }
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ` (UTC, whole seconds), the form Nova's objects use too.
+pub fn format_utc(t: OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_format_drops_fractions_and_converts_offsets() {
+        let t = time::macros::datetime!(2025-03-14 10:26:53.589793 +01:00);
+        assert_eq!(format_utc(t), "2025-03-14T09:26:53Z");
+    }
+}

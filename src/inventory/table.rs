@@ -1,0 +1,263 @@
+//! Human summary of an inventory (`rtrackd --once --format table`): like lscpu plus lspci, with
+//! PCI functions grouped by vendor, product and device type.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::inventory::InventoryReport;
+use crate::probes::numa::HugePages;
+
+/// Renders the report as text.
+pub fn render(report: &InventoryReport) -> String {
+    let inv = &report.inventory;
+    let mut out = String::new();
+    let or_unknown = |v: &Option<String>| v.clone().unwrap_or_else(|| "unknown".to_string());
+
+    let _ = writeln!(
+        out,
+        "Host:          {} ({}, kernel {})",
+        or_unknown(&inv.host.hostname),
+        or_unknown(&inv.host.arch),
+        or_unknown(&inv.host.kernel)
+    );
+    let _ = writeln!(
+        out,
+        "Probed at:     {} by rtrack {}",
+        report.probed_at, report.rtrack_version
+    );
+
+    let cpu = &inv.cpu;
+    let _ = writeln!(
+        out,
+        "CPU model:     {} ({})",
+        or_unknown(&cpu.model),
+        or_unknown(&cpu.vendor)
+    );
+    let _ = writeln!(
+        out,
+        "CPUs:          {} socket(s), {} core(s), {} thread(s) online; SMT {}",
+        cpu.sockets,
+        cpu.cores,
+        cpu.threads,
+        if cpu.smt { "on" } else { "off" }
+    );
+    let _ = writeln!(
+        out,
+        "               online {}, offline {}, present {}, possible {}",
+        dash_if_empty(&cpu.online.to_string()),
+        dash_if_empty(&cpu.offline.to_string()),
+        dash_if_empty(&cpu.present.to_string()),
+        dash_if_empty(&cpu.possible.to_string())
+    );
+    let _ = writeln!(out, "CPU flags:     {} flag(s)", cpu.flags.len());
+
+    let mem = &inv.memory;
+    let _ = writeln!(
+        out,
+        "Memory:        {} MiB total, {} MiB available{}",
+        mem.total_mb,
+        mem.available_mb
+            .map_or("unknown".to_string(), |v| v.to_string()),
+        hugepage_summary(&mem.hugepages)
+            .map(|s| format!("; hugepages {s}"))
+            .unwrap_or_default()
+    );
+
+    let _ = writeln!(out, "\nNUMA nodes:    {}", inv.numa_nodes.len());
+    if !inv.numa_nodes.is_empty() {
+        let mut rows = vec![vec![
+            "NODE".to_string(),
+            "CPUS".to_string(),
+            "MEMORY_MB".to_string(),
+            "FREE_MB".to_string(),
+            "HUGEPAGES (size: free/total)".to_string(),
+        ]];
+        for n in &inv.numa_nodes {
+            rows.push(vec![
+                n.id.to_string(),
+                dash_if_empty(&n.cpus.to_string()),
+                n.memory_mb.map_or("-".to_string(), |v| v.to_string()),
+                n.free_mb.map_or("-".to_string(), |v| v.to_string()),
+                hugepage_summary(&n.hugepages).unwrap_or_else(|| "-".to_string()),
+            ]);
+        }
+        push_table(&mut out, &rows);
+    }
+
+    let _ = writeln!(out);
+    match &inv.disks.instances {
+        Some(fs) => {
+            let _ = writeln!(
+                out,
+                "Instances:     {} (measured at {}): {} GiB total, {} GiB free",
+                fs.path, fs.measured_path, fs.total_gb, fs.free_gb
+            );
+        }
+        None => {
+            let _ = writeln!(out, "Instances:     not measured");
+        }
+    }
+    let _ = writeln!(out, "Block devices: {}", inv.disks.block_devices.len());
+    if !inv.disks.block_devices.is_empty() {
+        let mut rows = vec![vec![
+            "NAME".to_string(),
+            "SIZE_GIB".to_string(),
+            "ROTA".to_string(),
+            "RM".to_string(),
+            "PCI".to_string(),
+            "MODEL".to_string(),
+        ]];
+        for b in &inv.disks.block_devices {
+            rows.push(vec![
+                b.name.clone(),
+                format!("{:.1}", b.size_bytes as f64 / (1u64 << 30) as f64),
+                flag(b.rotational),
+                flag(b.removable),
+                b.pci_address.clone().unwrap_or_else(|| "-".to_string()),
+                b.model.clone().unwrap_or_else(|| "-".to_string()),
+            ]);
+        }
+        push_table(&mut out, &rows);
+    }
+
+    let _ = writeln!(out, "\nPCI functions: {}", inv.pci_devices.len());
+    if !inv.pci_devices.is_empty() {
+        // Group by what a pool would key on first: ids and device type.
+        struct Group {
+            count: usize,
+            numa: std::collections::BTreeSet<String>,
+            drivers: std::collections::BTreeSet<String>,
+            class: String,
+            name: String,
+        }
+        let mut groups: BTreeMap<(String, String, &'static str), Group> = BTreeMap::new();
+        for d in &inv.pci_devices {
+            let g = groups
+                .entry((
+                    d.vendor_id.clone(),
+                    d.product_id.clone(),
+                    d.dev_type.as_str(),
+                ))
+                .or_insert_with(|| Group {
+                    count: 0,
+                    numa: Default::default(),
+                    drivers: Default::default(),
+                    class: d.class_name.clone().unwrap_or_else(|| d.class.clone()),
+                    name: format!(
+                        "{} {}",
+                        d.vendor_name.as_deref().unwrap_or("unknown vendor"),
+                        d.product_name.as_deref().unwrap_or("unknown device")
+                    ),
+                });
+            g.count += 1;
+            g.numa
+                .insert(d.numa_node.map_or("-".to_string(), |n| n.to_string()));
+            g.drivers
+                .insert(d.driver.clone().unwrap_or_else(|| "-".to_string()));
+        }
+        let mut rows = vec![vec![
+            "COUNT".to_string(),
+            "ID".to_string(),
+            "DEV_TYPE".to_string(),
+            "NUMA".to_string(),
+            "DRIVER".to_string(),
+            "CLASS".to_string(),
+            "NAME".to_string(),
+        ]];
+        for ((vendor, product, dev_type), g) in groups {
+            rows.push(vec![
+                g.count.to_string(),
+                format!("{vendor}:{product}"),
+                dev_type.to_string(),
+                g.numa.into_iter().collect::<Vec<_>>().join(","),
+                g.drivers.into_iter().collect::<Vec<_>>().join(","),
+                g.class,
+                g.name,
+            ]);
+        }
+        push_table(&mut out, &rows);
+    }
+
+    let _ = writeln!(out, "\nWarnings:      {}", inv.warnings.len());
+    for w in &inv.warnings {
+        let _ = writeln!(out, "  {}: {}", w.path, w.message);
+    }
+    out
+}
+
+fn dash_if_empty(s: &str) -> String {
+    if s.is_empty() {
+        "-".to_string()
+    } else {
+        s.to_string()
+    }
+}
+
+fn flag(v: Option<bool>) -> String {
+    match v {
+        Some(true) => "1".to_string(),
+        Some(false) => "0".to_string(),
+        None => "-".to_string(),
+    }
+}
+
+fn hugepage_summary(pools: &[HugePages]) -> Option<String> {
+    if pools.is_empty() {
+        return None;
+    }
+    Some(
+        pools
+            .iter()
+            .map(|p| format!("{}: {}/{}", size_label(p.size_kb), p.free, p.total))
+            .collect::<Vec<_>>()
+            .join(", "),
+    )
+}
+
+fn size_label(kb: u64) -> String {
+    if kb >= 1 << 20 && kb % (1 << 20) == 0 {
+        format!("{}G", kb >> 20)
+    } else if kb >= 1 << 10 && kb % (1 << 10) == 0 {
+        format!("{}M", kb >> 10)
+    } else {
+        format!("{kb}K")
+    }
+}
+
+/// Left-aligned columns, two spaces apart, indented by two.
+fn push_table(out: &mut String, rows: &[Vec<String>]) {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for row in rows {
+        let mut line = String::from(" ");
+        for (c, cell) in row.iter().enumerate() {
+            line.push(' ');
+            if c + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                let _ = write!(line, "{cell:<w$} ", w = widths[c]);
+            }
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_labels() {
+        assert_eq!(size_label(2048), "2M");
+        assert_eq!(size_label(1048576), "1G");
+        assert_eq!(size_label(64), "64K");
+    }
+}

@@ -1,0 +1,177 @@
+//! `rtrackd --once` on every fixture, compared whole with its golden report in
+//! `fixtures/expected/<name>.json`.
+//!
+//! Regenerate after an intended change with `RTRACK_BLESS=1 cargo test --test once`, then review
+//! `git diff fixtures/expected`.
+
+use std::path::Path;
+use std::process::Command;
+
+use rtrack_fixtures::real::{scratch_dir, unpack, REAL_FIXTURES};
+use rtrack_fixtures::synthetic::SyntheticHost;
+
+fn run_once(root: &Path, extra: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_rtrackd"))
+        .args(["--once", "--instances-path", "none", "--root"])
+        .arg(root)
+        .args(extra)
+        .output()
+        .expect("run rtrackd")
+}
+
+/// The report with what changes from run to run replaced by placeholders.
+fn normalized_report(root: &Path) -> serde_json::Value {
+    let out = run_once(root, &[]);
+    assert!(
+        out.status.success(),
+        "rtrackd failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let text = text.replace(&root.display().to_string(), "$ROOT");
+    let mut v: serde_json::Value = serde_json::from_str(&text).expect("one JSON document");
+    v["probed_at"] = "<probed_at>".into();
+    v["rtrack_version"] = "<version>".into();
+    v
+}
+
+fn check_golden(name: &str, actual: &serde_json::Value) {
+    let path = rtrack_fixtures::fixtures_dir()
+        .join("expected")
+        .join(format!("{name}.json"));
+    let pretty = serde_json::to_string_pretty(actual).unwrap() + "\n";
+    if std::env::var_os("RTRACK_BLESS").is_some() {
+        std::fs::write(&path, &pretty).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run with RTRACK_BLESS=1 to create it)",
+            path.display()
+        )
+    });
+    if expected != pretty {
+        let diff: Vec<String> = expected
+            .lines()
+            .zip(pretty.lines())
+            .enumerate()
+            .filter(|(_, (a, b))| a != b)
+            .take(10)
+            .map(|(i, (a, b))| format!("line {}:\n  expected: {a}\n  actual:   {b}", i + 1))
+            .collect();
+        panic!(
+            "{name}: report differs from {} ({} vs {} lines)\n{}\nRe-bless with RTRACK_BLESS=1 if the change is intended.",
+            path.display(),
+            expected.lines().count(),
+            pretty.lines().count(),
+            diff.join("\n")
+        );
+    }
+}
+
+#[test]
+fn every_real_fixture_matches_its_golden_report() {
+    for fixture in REAL_FIXTURES {
+        let unpacked = unpack(fixture);
+        let report = normalized_report(&unpacked.root);
+        check_golden(fixture.name, &report);
+    }
+}
+
+#[test]
+fn synthetic_sriov_hosts_match_their_golden_reports() {
+    for (name, host) in [
+        ("synthetic-small", SyntheticHost::small()),
+        ("synthetic-bus-crossing", SyntheticHost::bus_crossing()),
+    ] {
+        let dir = scratch_dir();
+        host.write(dir.path());
+        check_golden(name, &normalized_report(dir.path()));
+    }
+}
+
+#[test]
+fn report_has_the_fixed_top_level_keys() {
+    let dir = scratch_dir();
+    SyntheticHost::small().write(dir.path());
+    let v = normalized_report(dir.path());
+    let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    for k in [
+        "rtrack_version",
+        "probed_at",
+        "host",
+        "cpu",
+        "numa_nodes",
+        "memory",
+        "disks",
+        "pci_devices",
+        "warnings",
+    ] {
+        assert!(keys.contains(&k), "missing {k} in {keys:?}");
+    }
+    assert_eq!(v["cpu"]["online"], "0-7");
+    assert_eq!(v["cpu"]["sockets"], 1);
+    assert_eq!(v["cpu"]["cores"], 4);
+    assert_eq!(v["cpu"]["threads"], 8);
+    assert_eq!(v["numa_nodes"][0]["hugepages"][0]["size_kb"], 2048);
+    assert_eq!(v["memory"]["total_mb"], 16384);
+    let vf = v["pci_devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["address"] == "0000:3b:01.2")
+        .unwrap();
+    assert_eq!(vf["dev_type"], "type-VF");
+    assert_eq!(vf["parent_addr"], "0000:3b:00.0");
+    assert_eq!(vf["vendor_name"], "Intel Corporation");
+}
+
+#[test]
+fn table_format_summarises_pci_groups() {
+    let dir = scratch_dir();
+    SyntheticHost::small().write(dir.path());
+    let out = run_once(dir.path(), &["--format", "table"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("1 socket(s), 4 core(s), 8 thread(s) online; SMT on"),
+        "{text}"
+    );
+    // 8 iavf VFs + 4 vfio-pci VFs of the same ids form one group of 12.
+    let vf_row = text.lines().find(|l| l.contains("8086:1889")).unwrap();
+    assert!(vf_row.trim_start().starts_with("12 "), "{vf_row}");
+    assert!(
+        vf_row.contains("type-VF") && vf_row.contains("iavf,vfio-pci"),
+        "{vf_row}"
+    );
+}
+
+#[test]
+fn unusable_root_fails_with_a_message_naming_it() {
+    let dir = scratch_dir();
+    let out = run_once(&dir.path().join("nope"), &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("nope/sys") && err.contains("nope/proc"),
+        "{err}"
+    );
+}
+
+#[test]
+fn sysfs_and_procfs_flags_override_root() {
+    let dir = scratch_dir();
+    SyntheticHost::small().write(&dir.path().join("host"));
+    std::fs::rename(dir.path().join("host/sys"), dir.path().join("host-sys")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rtrackd"))
+        .args(["--once", "--instances-path", "none", "--root"])
+        .arg(dir.path().join("host"))
+        .arg("--sysfs")
+        .arg(dir.path().join("host-sys"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["cpu"]["threads"], 8);
+    assert_eq!(v["host"]["hostname"], "synthetic-host");
+}
