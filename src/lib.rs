@@ -1,8 +1,11 @@
 //! rtrack: a per-host resource tracker agent for cloud compute hosts.
 //!
 //! Data flows one way: [`rtrack_probes`] reads the hardware, [`inventory`] turns it into the
-//! report `rtrackd --once` prints.
+//! report `rtrackd --once` prints and the resource inventory, [`tracker`] accounts claims
+//! against it. [`config`] is the configuration file every part reads.
 
+pub mod config;
 pub mod inventory;
+pub mod tracker;
 
 pub use rtrack_probes as probes;

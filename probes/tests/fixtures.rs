@@ -28,7 +28,12 @@ fn hugepages_per_node_and_host_wide() {
         assert_eq!((two_mb.total, two_mb.free), (2048, 2048));
         assert!(node.hugepages.iter().any(|p| p.size_kb == 1048576));
     }
-    let host = inv.memory.hugepages.iter().find(|p| p.size_kb == 2048).unwrap();
+    let host = inv
+        .memory
+        .hugepages
+        .iter()
+        .find(|p| p.size_kb == 2048)
+        .unwrap();
     assert_eq!(host.total, 4096);
 }
 
@@ -36,7 +41,12 @@ fn hugepages_per_node_and_host_wide() {
 fn block_devices_skip_loop_and_zram() {
     // this-vm has vda, zram0 and loop0-7.
     let inv = probe("this-vm");
-    let names: Vec<&str> = inv.disks.block_devices.iter().map(|b| b.name.as_str()).collect();
+    let names: Vec<&str> = inv
+        .disks
+        .block_devices
+        .iter()
+        .map(|b| b.name.as_str())
+        .collect();
     assert_eq!(names, vec!["vda"]);
     let vda = &inv.disks.block_devices[0];
     assert_eq!(vda.size_sectors, 536870912);
@@ -48,8 +58,16 @@ fn block_devices_skip_loop_and_zram() {
 #[test]
 fn block_devices_include_device_mapper_and_optical() {
     let inv = probe("ghw-linux-amd64-8581cf3a");
-    let names: Vec<&str> = inv.disks.block_devices.iter().map(|b| b.name.as_str()).collect();
-    assert_eq!(names, vec!["dm-0", "dm-1", "dm-2", "dm-3", "dm-4", "sda", "sr0"]);
+    let names: Vec<&str> = inv
+        .disks
+        .block_devices
+        .iter()
+        .map(|b| b.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        vec!["dm-0", "dm-1", "dm-2", "dm-3", "dm-4", "sda", "sr0"]
+    );
 }
 
 #[test]
@@ -67,7 +85,11 @@ fn sparse_cpu_less_nodes_on_power9() {
 fn buggy_firmware_numa_is_a_warning() {
     let inv = probe("hwloc-8em64t-2s2ca2c-buggynuma");
     assert_eq!(inv.numa_nodes.len(), 8);
-    let overlap = inv.warnings.iter().filter(|w| w.message.contains("already in node 0")).count();
+    let overlap = inv
+        .warnings
+        .iter()
+        .filter(|w| w.message.contains("already in node 0"))
+        .count();
     assert_eq!(overlap, 7);
     assert!(inv.cpu.cpus.iter().all(|c| c.numa_node == Some(0)));
 }
@@ -90,8 +112,15 @@ fn pci_only_capture_without_cpu_data() {
     let inv = probe("nfd-pci-rootfs-1");
     assert_eq!(inv.cpu.threads, 0);
     assert_eq!(inv.pci_devices.len(), 10);
-    assert!(inv.warnings.iter().any(|w| w.path.ends_with("0000:00:1f.2") && w.message.contains("device skipped")));
-    let qat = inv.pci_devices.iter().find(|d| d.address.to_string() == "0000:3b:00.0").unwrap();
+    assert!(inv
+        .warnings
+        .iter()
+        .any(|w| w.path.ends_with("0000:00:1f.2") && w.message.contains("device skipped")));
+    let qat = inv
+        .pci_devices
+        .iter()
+        .find(|d| d.address.to_string() == "0000:3b:00.0")
+        .unwrap();
     assert_eq!((qat.sriov_numvfs, qat.sriov_totalvfs), (Some(16), Some(16)));
     assert_eq!(qat.dev_type.as_str(), "type-PF");
 }

@@ -4,6 +4,7 @@
 //! [`InventoryReport`] (serialized as JSON with fixed top-level keys, see `docs/inventory.md`) or
 //! a human table ([`table::render`]).
 
+pub mod resources;
 pub mod table;
 
 use serde::Serialize;

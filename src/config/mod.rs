@@ -1,0 +1,724 @@
+//! rtrack's configuration file (TOML), loaded in two steps: [`Config::parse`] checks the syntax
+//! and rejects unknown keys (a typo must not be silently ignored), then [`Config::validate`]
+//! checks values and builds the typed pieces the rest of rtrack uses ([`ValidConfig`]).
+//! Every error names the file, the key, the bad value and what is accepted.
+//!
+//! The commented default is `packaging/rtrack.toml`; the README lists every key.
+
+mod pci;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::probes::CpuSet;
+
+pub use pci::{AliasConfig, DeviceSpecConfig};
+
+/// A configuration error: which file, which key, what was wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{file}: cannot read the configuration file: {source}")]
+    Read {
+        /// The file.
+        file: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or does not fit the schema (unknown key, wrong type).
+    #[error("{file}: {message}")]
+    Syntax {
+        /// The file.
+        file: PathBuf,
+        /// The parser's message (names the key and the line).
+        message: String,
+    },
+    /// A value is out of range or malformed.
+    #[error("{file}: {key} = {value}: {expected}")]
+    Value {
+        /// The file.
+        file: PathBuf,
+        /// Dotted key, e.g. `resources.cpu_allocation_ratio`.
+        key: String,
+        /// The value as written.
+        value: String,
+        /// What is accepted.
+        expected: String,
+    },
+}
+
+/// The whole file as written. Every section and key is optional; defaults are Nova's where
+/// Nova has one.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where to probe and where to keep state.
+    #[serde(default)]
+    pub host: HostConfig,
+    /// Reserved amounts and allocation ratios.
+    #[serde(default)]
+    pub resources: ResourcesConfig,
+    /// PCI passthrough: which devices are tracked, and aliases for flavors.
+    #[serde(default)]
+    pub pci: PciConfig,
+    /// The periodic audit.
+    #[serde(default)]
+    pub audit: AuditConfig,
+    /// The local claim API.
+    #[serde(default)]
+    pub api: ApiConfig,
+    /// Prometheus metrics.
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+    /// Logging.
+    #[serde(default)]
+    pub log: LogConfig,
+    /// OpenStack Placement reporting.
+    #[serde(default)]
+    pub placement: PlacementConfig,
+    /// Other upstream reporters.
+    #[serde(default)]
+    pub upstream: UpstreamConfig,
+}
+
+/// `[host]`
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HostConfig {
+    /// Probe a tree: sysfs = root/sys, procfs = root/proc.
+    pub root: Option<PathBuf>,
+    /// sysfs mount point (overrides `root`).
+    pub sysfs: Option<PathBuf>,
+    /// procfs mount point (overrides `root`).
+    pub procfs: Option<PathBuf>,
+    /// State directory (database, compute node uuid). Default `$STATE_DIRECTORY`, else
+    /// `/var/lib/rtrack`.
+    pub state_dir: Option<PathBuf>,
+    /// Where instance disks live (measured for DISK_GB). Default `/var/lib/nova/instances`.
+    pub instances_path: Option<PathBuf>,
+    /// The compute node's name (Nova's `hypervisor_hostname`). Default: the kernel hostname.
+    pub hypervisor_hostname: Option<String>,
+    /// The service host name (Nova's `host`). Default: the kernel hostname.
+    pub host: Option<String>,
+    /// ComputeNode `hypervisor_type`. Default `rtrack`.
+    pub hypervisor_type: Option<String>,
+    /// ComputeNode `host_ip` (Nova's `my_ip`).
+    pub host_ip: Option<String>,
+}
+
+/// `[resources]`
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ResourcesConfig {
+    /// VCPUs kept for the host. Default 0.
+    pub reserved_host_cpus: Option<i64>,
+    /// Memory kept for the host, MiB. Default 512.
+    pub reserved_host_memory_mb: Option<i64>,
+    /// Disk kept for the host, MiB. Default 0.
+    pub reserved_host_disk_mb: Option<i64>,
+    /// VCPU overcommit. Default: `initial_cpu_allocation_ratio`.
+    pub cpu_allocation_ratio: Option<f64>,
+    /// Memory overcommit. Default: `initial_ram_allocation_ratio`.
+    pub ram_allocation_ratio: Option<f64>,
+    /// Disk overcommit. Default: `initial_disk_allocation_ratio`.
+    pub disk_allocation_ratio: Option<f64>,
+    /// Ratio used when none is configured and the node is new. Default 4.0.
+    pub initial_cpu_allocation_ratio: Option<f64>,
+    /// Default 1.0.
+    pub initial_ram_allocation_ratio: Option<f64>,
+    /// Default 1.0.
+    pub initial_disk_allocation_ratio: Option<f64>,
+    /// Host CPUs for pinned instances (PCPU), a cpulist such as "4-15".
+    pub cpu_dedicated_set: Option<String>,
+    /// Host CPUs for floating instances (VCPU), a cpulist. Default: all online CPUs not
+    /// dedicated (none when `cpu_dedicated_set` is set and this is not, as Nova does).
+    pub cpu_shared_set: Option<String>,
+    /// UUID of a sharing resource provider that holds DISK_GB (shared instance storage).
+    pub shared_storage_provider: Option<String>,
+}
+
+/// `[pci]`
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PciConfig {
+    /// Which devices are tracked, Nova's `[pci] device_spec` as an array of tables.
+    #[serde(default)]
+    pub device_spec: Vec<BTreeMap<String, toml::Value>>,
+    /// Flavor aliases, Nova's `[pci] alias` as an array of tables.
+    #[serde(default)]
+    pub alias: Vec<BTreeMap<String, toml::Value>>,
+    /// Report PCI devices to Placement as child resource providers.
+    pub report_in_placement: Option<bool>,
+}
+
+/// `[audit]`
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AuditConfig {
+    /// Seconds between audits (Nova's `update_resources_interval`). Default 60.
+    pub interval_s: Option<u64>,
+    /// Random delay added to each interval, up to this many seconds. Default 10% of interval_s.
+    pub jitter_s: Option<u64>,
+}
+
+/// `[api]`
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ApiConfig {
+    /// Unix socket path. Default `$RUNTIME_DIRECTORY/rtrack.sock`, else `/run/rtrack/rtrack.sock`.
+    pub socket: Option<PathBuf>,
+    /// Socket permissions, octal string. Default "0660".
+    pub socket_mode: Option<String>,
+    /// Group allowed to use the socket (besides root). Default "rtrack".
+    pub socket_group: Option<String>,
+    /// Largest request body, bytes. Default 1 MiB.
+    pub max_body_bytes: Option<u64>,
+    /// Request timeout, seconds. Default 30.
+    pub request_timeout_s: Option<u64>,
+}
+
+/// `[metrics]`
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Optional TCP listener for `/metrics`, e.g. "127.0.0.1:9466". Off unless set.
+    pub listen: Option<String>,
+}
+
+/// `[log]`
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// "text" (default) or "json".
+    pub format: Option<String>,
+    /// "error", "warn", "info" (default), "debug", "trace".
+    pub level: Option<String>,
+}
+
+/// `[placement]`
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PlacementConfig {
+    /// Placement endpoint URL; reporting is off when unset.
+    pub endpoint: Option<String>,
+    /// "noauth" (default), "token" or "password".
+    pub auth: Option<String>,
+    /// Static token (auth = "token"), or the noauth user (default "admin").
+    pub token: Option<String>,
+    /// `X-Roles` sent with noauth.
+    pub roles: Option<String>,
+    /// Keystone v3 URL (auth = "password").
+    pub auth_url: Option<String>,
+    /// Keystone user.
+    pub username: Option<String>,
+    /// Keystone password.
+    pub password: Option<String>,
+    /// Keystone project.
+    pub project_name: Option<String>,
+    /// Keystone user domain. Default "Default".
+    pub user_domain_name: Option<String>,
+    /// Keystone project domain. Default "Default".
+    pub project_domain_name: Option<String>,
+    /// Seconds between reports. Default 60.
+    pub report_interval_s: Option<u64>,
+    /// Seconds after which the cached provider tree is re-read. Default 300.
+    pub refresh_interval_s: Option<u64>,
+    /// Mirror local claims as Placement allocations (standalone hosts).
+    pub report_allocations: Option<bool>,
+    /// HTTP timeout, seconds. Default 10.
+    pub timeout_s: Option<u64>,
+}
+
+/// `[upstream]`
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// `[upstream.http]`: POST the ComputeNode primitive when it changes.
+    pub http: Option<UpstreamHttpConfig>,
+}
+
+/// `[upstream.http]`
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamHttpConfig {
+    /// URL to POST to.
+    pub url: String,
+    /// Object version to send (backported). Default: newest.
+    pub object_version: Option<String>,
+    /// HTTP timeout, seconds. Default 10.
+    pub timeout_s: Option<u64>,
+}
+
+impl Config {
+    /// Reads and parses a file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            file: path.to_path_buf(),
+            source,
+        })?;
+        Config::parse(&text, path)
+    }
+
+    /// Parses TOML text; `file` is used in messages.
+    pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Syntax {
+            file: file.to_path_buf(),
+            message: e.to_string().trim_end().replace('\n', "\n  "),
+        })
+    }
+
+    /// Checks every value and builds the typed configuration.
+    pub fn validate(&self, file: &Path) -> Result<ValidConfig, ConfigError> {
+        let err = |key: &str, value: String, expected: &str| ConfigError::Value {
+            file: file.to_path_buf(),
+            key: key.to_string(),
+            value,
+            expected: expected.to_string(),
+        };
+        let r = &self.resources;
+        let non_negative = |key: &str, v: Option<i64>, default: i64| -> Result<i64, ConfigError> {
+            match v {
+                None => Ok(default),
+                Some(v) if v >= 0 => Ok(v),
+                Some(v) => Err(err(key, v.to_string(), "must be 0 or more")),
+            }
+        };
+        let ratio = |key: &str, v: Option<f64>| -> Result<Option<f64>, ConfigError> {
+            match v {
+                None => Ok(None),
+                Some(v) if v.is_finite() && v > 0.0 => Ok(Some(v)),
+                Some(v) => Err(err(
+                    key,
+                    v.to_string(),
+                    "must be a number greater than 0, e.g. 4.0",
+                )),
+            }
+        };
+        let cpuset = |key: &str, v: &Option<String>| -> Result<Option<CpuSet>, ConfigError> {
+            match v {
+                None => Ok(None),
+                Some(s) => CpuSet::parse_list(s).map(Some).map_err(|e| {
+                    err(
+                        key,
+                        format!("{s:?}"),
+                        &format!("must be a cpulist like \"4-7,12\" ({e})"),
+                    )
+                }),
+            }
+        };
+        let resources = Resources {
+            reserved_host_cpus: non_negative(
+                "resources.reserved_host_cpus",
+                r.reserved_host_cpus,
+                0,
+            )?,
+            reserved_host_memory_mb: non_negative(
+                "resources.reserved_host_memory_mb",
+                r.reserved_host_memory_mb,
+                512,
+            )?,
+            reserved_host_disk_mb: non_negative(
+                "resources.reserved_host_disk_mb",
+                r.reserved_host_disk_mb,
+                0,
+            )?,
+            cpu_allocation_ratio: ratio("resources.cpu_allocation_ratio", r.cpu_allocation_ratio)?,
+            ram_allocation_ratio: ratio("resources.ram_allocation_ratio", r.ram_allocation_ratio)?,
+            disk_allocation_ratio: ratio(
+                "resources.disk_allocation_ratio",
+                r.disk_allocation_ratio,
+            )?,
+            initial_cpu_allocation_ratio: ratio(
+                "resources.initial_cpu_allocation_ratio",
+                r.initial_cpu_allocation_ratio,
+            )?
+            .unwrap_or(4.0),
+            initial_ram_allocation_ratio: ratio(
+                "resources.initial_ram_allocation_ratio",
+                r.initial_ram_allocation_ratio,
+            )?
+            .unwrap_or(1.0),
+            initial_disk_allocation_ratio: ratio(
+                "resources.initial_disk_allocation_ratio",
+                r.initial_disk_allocation_ratio,
+            )?
+            .unwrap_or(1.0),
+            cpu_dedicated_set: cpuset("resources.cpu_dedicated_set", &r.cpu_dedicated_set)?,
+            cpu_shared_set: cpuset("resources.cpu_shared_set", &r.cpu_shared_set)?,
+            shared_storage_provider: match &r.shared_storage_provider {
+                None => None,
+                Some(s) => Some(uuid::Uuid::parse_str(s).map_err(|_| {
+                    err(
+                        "resources.shared_storage_provider",
+                        format!("{s:?}"),
+                        "must be a UUID",
+                    )
+                })?),
+            },
+        };
+        if let (Some(d), Some(s)) = (&resources.cpu_dedicated_set, &resources.cpu_shared_set) {
+            if d.intersects(s) {
+                return Err(err(
+                    "resources.cpu_shared_set",
+                    format!("\"{s}\""),
+                    &format!(
+                        "must not overlap cpu_dedicated_set \"{d}\" (CPUs in both: {})",
+                        d.intersection(s)
+                    ),
+                ));
+            }
+        }
+
+        let device_specs = pci::validate_device_specs(&self.pci.device_spec, file)?;
+        let aliases = pci::validate_aliases(&self.pci.alias, file)?;
+
+        let h = &self.host;
+        for (key, v) in [
+            ("host.hypervisor_hostname", &h.hypervisor_hostname),
+            ("host.host", &h.host),
+            ("host.hypervisor_type", &h.hypervisor_type),
+        ] {
+            if let Some(v) = v {
+                if v.trim().is_empty() || v.len() > 255 {
+                    return Err(err(key, format!("{v:?}"), "must be 1 to 255 characters"));
+                }
+            }
+        }
+        let host_ip = match &h.host_ip {
+            None => None,
+            Some(s) => Some(s.parse::<std::net::IpAddr>().map_err(|_| {
+                err(
+                    "host.host_ip",
+                    format!("{s:?}"),
+                    "must be an IPv4 or IPv6 address",
+                )
+            })?),
+        };
+        let mut probe_root = match &h.root {
+            Some(r) => crate::probes::HostRoot::under(r),
+            None => crate::probes::HostRoot::system(),
+        };
+        if let Some(s) = &h.sysfs {
+            probe_root.sys = s.clone();
+        }
+        if let Some(p) = &h.procfs {
+            probe_root.proc = p.clone();
+        }
+        for (key, p) in [
+            ("host.root", &h.root),
+            ("host.sysfs", &h.sysfs),
+            ("host.procfs", &h.procfs),
+            ("host.state_dir", &h.state_dir),
+            ("host.instances_path", &h.instances_path),
+        ] {
+            if let Some(p) = p {
+                if !p.is_absolute() {
+                    return Err(err(
+                        key,
+                        format!("{:?}", p.display().to_string()),
+                        "must be an absolute path",
+                    ));
+                }
+            }
+        }
+
+        let audit_interval = match self.audit.interval_s {
+            None => 60,
+            Some(0) => {
+                return Err(err(
+                    "audit.interval_s",
+                    "0".into(),
+                    "must be at least 1 (seconds)",
+                ))
+            }
+            Some(v) => v,
+        };
+        let audit_jitter = match self.audit.jitter_s {
+            None => audit_interval / 10,
+            Some(j) if j < audit_interval => j,
+            Some(j) => {
+                return Err(err(
+                    "audit.jitter_s",
+                    j.to_string(),
+                    &format!("must be less than audit.interval_s ({audit_interval})"),
+                ))
+            }
+        };
+
+        let socket_mode = match &self.api.socket_mode {
+            None => 0o660,
+            Some(s) => u32::from_str_radix(s.trim_start_matches("0o"), 8)
+                .ok()
+                .filter(|m| *m <= 0o777)
+                .ok_or_else(|| {
+                    err(
+                        "api.socket_mode",
+                        format!("{s:?}"),
+                        "must be an octal mode like \"0660\"",
+                    )
+                })?,
+        };
+        let log_format = match self.log.format.as_deref() {
+            None | Some("text") => LogFormat::Text,
+            Some("json") => LogFormat::Json,
+            Some(other) => {
+                return Err(err(
+                    "log.format",
+                    format!("{other:?}"),
+                    "must be \"text\" or \"json\"",
+                ))
+            }
+        };
+        let log_level = match self.log.level.as_deref() {
+            None => "info".to_string(),
+            Some(l @ ("error" | "warn" | "info" | "debug" | "trace")) => l.to_string(),
+            Some(other) => {
+                return Err(err(
+                    "log.level",
+                    format!("{other:?}"),
+                    "must be one of error, warn, info, debug, trace",
+                ))
+            }
+        };
+        let metrics_listen = match &self.metrics.listen {
+            None => None,
+            Some(s) => Some(s.parse::<std::net::SocketAddr>().map_err(|_| {
+                err(
+                    "metrics.listen",
+                    format!("{s:?}"),
+                    "must be an address:port like \"127.0.0.1:9466\"",
+                )
+            })?),
+        };
+
+        Ok(ValidConfig {
+            probe_root,
+            state_dir: h.state_dir.clone(),
+            instances_path: h
+                .instances_path
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("/var/lib/nova/instances")),
+            hypervisor_hostname: h.hypervisor_hostname.clone(),
+            host: h.host.clone(),
+            hypervisor_type: h
+                .hypervisor_type
+                .clone()
+                .unwrap_or_else(|| "rtrack".to_string()),
+            host_ip,
+            resources,
+            device_specs,
+            aliases,
+            report_pci_in_placement: self.pci.report_in_placement.unwrap_or(false),
+            audit_interval_s: audit_interval,
+            audit_jitter_s: audit_jitter,
+            socket: self.api.socket.clone(),
+            socket_mode,
+            socket_group: self
+                .api
+                .socket_group
+                .clone()
+                .unwrap_or_else(|| "rtrack".to_string()),
+            max_body_bytes: self.api.max_body_bytes.unwrap_or(1 << 20),
+            request_timeout_s: self.api.request_timeout_s.unwrap_or(30),
+            metrics_listen,
+            log_format,
+            log_level,
+            placement: self.placement.clone(),
+            upstream_http: self.upstream.http.clone(),
+        })
+    }
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Reserved amounts and ratios, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resources {
+    /// VCPUs kept for the host.
+    pub reserved_host_cpus: i64,
+    /// MiB kept for the host.
+    pub reserved_host_memory_mb: i64,
+    /// Disk MiB kept for the host.
+    pub reserved_host_disk_mb: i64,
+    /// Configured VCPU ratio, if any.
+    pub cpu_allocation_ratio: Option<f64>,
+    /// Configured memory ratio, if any.
+    pub ram_allocation_ratio: Option<f64>,
+    /// Configured disk ratio, if any.
+    pub disk_allocation_ratio: Option<f64>,
+    /// Ratio for a new node when none is configured.
+    pub initial_cpu_allocation_ratio: f64,
+    /// Ratio for a new node when none is configured.
+    pub initial_ram_allocation_ratio: f64,
+    /// Ratio for a new node when none is configured.
+    pub initial_disk_allocation_ratio: f64,
+    /// CPUs for pinned instances.
+    pub cpu_dedicated_set: Option<CpuSet>,
+    /// CPUs for floating instances.
+    pub cpu_shared_set: Option<CpuSet>,
+    /// Sharing provider holding DISK_GB.
+    pub shared_storage_provider: Option<uuid::Uuid>,
+}
+
+impl Default for Resources {
+    fn default() -> Resources {
+        // The defaults of an empty file; validate() of an empty Config gives the same.
+        Resources {
+            reserved_host_cpus: 0,
+            reserved_host_memory_mb: 512,
+            reserved_host_disk_mb: 0,
+            cpu_allocation_ratio: None,
+            ram_allocation_ratio: None,
+            disk_allocation_ratio: None,
+            initial_cpu_allocation_ratio: 4.0,
+            initial_ram_allocation_ratio: 1.0,
+            initial_disk_allocation_ratio: 1.0,
+            cpu_dedicated_set: None,
+            cpu_shared_set: None,
+            shared_storage_provider: None,
+        }
+    }
+}
+
+/// The configuration rtrack runs with: every value checked, defaults applied.
+#[derive(Debug, Clone)]
+pub struct ValidConfig {
+    /// Roots to probe.
+    pub probe_root: crate::probes::HostRoot,
+    /// State directory as configured (resolved against `$STATE_DIRECTORY` by the daemon).
+    pub state_dir: Option<PathBuf>,
+    /// Instances path.
+    pub instances_path: PathBuf,
+    /// Configured node name.
+    pub hypervisor_hostname: Option<String>,
+    /// Configured service host name.
+    pub host: Option<String>,
+    /// ComputeNode hypervisor_type.
+    pub hypervisor_type: String,
+    /// ComputeNode host_ip.
+    pub host_ip: Option<std::net::IpAddr>,
+    /// Reserved amounts and ratios.
+    pub resources: Resources,
+    /// PCI device specs, in file order (first match wins).
+    pub device_specs: Vec<crate::tracker::pci::DeviceSpec>,
+    /// PCI aliases by name (same-name entries ORed, as Nova does).
+    pub aliases: crate::tracker::pci::AliasTable,
+    /// `[pci] report_in_placement`.
+    pub report_pci_in_placement: bool,
+    /// Audit interval.
+    pub audit_interval_s: u64,
+    /// Audit jitter.
+    pub audit_jitter_s: u64,
+    /// API socket path as configured.
+    pub socket: Option<PathBuf>,
+    /// API socket mode.
+    pub socket_mode: u32,
+    /// API socket group.
+    pub socket_group: String,
+    /// Request body limit.
+    pub max_body_bytes: u64,
+    /// Request timeout.
+    pub request_timeout_s: u64,
+    /// Metrics TCP listener.
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Log format.
+    pub log_format: LogFormat,
+    /// Log level.
+    pub log_level: String,
+    /// `[placement]` as written (validated by the upstream module).
+    pub placement: PlacementConfig,
+    /// `[upstream.http]` as written.
+    pub upstream_http: Option<UpstreamHttpConfig>,
+}
+
+impl ValidConfig {
+    /// The configuration of an empty file.
+    pub fn defaults() -> ValidConfig {
+        // An empty Config always validates; the error arm cannot happen but is not unwrapped.
+        match Config::default().validate(Path::new("(defaults)")) {
+            Ok(v) => v,
+            Err(e) => unreachable!("defaults must validate: {e}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<ValidConfig, ConfigError> {
+        let f = Path::new("/etc/rtrack/rtrack.toml");
+        Config::parse(text, f)?.validate(f)
+    }
+
+    #[test]
+    fn empty_file_gives_nova_defaults() {
+        let c = parse("").unwrap();
+        assert_eq!(c.resources, Resources::default());
+        assert_eq!(c.resources.reserved_host_memory_mb, 512);
+        assert_eq!(c.audit_interval_s, 60);
+        assert_eq!(c.socket_mode, 0o660);
+        assert_eq!(c.hypervisor_type, "rtrack");
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_naming_file_and_key() {
+        let e = parse("[resources]\ncpu_alocation_ratio = 2.0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("/etc/rtrack/rtrack.toml:"), "{e}");
+        assert!(e.contains("cpu_alocation_ratio"), "{e}");
+        let e = parse("[resourcez]\n").unwrap_err().to_string();
+        assert!(e.contains("resourcez"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_key_value_and_what_is_accepted() {
+        let e = parse("[resources]\ncpu_allocation_ratio = -1.0\n")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "/etc/rtrack/rtrack.toml: resources.cpu_allocation_ratio = -1: must be a number greater than 0, e.g. 4.0"
+        );
+        let e = parse("[audit]\ninterval_s = 0\n").unwrap_err().to_string();
+        assert!(
+            e.contains("audit.interval_s = 0: must be at least 1"),
+            "{e}"
+        );
+        let e = parse("[api]\nsocket_mode = \"rw\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("api.socket_mode = \"rw\""), "{e}");
+        let e = parse("[resources]\ncpu_dedicated_set = \"4-2\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cpulist"), "{e}");
+        let e = parse("[resources]\ncpu_dedicated_set = \"0-3\"\ncpu_shared_set = \"3-5\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("CPUs in both: 3"), "{e}");
+        let e = parse("[host]\nstate_dir = \"relative\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("host.state_dir"), "{e}");
+    }
+
+    #[test]
+    fn wrong_types_are_syntax_errors_with_the_key() {
+        let e = parse("[resources]\nreserved_host_memory_mb = \"lots\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("reserved_host_memory_mb"), "{e}");
+    }
+}

@@ -1,0 +1,260 @@
+//! `[pci] alias`: names for PCI device requests in flavors (`pci_passthrough:alias = "a:2"`).
+//!
+//! Nova's schema and rules (nova/pci/request.py): `name` (required), `vendor_id` and
+//! `product_id` (exactly 4 hex digits), `device_type` (`type-PCI`, `type-PF`, `type-VF`,
+//! `vdpa`; stored as `dev_type` in the request spec), `numa_policy` (`legacy` by default,
+//! `preferred`, `required`, `socket`), `resource_class`, `traits`, `live_migratable`. Entries with
+//! the same name are ORed together and must agree on NUMA policy and device type. Unlike Nova,
+//! a malformed alias is rejected when the configuration is loaded, not at every claim.
+
+use std::collections::BTreeMap;
+
+use super::spec::SpecError;
+
+/// NUMA affinity policy of a PCI request (Nova's PCINUMAAffinityPolicy).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum NumaPolicy {
+    /// Devices must be on the instance's NUMA nodes.
+    Required,
+    /// Local devices first, else devices with no NUMA node, else fail (Nova's default).
+    Legacy,
+    /// Local devices first, then any.
+    Preferred,
+    /// Devices on the instance's NUMA nodes or on the same socket.
+    Socket,
+}
+
+impl NumaPolicy {
+    /// Nova's string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NumaPolicy::Required => "required",
+            NumaPolicy::Legacy => "legacy",
+            NumaPolicy::Preferred => "preferred",
+            NumaPolicy::Socket => "socket",
+        }
+    }
+
+    /// Parses Nova's string.
+    pub fn parse(s: &str) -> Option<NumaPolicy> {
+        match s {
+            "required" => Some(NumaPolicy::Required),
+            "legacy" => Some(NumaPolicy::Legacy),
+            "preferred" => Some(NumaPolicy::Preferred),
+            "socket" => Some(NumaPolicy::Socket),
+            _ => None,
+        }
+    }
+}
+
+/// Nova's PCI device types as strings.
+pub const DEVICE_TYPES: &[&str] = &["type-PCI", "type-PF", "type-VF", "vdpa"];
+
+/// One alias name: its policy and the specs any of which a device may match.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Alias {
+    /// The alias name.
+    pub name: String,
+    /// NUMA policy (a flavor's `hw:pci_numa_affinity_policy` overrides it).
+    pub numa_policy: NumaPolicy,
+    /// Request specs as Nova stores them in `InstancePCIRequest.spec`: string maps with
+    /// `vendor_id`, `product_id`, `dev_type` and the other given keys.
+    pub specs: Vec<BTreeMap<String, String>>,
+}
+
+/// All aliases by name.
+pub type AliasTable = BTreeMap<String, Alias>;
+
+/// Validates one alias entry (given as strings) and adds it to `table`.
+pub fn add_alias(
+    table: &mut AliasTable,
+    mut values: BTreeMap<String, String>,
+) -> Result<(), SpecError> {
+    let err = |key: &str, value: &str, expected: &str| SpecError {
+        key: key.to_string(),
+        value: format!("{value:?}"),
+        expected: expected.to_string(),
+    };
+    for key in values.keys() {
+        if ![
+            "name",
+            "capability_type",
+            "product_id",
+            "vendor_id",
+            "device_type",
+            "numa_policy",
+            "resource_class",
+            "traits",
+            "live_migratable",
+        ]
+        .contains(&key.as_str())
+        {
+            return Err(err(
+                key,
+                &values[key],
+                "unknown alias key; expected name, vendor_id, product_id, device_type, numa_policy, resource_class, traits or live_migratable",
+            ));
+        }
+    }
+    let name = values
+        .remove("name")
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty() && n.len() <= 256)
+        .ok_or_else(|| {
+            err(
+                "name",
+                "",
+                "every alias needs a name of 1 to 256 characters",
+            )
+        })?;
+    for key in ["vendor_id", "product_id"] {
+        if let Some(v) = values.get(key) {
+            if v.len() != 4 || !v.chars().all(|c| c.is_ascii_hexdigit()) {
+                return Err(err(key, v, "must be exactly 4 hex digits, like \"8086\""));
+            }
+            let lower = v.to_ascii_lowercase();
+            values.insert(key.to_string(), lower);
+        }
+    }
+    if let Some(c) = values.get("capability_type") {
+        if c != "pci" {
+            return Err(err("capability_type", c, "must be \"pci\""));
+        }
+    }
+    let numa_policy = match values.remove("numa_policy") {
+        None => NumaPolicy::Legacy,
+        Some(p) if p.is_empty() => NumaPolicy::Legacy,
+        Some(p) => NumaPolicy::parse(&p).ok_or_else(|| {
+            err(
+                "numa_policy",
+                &p,
+                "must be one of legacy, preferred, required, socket",
+            )
+        })?,
+    };
+    if let Some(t) = values.remove("device_type") {
+        if !DEVICE_TYPES.contains(&t.as_str()) {
+            return Err(err(
+                "device_type",
+                &t,
+                "must be one of type-PCI, type-PF, type-VF, vdpa",
+            ));
+        }
+        values.insert("dev_type".to_string(), t);
+    }
+    match table.get_mut(&name) {
+        None => {
+            table.insert(
+                name.clone(),
+                Alias {
+                    name,
+                    numa_policy,
+                    specs: vec![values],
+                },
+            );
+        }
+        Some(existing) => {
+            if existing.numa_policy != numa_policy {
+                return Err(err(
+                    "numa_policy",
+                    numa_policy.as_str(),
+                    &format!(
+                        "alias {name:?} is defined more than once with different NUMA policies ({} and {})",
+                        existing.numa_policy.as_str(),
+                        numa_policy.as_str()
+                    ),
+                ));
+            }
+            let first_type = existing.specs[0].get("dev_type");
+            if first_type != values.get("dev_type") {
+                return Err(err(
+                    "device_type",
+                    values.get("dev_type").map(String::as_str).unwrap_or("(none)"),
+                    &format!(
+                        "alias {name:?} is defined more than once with different device types ({} and {})",
+                        first_type.map(String::as_str).unwrap_or("(none)"),
+                        values.get("dev_type").map(String::as_str).unwrap_or("(none)")
+                    ),
+                ));
+            }
+            existing.specs.push(values);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn same_name_entries_are_ored() {
+        let mut t = AliasTable::new();
+        add_alias(
+            &mut t,
+            entry(&[
+                ("name", "vf"),
+                ("vendor_id", "8086"),
+                ("product_id", "1889"),
+                ("device_type", "type-VF"),
+            ]),
+        )
+        .unwrap();
+        add_alias(
+            &mut t,
+            entry(&[
+                ("name", "vf"),
+                ("vendor_id", "15B3"),
+                ("product_id", "101e"),
+                ("device_type", "type-VF"),
+            ]),
+        )
+        .unwrap();
+        let a = &t["vf"];
+        assert_eq!(a.numa_policy, NumaPolicy::Legacy);
+        assert_eq!(a.specs.len(), 2);
+        assert_eq!(a.specs[1]["vendor_id"], "15b3");
+        assert_eq!(a.specs[0]["dev_type"], "type-VF");
+        assert!(!a.specs[0].contains_key("device_type"));
+    }
+
+    #[test]
+    fn conflicting_duplicates_and_bad_values_are_rejected() {
+        let mut t = AliasTable::new();
+        add_alias(&mut t, entry(&[("name", "a"), ("device_type", "type-VF")])).unwrap();
+        let e = add_alias(&mut t, entry(&[("name", "a"), ("device_type", "type-PF")])).unwrap_err();
+        assert!(e.to_string().contains("different device types"), "{e}");
+        let e = add_alias(
+            &mut t,
+            entry(&[
+                ("name", "a"),
+                ("device_type", "type-VF"),
+                ("numa_policy", "socket"),
+            ]),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("different NUMA policies"), "{e}");
+        let e = add_alias(&mut t, entry(&[("name", "b"), ("vendor_id", "808")])).unwrap_err();
+        assert!(e.to_string().contains("exactly 4 hex digits"), "{e}");
+        let e = add_alias(&mut t, entry(&[("name", "b"), ("numa_policy", "strict")])).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("legacy, preferred, required, socket"),
+            "{e}"
+        );
+        let e = add_alias(&mut t, entry(&[("vendor_id", "8086")])).unwrap_err();
+        assert!(e.to_string().contains("needs a name"), "{e}");
+        let e = add_alias(&mut t, entry(&[("name", "c"), ("vendorid", "8086")])).unwrap_err();
+        assert!(e.to_string().contains("unknown alias key"), "{e}");
+    }
+}

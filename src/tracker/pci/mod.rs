@@ -1,0 +1,8 @@
+//! PCI passthrough tracking, with Nova's semantics: device specs select tracked devices, aliases
+//! turn flavor extra specs into requests, pools summarise available devices.
+
+pub mod alias;
+pub mod spec;
+
+pub use alias::{Alias, AliasTable, NumaPolicy};
+pub use spec::{DeviceSpec, SpecError};
