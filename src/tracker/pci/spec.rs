@@ -447,7 +447,7 @@ mod tests {
             Some("0000:5e:00.0"),
             PciDevType::Vf,
         );
-        let host = vec![pf.clone(), vf.clone(), other_vf.clone()];
+        let host = [pf.clone(), vf.clone(), other_vf.clone()];
         let s = spec(&[("address", "0000:3b:00.0")]);
         assert!(s.matches(&pf, &host[..]));
         assert!(s.matches(&vf, &host[..]));
@@ -469,7 +469,7 @@ mod tests {
             Some("0000:3b:00.0"),
             PciDevType::Vf,
         );
-        let host = vec![pf.clone(), vf.clone()];
+        let host = [pf.clone(), vf.clone()];
         let s = spec(&[("devname", "ens1f0")]);
         assert!(s.matches(&vf, &host[..]));
         assert!(s.matches(&pf, &host[..]));
