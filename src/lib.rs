@@ -5,7 +5,10 @@
 //! against it. [`config`] is the configuration file every part reads.
 
 pub mod config;
+pub mod daemon;
 pub mod inventory;
+pub mod objects;
+pub mod store;
 pub mod tracker;
 
 pub use rtrack_probes as probes;

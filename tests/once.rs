@@ -9,11 +9,38 @@ use std::process::Command;
 
 use rtrack_fixtures::real::{scratch_dir, unpack, REAL_FIXTURES};
 use rtrack_fixtures::synthetic::SyntheticHost;
+use serde_json::Value;
+
+/// Device specs and names for the golden runs: VFs of the E810 tagged physnet1, every other
+/// non-bridge function tracked too, so the ComputeNode carries pools.
+const CONFIG: &str = r#"
+[host]
+hypervisor_hostname = "golden-host"
+host = "golden-host"
+
+[[pci.device_spec]]
+vendor_id = "8086"
+product_id = "1889"
+physical_network = "physnet1"
+
+[[pci.device_spec]]
+"#;
 
 fn run_once(root: &Path, extra: &[&str]) -> std::process::Output {
+    let state = scratch_dir();
+    std::fs::write(
+        state.path().join("compute_id"),
+        "11111111-2222-3333-4444-555555555555\n",
+    )
+    .unwrap();
+    std::fs::write(state.path().join("rtrack.toml"), CONFIG).unwrap();
     Command::new(env!("CARGO_BIN_EXE_rtrackd"))
         .args(["--once", "--instances-path", "none", "--root"])
         .arg(root)
+        .arg("--state-dir")
+        .arg(state.path())
+        .arg("--config")
+        .arg(state.path().join("rtrack.toml"))
         .args(extra)
         .output()
         .expect("run rtrackd")
@@ -32,6 +59,9 @@ fn normalized_report(root: &Path) -> serde_json::Value {
     let mut v: serde_json::Value = serde_json::from_str(&text).expect("one JSON document");
     v["probed_at"] = "<probed_at>".into();
     v["rtrack_version"] = "<version>".into();
+    for key in ["created_at", "updated_at"] {
+        v["compute_node"]["nova_object.data"][key] = "<time>".into();
+    }
     v
 }
 
@@ -124,6 +154,54 @@ fn report_has_the_fixed_top_level_keys() {
     assert_eq!(vf["dev_type"], "type-VF");
     assert_eq!(vf["parent_addr"], "0000:3b:00.0");
     assert_eq!(vf["vendor_name"], "Intel Corporation");
+    let node = &v["compute_node"]["nova_object.data"];
+    assert_eq!(node["uuid"], "11111111-2222-3333-4444-555555555555");
+    assert_eq!(node["vcpus"], 8);
+    assert_eq!(node["memory_mb"], 16384);
+    assert_eq!(node["memory_mb_used"], 512);
+    let pools = node["pci_device_pools"]["nova_object.data"]["objects"]
+        .as_array()
+        .unwrap();
+    // NVMe, two PFs with no VFs in use... every PF and VF pool split per PF address.
+    let vf_pools: Vec<&Value> = pools
+        .iter()
+        .filter(|p| p["nova_object.data"]["tags"]["dev_type"] == "type-VF")
+        .collect();
+    assert_eq!(vf_pools.len(), 2);
+    let counts: Vec<i64> = vf_pools
+        .iter()
+        .map(|p| p["nova_object.data"]["count"].as_i64().unwrap())
+        .collect();
+    assert_eq!(counts.iter().sum::<i64>(), 12);
+    let tags = &vf_pools[0]["nova_object.data"]["tags"];
+    assert_eq!(tags["physical_network"], "physnet1");
+    assert_eq!(tags["remote_managed"], "false");
+}
+
+#[test]
+fn format_nova_prints_the_primitive_and_object_version_backports_it() {
+    let dir = scratch_dir();
+    SyntheticHost::small().write(dir.path());
+    let out = run_once(
+        dir.path(),
+        &["--format", "nova", "--object-version", "1.10"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["nova_object.name"], "ComputeNode");
+    assert_eq!(v["nova_object.version"], "1.10");
+    assert!(v["nova_object.data"].get("uuid").is_none());
+    assert_eq!(v["nova_object.data"]["service_id"], -1);
+    let out = run_once(
+        dir.path(),
+        &["--format", "nova", "--object-version", "1.99"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--object-version 1.99"));
 }
 
 #[test]

@@ -82,8 +82,19 @@ impl Serialize for PciAddress {
     }
 }
 
+impl<'de> serde::Deserialize<'de> for PciAddress {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<PciAddress, D::Error> {
+        let s = String::deserialize(d)?;
+        PciAddress::parse(&s).ok_or_else(|| {
+            serde::de::Error::custom(format!("{s:?} is not a PCI address like 0000:3b:00.0"))
+        })
+    }
+}
+
 /// Nova's device type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize,
+)]
 pub enum PciDevType {
     /// A plain function, or an SR-IOV-incapable one.
     #[serde(rename = "type-PCI")]

@@ -22,6 +22,9 @@ pub struct InventoryReport {
     /// host, cpu, numa_nodes, memory, disks, pci_devices, warnings.
     #[serde(flatten)]
     pub inventory: HostInventory,
+    /// The ComputeNode primitive (see docs/objects.md), when built.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compute_node: Option<serde_json::Value>,
 }
 
 impl InventoryReport {
@@ -31,6 +34,7 @@ impl InventoryReport {
             rtrack_version: env!("CARGO_PKG_VERSION"),
             probed_at: format_utc(probed_at),
             inventory,
+            compute_node: None,
         }
     }
 }

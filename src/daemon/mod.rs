@@ -1,0 +1,3 @@
+//! The edge of rtrack: the one-shot inventory (`rtrackd --once`) and, later, the daemon.
+
+pub mod once;

@@ -1,0 +1,97 @@
+//! `rtrackd --once`: probe, select the tracked PCI devices, build the ComputeNode, report.
+//!
+//! Nothing here fails on a bad host: only an unusable probe root is an error. Problems with the
+//! node's identity (an unwritable state directory) become warnings and a name-derived uuid.
+
+use std::path::PathBuf;
+
+use crate::config::ValidConfig;
+use crate::inventory::InventoryReport;
+use crate::objects::compute_node::ComputeNode;
+use crate::objects::Versioned;
+use crate::probes::{self, ProbeError, Warning};
+use crate::store::node_id;
+use crate::tracker::compute_node::{build_compute_node, NodeIdentity, NodeUsage};
+use crate::tracker::pci::devices::select_tracked;
+use crate::tracker::pci::pools::build_pools;
+
+/// What `--once` needs beyond the configuration.
+#[derive(Debug, Clone)]
+pub struct OnceOptions {
+    /// State directory holding `compute_id`.
+    pub state_dir: PathBuf,
+    /// Measure this instances path (`None`: skip).
+    pub instances_path: Option<PathBuf>,
+    /// List loop/ram/zram devices too.
+    pub include_virtual_disks: bool,
+}
+
+/// The report and the ComputeNode object it carries.
+pub struct OnceResult {
+    /// The full report (with `compute_node`).
+    pub report: InventoryReport,
+    /// The ComputeNode.
+    pub compute_node: Versioned<ComputeNode>,
+}
+
+/// The node's name: configured, else the probed hostname, else this machine's.
+pub fn node_name(configured: Option<&str>, probed: Option<&str>) -> String {
+    configured
+        .or(probed)
+        .map(str::to_string)
+        .or_else(|| {
+            nix::unistd::gethostname()
+                .ok()
+                .map(|h| h.to_string_lossy().into_owned())
+        })
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+/// Runs the one-shot inventory.
+pub fn run_once(
+    cfg: &ValidConfig,
+    opts: &OnceOptions,
+    now: time::OffsetDateTime,
+) -> Result<OnceResult, ProbeError> {
+    let probe_opts = probes::ProbeOptions {
+        disk: probes::disk::DiskOptions {
+            instances_path: opts.instances_path.clone(),
+            include_virtual: opts.include_virtual_disks,
+        },
+    };
+    let mut inventory = probes::probe_host(&cfg.probe_root, &probe_opts)?;
+    let hostname = inventory.host.hostname.clone();
+    let hypervisor_hostname = node_name(cfg.hypervisor_hostname.as_deref(), hostname.as_deref());
+    let host = node_name(cfg.host.as_deref(), hostname.as_deref());
+    let identity = match node_id::load_or_create(&opts.state_dir) {
+        Ok(id) => NodeIdentity {
+            uuid: id.uuid,
+            hypervisor_hostname,
+            host,
+            created_at: id.created_at,
+        },
+        Err(e) => {
+            inventory.warnings.push(Warning {
+                path: opts.state_dir.join("compute_id").display().to_string(),
+                message: format!(
+                    "compute node uuid not persisted ({e}); using one derived from the node name"
+                ),
+            });
+            NodeIdentity {
+                uuid: node_id::derived(&hypervisor_hostname),
+                hypervisor_hostname,
+                host,
+                created_at: now,
+            }
+        }
+    };
+    let devices = select_tracked(&inventory.pci_devices, &cfg.device_specs);
+    let pools = build_pools(&devices, &cfg.device_specs);
+    let node = build_compute_node(&inventory, cfg, &identity, &NodeUsage::empty(), &pools, now);
+    let mut report = InventoryReport::new(inventory, now);
+    report.compute_node = Some(node.to_primitive());
+    Ok(OnceResult {
+        report,
+        compute_node: node,
+    })
+}

@@ -1,0 +1,299 @@
+//! Builds the ComputeNode object from the probed host, the configuration, the tracked usage and
+//! the PCI pools: what nova-compute's resource tracker would report for the same host.
+//!
+//! Pure: the caller passes the node's identity and the time.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::config::ValidConfig;
+use crate::inventory::resources::cpu_sets;
+use crate::objects::compute_node::ComputeNode;
+use crate::objects::hv_spec::HVSpec;
+use crate::objects::numa::{NUMACell, NUMAPagesTopology, NUMATopology, NetworkMetadata};
+use crate::objects::{Field, NField, Versioned};
+use crate::probes::{CpuSet, HostInventory};
+
+use super::pci::Pool;
+
+/// Who the node is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeIdentity {
+    /// Stable uuid (the `compute_id` file).
+    pub uuid: String,
+    /// Node name (`hypervisor_hostname`).
+    pub hypervisor_hostname: String,
+    /// Service host name (`host`).
+    pub host: String,
+    /// When the node was first seen.
+    pub created_at: time::OffsetDateTime,
+}
+
+/// Usage beyond the reserved amounts, and instance counters.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeUsage {
+    /// VCPUs used by instances.
+    pub vcpus: i64,
+    /// MiB used by instances.
+    pub memory_mb: i64,
+    /// GiB used by instances.
+    pub disk_gb: i64,
+    /// Instances counted.
+    pub running_vms: i64,
+    /// Instances with a task in progress.
+    pub current_workload: i64,
+    /// Nova's stats counters (values as strings).
+    pub stats: BTreeMap<String, String>,
+    /// Memory used per NUMA cell, MiB.
+    pub cell_memory_mb: BTreeMap<u32, i64>,
+    /// CPUs used per NUMA cell (floating).
+    pub cell_cpus: BTreeMap<u32, i64>,
+    /// Pinned CPUs per NUMA cell.
+    pub cell_pinned: BTreeMap<u32, Vec<u32>>,
+}
+
+impl NodeUsage {
+    /// The stats of a host without instances: `failed_builds` only (Nova keeps it across resets).
+    pub fn empty() -> NodeUsage {
+        NodeUsage {
+            stats: [("failed_builds".to_string(), "0".to_string())].into(),
+            ..NodeUsage::default()
+        }
+    }
+}
+
+/// The `cpu_info` JSON text, in the layout of Nova's libvirt driver (`_get_cpu_info`). The model
+/// is the kernel's model name, not a libvirt CPU model; the vendor is shortened as libvirt does.
+pub fn cpu_info_json(inv: &HostInventory) -> String {
+    #[derive(Serialize)]
+    struct Topology {
+        cells: usize,
+        sockets: u32,
+        cores: u32,
+        threads: u32,
+    }
+    #[derive(Serialize)]
+    struct CpuInfo<'a> {
+        arch: Option<&'a str>,
+        model: Option<&'a str>,
+        vendor: Option<String>,
+        topology: Topology,
+        features: &'a [String],
+    }
+    let cpu = &inv.cpu;
+    let sockets = cpu.sockets.max(1);
+    let info = CpuInfo {
+        arch: cpu.arch.as_deref(),
+        model: cpu.model.as_deref(),
+        vendor: cpu.vendor.as_deref().map(|v| {
+            match v {
+                "GenuineIntel" => "Intel",
+                "AuthenticAMD" => "AMD",
+                other => other,
+            }
+            .to_string()
+        }),
+        topology: Topology {
+            cells: inv.numa_nodes.len().max(1),
+            sockets: cpu.sockets,
+            cores: cpu.cores_per_socket.unwrap_or(cpu.cores / sockets),
+            threads: cpu.threads_per_core.unwrap_or(1),
+        },
+        features: &cpu.flags,
+    };
+    // Serializing plain strings and numbers cannot fail.
+    serde_json::to_string(&info).unwrap_or_else(|_| "{}".to_string())
+}
+
+/// The host NUMA topology object (`_get_host_numa_topology`): one cell per NUMA node, with the
+/// shared CPUs in `cpuset`, the dedicated ones in `pcpuset`, thread sibling sets, memory and page
+/// pools (4 KiB pages are the memory not reserved as hugepages).
+pub fn numa_topology(
+    inv: &HostInventory,
+    cfg: &ValidConfig,
+    usage: &NodeUsage,
+) -> Versioned<NUMATopology> {
+    let (shared, dedicated) = cpu_sets(inv, &cfg.resources);
+    let usable = CpuSet::from_ids(shared.iter().chain(dedicated.iter()));
+    let cells = inv
+        .numa_nodes
+        .iter()
+        .map(|node| {
+            let cpus = &node.cpus;
+            let mut siblings: Vec<Vec<i64>> = Vec::new();
+            let mut seen = std::collections::BTreeSet::new();
+            for cpu in inv.cpu.cpus.iter().filter(|c| cpus.contains(c.id)) {
+                let set: Vec<i64> = cpu
+                    .thread_siblings
+                    .intersection(&usable)
+                    .iter()
+                    .map(i64::from)
+                    .collect();
+                if !set.is_empty() && seen.insert(set.clone()) {
+                    siblings.push(set);
+                }
+            }
+            siblings.sort_by_key(|s| s.first().copied());
+            let memory_mb = node.memory_mb.unwrap_or(0) as i64;
+            let mut mempages = Vec::new();
+            if node.memory_mb.is_some() {
+                let huge_kb: u64 = node.hugepages.iter().map(|p| p.size_kb * p.total).sum();
+                let small = (memory_mb as u64 * 1024).saturating_sub(huge_kb) / 4;
+                mempages.push(page_pool(4, small as i64));
+                for p in &node.hugepages {
+                    mempages.push(page_pool(p.size_kb as i64, p.total as i64));
+                }
+            }
+            let socket = {
+                let packages: std::collections::BTreeSet<i64> = inv
+                    .cpu
+                    .cpus
+                    .iter()
+                    .filter(|c| cpus.contains(c.id))
+                    .filter_map(|c| c.package)
+                    .collect();
+                match packages.len() {
+                    1 => NField::Set(*packages.iter().next().unwrap_or(&0)),
+                    _ => NField::Null,
+                }
+            };
+            let ids = |s: CpuSet| -> Vec<i64> { s.iter().map(i64::from).collect() };
+            Versioned::new(NUMACell {
+                id: Field::Set(node.id as i64),
+                cpuset: Field::Set(ids(cpus.intersection(&shared))),
+                pcpuset: Field::Set(ids(cpus.intersection(&dedicated))),
+                memory: Field::Set(memory_mb),
+                cpu_usage: Field::Set(*usage.cell_cpus.get(&node.id).unwrap_or(&0)),
+                memory_usage: Field::Set(*usage.cell_memory_mb.get(&node.id).unwrap_or(&0)),
+                pinned_cpus: Field::Set(
+                    usage
+                        .cell_pinned
+                        .get(&node.id)
+                        .map(|v| v.iter().map(|c| i64::from(*c)).collect())
+                        .unwrap_or_default(),
+                ),
+                siblings: Field::Set(siblings),
+                mempages: Field::Set(mempages),
+                network_metadata: Field::Set(Versioned::new(NetworkMetadata {
+                    physnets: Field::Set(Vec::new()),
+                    tunneled: Field::Set(false),
+                })),
+                socket,
+            })
+        })
+        .collect();
+    Versioned::new(NUMATopology {
+        cells: Field::Set(cells),
+    })
+}
+
+fn page_pool(size_kb: i64, total: i64) -> Versioned<NUMAPagesTopology> {
+    Versioned::new(NUMAPagesTopology {
+        size_kb: Field::Set(size_kb),
+        total: Field::Set(total),
+        used: Field::Set(0),
+        reserved: Field::Set(0),
+    })
+}
+
+/// rtrack's version as Nova encodes hypervisor versions: major*1e6 + minor*1e3 + micro.
+pub fn hypervisor_version() -> i64 {
+    let mut parts = env!("CARGO_PKG_VERSION")
+        .split('.')
+        .map(|p| p.parse::<i64>().unwrap_or(0));
+    let (a, b, c) = (
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+    );
+    a * 1_000_000 + b * 1_000 + c
+}
+
+/// Builds the ComputeNode.
+pub fn build_compute_node(
+    inv: &HostInventory,
+    cfg: &ValidConfig,
+    id: &NodeIdentity,
+    usage: &NodeUsage,
+    pools: &[Pool],
+    now: time::OffsetDateTime,
+) -> Versioned<ComputeNode> {
+    let res = &cfg.resources;
+    let (shared, _) = cpu_sets(inv, res);
+    let vcpus = shared.len() as i64;
+    let memory_mb = inv.memory.total_mb as i64;
+    let local_gb = inv
+        .disks
+        .instances
+        .as_ref()
+        .map_or(0, |f| f.total_gb as i64);
+    let free_gb = inv.disks.instances.as_ref().map_or(0, |f| f.free_gb as i64);
+    // The audit starts *_used at the reserved amounts; Nova's disk is MB/1024 truncated.
+    let vcpus_used = res.reserved_host_cpus + usage.vcpus;
+    let memory_mb_used = res.reserved_host_memory_mb + usage.memory_mb;
+    let local_gb_used = res.reserved_host_disk_mb / 1024 + usage.disk_gb;
+    let arch = inv.cpu.arch.clone().unwrap_or_default();
+    let hv_specs = if crate::objects::enums::is_nova_architecture(&arch) {
+        vec![
+            Versioned::new(HVSpec::new(&arch, "kvm", "hvm")),
+            Versioned::new(HVSpec::new(&arch, "qemu", "hvm")),
+        ]
+    } else {
+        Vec::new()
+    };
+    let numa = numa_topology(inv, cfg, usage).to_primitive();
+    let node = ComputeNode {
+        id: Field::Unset,
+        uuid: Field::Set(id.uuid.clone()),
+        service_id: NField::Null,
+        host: NField::Set(id.host.clone()),
+        vcpus: Field::Set(vcpus),
+        memory_mb: Field::Set(memory_mb),
+        local_gb: Field::Set(local_gb),
+        vcpus_used: Field::Set(vcpus_used),
+        memory_mb_used: Field::Set(memory_mb_used),
+        local_gb_used: Field::Set(local_gb_used),
+        hypervisor_type: Field::Set(cfg.hypervisor_type.clone()),
+        hypervisor_version: Field::Set(hypervisor_version()),
+        hypervisor_hostname: NField::Set(id.hypervisor_hostname.clone()),
+        free_ram_mb: NField::Set(memory_mb - memory_mb_used),
+        free_disk_gb: NField::Set(local_gb - local_gb_used),
+        current_workload: NField::Set(usage.current_workload),
+        running_vms: NField::Set(usage.running_vms),
+        cpu_info: NField::Set(cpu_info_json(inv)),
+        // libvirt's free space minus what sparse images may still grow by; rtrack measures the
+        // filesystem's available space.
+        disk_available_least: NField::Set(free_gb),
+        metrics: NField::Set("[]".to_string()),
+        stats: NField::Set(
+            usage
+                .stats
+                .iter()
+                .map(|(k, v)| (k.clone(), Some(v.clone())))
+                .collect(),
+        ),
+        host_ip: NField::from_option(cfg.host_ip),
+        numa_topology: NField::Set(numa.to_string()),
+        supported_hv_specs: Field::Set(hv_specs),
+        pci_device_pools: NField::Set(super::pci::pools::pools_object(pools)),
+        cpu_allocation_ratio: Field::Set(
+            res.cpu_allocation_ratio
+                .unwrap_or(res.initial_cpu_allocation_ratio),
+        ),
+        ram_allocation_ratio: Field::Set(
+            res.ram_allocation_ratio
+                .unwrap_or(res.initial_ram_allocation_ratio),
+        ),
+        disk_allocation_ratio: Field::Set(
+            res.disk_allocation_ratio
+                .unwrap_or(res.initial_disk_allocation_ratio),
+        ),
+        mapped: Field::Set(0),
+        created_at: NField::Set(id.created_at),
+        updated_at: NField::Set(now),
+        deleted_at: NField::Null,
+        deleted: Field::Set(false),
+    };
+    Versioned::new(node)
+}

@@ -1,0 +1,174 @@
+//! Tracked PCI devices: the probed functions a `[pci] device_spec` selects, with their state and
+//! owner (Nova's PciDevice rows, without the database).
+//!
+//! Bridges (class 06xx) are never tracked. Unlike Nova, functions in PCI domains wider than 16
+//! bits are tracked.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::probes::pci::{PciAddress, PciDevType, PciDevice};
+
+use super::spec::{first_match, DeviceSpec};
+
+/// Nova's device statuses (`removed` devices are dropped from the tracker instead of kept).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceStatus {
+    /// Free.
+    Available,
+    /// Held by a claim not yet turned into an allocation.
+    Claimed,
+    /// In use by an instance.
+    Allocated,
+    /// A PF whose VF is claimed: it cannot be claimed itself.
+    Unclaimable,
+    /// A PF whose VF is allocated, or a VF whose PF is allocated.
+    Unavailable,
+}
+
+impl DeviceStatus {
+    /// Nova's string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeviceStatus::Available => "available",
+            DeviceStatus::Claimed => "claimed",
+            DeviceStatus::Allocated => "allocated",
+            DeviceStatus::Unclaimable => "unclaimable",
+            DeviceStatus::Unavailable => "unavailable",
+        }
+    }
+}
+
+/// Who holds a device.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize)]
+pub struct DeviceOwner {
+    /// Instance (or migration) uuid holding it.
+    pub instance_uuid: String,
+    /// The InstancePCIRequest it satisfies.
+    pub request_id: Option<String>,
+}
+
+/// One tracked device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct TrackedDevice {
+    /// Address.
+    pub address: PciAddress,
+    /// Vendor id.
+    pub vendor_id: String,
+    /// Product id.
+    pub product_id: String,
+    /// Nova's device type.
+    pub dev_type: PciDevType,
+    /// NUMA node.
+    pub numa_node: Option<u32>,
+    /// A VF's PF.
+    pub parent_addr: Option<PciAddress>,
+    /// A VF's PF network interface (Nova's extra_info.parent_ifname).
+    pub parent_ifname: Option<String>,
+    /// Index of the device_spec that selected it.
+    pub spec_index: usize,
+    /// That spec's tags, values as Nova stores them.
+    pub tags: BTreeMap<String, String>,
+    /// State.
+    pub status: DeviceStatus,
+    /// Holder, when claimed or allocated.
+    pub owner: Option<DeviceOwner>,
+}
+
+impl TrackedDevice {
+    /// The pool this device belongs to while available: Nova's `_create_pool_keys_from_dev`.
+    pub fn pool_key(&self, specs: &[DeviceSpec]) -> PoolKey {
+        let mut tags: BTreeMap<String, String> = specs
+            .get(self.spec_index)
+            .map(|s| s.pool_tags().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default();
+        tags.insert("dev_type".into(), self.dev_type.as_str().into());
+        // One pool per PF (or per device): Placement maps one provider per PF.
+        tags.insert(
+            "address".into(),
+            self.parent_addr.unwrap_or(self.address).to_string(),
+        );
+        if let Some(ifname) = &self.parent_ifname {
+            tags.insert("parent_ifname".into(), ifname.clone());
+        }
+        // remote_managed defaults to "false" on network-capable types (Nova's
+        // _ensure_remote_managed_tag).
+        if matches!(self.dev_type, PciDevType::Pf | PciDevType::Vf) {
+            tags.entry("remote_managed".into())
+                .or_insert_with(|| "false".into());
+        }
+        PoolKey {
+            vendor_id: self.vendor_id.clone(),
+            product_id: self.product_id.clone(),
+            numa_node: self.numa_node,
+            tags,
+        }
+    }
+}
+
+/// What makes devices interchangeable: ids, NUMA node, and tags (dev_type, address, spec tags,
+/// parent_ifname, remote_managed).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct PoolKey {
+    /// Vendor id.
+    pub vendor_id: String,
+    /// Product id.
+    pub product_id: String,
+    /// NUMA node.
+    pub numa_node: Option<u32>,
+    /// Every other key.
+    pub tags: BTreeMap<String, String>,
+}
+
+impl PoolKey {
+    /// Nova's flat pool dict (`PciDevicePool.to_dict()` minus count), values as strings; the
+    /// form request specs are matched against.
+    pub fn flat(&self) -> BTreeMap<String, Option<String>> {
+        let mut m: BTreeMap<String, Option<String>> = self
+            .tags
+            .iter()
+            .map(|(k, v)| (k.clone(), Some(v.clone())))
+            .collect();
+        m.insert("vendor_id".into(), Some(self.vendor_id.clone()));
+        m.insert("product_id".into(), Some(self.product_id.clone()));
+        m.insert("numa_node".into(), self.numa_node.map(|n| n.to_string()));
+        m
+    }
+}
+
+/// The probed functions that rtrack tracks: not bridges, and matched by a device spec (the first
+/// one that matches). All start available.
+pub fn select_tracked(probed: &[PciDevice], specs: &[DeviceSpec]) -> Vec<TrackedDevice> {
+    if specs.is_empty() {
+        return Vec::new();
+    }
+    let by_addr: BTreeMap<PciAddress, &PciDevice> = probed.iter().map(|d| (d.address, d)).collect();
+    probed
+        .iter()
+        .filter(|d| !d.is_bridge())
+        .filter_map(|d| {
+            let (spec_index, spec) = first_match(specs, d, probed)?;
+            let parent_ifname = d
+                .parent_addr
+                .and_then(|p| by_addr.get(&p))
+                .and_then(|pf| pf.net_interfaces.first().cloned());
+            Some(TrackedDevice {
+                address: d.address,
+                vendor_id: d.vendor_id.clone(),
+                product_id: d.product_id.clone(),
+                dev_type: d.dev_type,
+                numa_node: d.numa_node,
+                parent_addr: d.parent_addr,
+                parent_ifname,
+                spec_index,
+                tags: spec.tags.clone(),
+                status: DeviceStatus::Available,
+                owner: None,
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,81 @@
+//! PCI device pools: available devices grouped by [`PoolKey`], as Nova's `PciDeviceStats`
+//! builds them, and turned into the `PciDevicePoolList` a ComputeNode carries.
+//!
+//! Pools are a pure function of device states: a pool exists while it has an available device,
+//! and its `count` is the number available (Nova keeps some emptied pools at count 0 depending on
+//! history and forgets them on restart; rtrack reports what a restarted Nova would). Pools are
+//! ordered plainest first (fewest keys), then by key, so the plainest devices are used first.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::objects::pci_device_pool::{PciDevicePool, PciDevicePoolList};
+use crate::objects::{Field, NField, Versioned};
+
+use super::devices::{DeviceStatus, PoolKey, TrackedDevice};
+use super::spec::DeviceSpec;
+
+/// One pool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Pool {
+    /// The pool's key.
+    pub key: PoolKey,
+    /// Available devices (indexes into the tracker's device list, in address order).
+    pub devices: Vec<usize>,
+}
+
+impl Pool {
+    /// Devices available.
+    pub fn count(&self) -> usize {
+        self.devices.len()
+    }
+}
+
+/// Groups the available devices into pools.
+pub fn build_pools(devices: &[TrackedDevice], specs: &[DeviceSpec]) -> Vec<Pool> {
+    let mut by_key: BTreeMap<PoolKey, Vec<usize>> = BTreeMap::new();
+    for (i, d) in devices.iter().enumerate() {
+        if d.status == DeviceStatus::Available {
+            by_key.entry(d.pool_key(specs)).or_default().push(i);
+        }
+    }
+    let mut pools: Vec<Pool> = by_key
+        .into_iter()
+        .map(|(key, devices)| Pool { key, devices })
+        .collect();
+    // Nova sorts by the number of keys so that devices with fewer tags are used first.
+    pools.sort_by(|a, b| {
+        a.key
+            .tags
+            .len()
+            .cmp(&b.key.tags.len())
+            .then_with(|| a.key.cmp(&b.key))
+    });
+    pools
+}
+
+/// The `PciDevicePoolList` object for a ComputeNode.
+pub fn pools_object(pools: &[Pool]) -> Versioned<PciDevicePoolList> {
+    let objects = pools
+        .iter()
+        .map(|p| {
+            Versioned::new(PciDevicePool {
+                product_id: Field::Set(p.key.product_id.clone()),
+                vendor_id: Field::Set(p.key.vendor_id.clone()),
+                numa_node: NField::from_option(p.key.numa_node.map(i64::from)),
+                tags: Field::Set(
+                    p.key
+                        .tags
+                        .iter()
+                        .map(|(k, v)| (k.clone(), Some(v.clone())))
+                        .collect(),
+                ),
+                count: Field::Set(p.count() as i64),
+            })
+        })
+        .collect();
+    Versioned::new(PciDevicePoolList {
+        objects: Field::Set(objects),
+    })
+}
