@@ -11,7 +11,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use rtrack::config::Config;
 use rtrack::objects::compute_node::ComputeNode;
+use rtrack::probes::{probe_host, HostRoot, ProbeOptions};
+use rtrack::tracker::pci::devices::select_tracked;
+use rtrack::tracker::pci::pools::{build_pools, pools_object};
 use rtrack::objects::{current_manifest, ObjVersion, Versioned};
 use rtrack_fixtures::real::{scratch_dir, unpack, REAL_FIXTURES};
 use rtrack_fixtures::synthetic::SyntheticHost;
@@ -125,6 +129,33 @@ fn every_primitive_loads_round_trips_and_feeds_novas_scheduler() {
     let via_cli = emit(root, &state, &config, Some("1.14"));
     assert_eq!(via_cli["nova_object.version"], "1.14");
     cases.push(json!({"name": format!("{name} ComputeNode 1.14 from rtrackd --object-version"), "primitive": via_cli}));
+    // Pools: Nova's PciDeviceStats on the same devices and specs.
+    let file = Path::new("rtrack.toml");
+    let cfg = Config::parse(CONFIG, file).unwrap().validate(file).unwrap();
+    let spec_json = json!([
+        {"vendor_id": "8086", "product_id": "1889", "physical_network": "physnet1", "trusted": "true"},
+        {}
+    ]);
+    let mut pool_cases = 0;
+    for (name, root, _keep) in &roots {
+        let inv = probe_host(&HostRoot::under(root), &ProbeOptions::default()).unwrap();
+        // Nova cannot parse addresses in domains above ffff; rtrack tracks them, Nova skips them.
+        let probed: Vec<_> = inv.pci_devices.into_iter().filter(|d| d.address.domain <= 0xffff).collect();
+        let devices = select_tracked(&probed, &cfg.device_specs);
+        if devices.is_empty() {
+            continue;
+        }
+        let pools = pools_object(&build_pools(&devices, &cfg.device_specs)).to_primitive();
+        let devs: Vec<Value> = devices
+            .iter()
+            .map(|d| json!({"address": d.address.to_string(), "vendor_id": d.vendor_id, "product_id": d.product_id,
+                            "dev_type": d.dev_type.as_str(), "numa_node": d.numa_node,
+                            "parent_addr": d.parent_addr.map(|a| a.to_string()), "parent_ifname": d.parent_ifname}))
+            .collect();
+        cases.push(json!({"name": format!("{name} PCI pools"), "device_spec": spec_json, "devices": devs, "pools": pools}));
+        pool_cases += 1;
+    }
+    assert!(pool_cases >= 10, "{pool_cases}");
     let cases_file = work.path().join("cases.json");
     std::fs::write(&cases_file, serde_json::to_vec(&cases).unwrap()).unwrap();
 

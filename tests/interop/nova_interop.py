@@ -90,8 +90,38 @@ def diff(a, b, path='$'):
     return out[:10]
 
 
+def check_pools(case, objects):
+    """Nova's own PciDeviceStats, fed the devices rtrack tracks and the same device specs, must
+    build the same pools."""
+    from nova.pci import stats as pci_stats
+    from nova.pci import whitelist
+    wl = whitelist.Whitelist([json.dumps(s) for s in case['device_spec']])
+    stats = pci_stats.PciDeviceStats(None, dev_filter=wl)
+    for d in case['devices']:
+        extra = {'parent_ifname': d['parent_ifname']} if d.get('parent_ifname') else {}
+        dev = objects.PciDevice(
+            compute_node_id=1, address=d['address'], vendor_id=d['vendor_id'],
+            product_id=d['product_id'], dev_type=d['dev_type'], status='available',
+            numa_node=d['numa_node'], parent_addr=d.get('parent_addr'), extra_info=extra,
+            instance_uuid=None, request_id=None, dev_id='pci_' + d['address'], label='label')
+        stats.add_device(dev)
+    novas = as_json(stats.to_device_pools_obj().obj_to_primitive())
+    key = lambda p: json.dumps(p['nova_object.data'], sort_keys=True)
+    ours = sorted(case['pools']['nova_object.data']['objects'], key=key)
+    theirs = sorted(novas['nova_object.data']['objects'], key=key)
+    problems = ['pools: ' + d for d in diff([p['nova_object.data'] for p in ours],
+                                           [p['nova_object.data'] for p in theirs])]
+    # Nova uses the pools in order of their number of keys; rtrack's order must agree with that.
+    lens = [len(p['nova_object.data']['tags']) for p in case['pools']['nova_object.data']['objects']]
+    if lens != sorted(lens):
+        problems.append('pools are not ordered plainest first: %s' % lens)
+    return problems
+
+
 def check_case(case, nova):
     objects, nova_base, ovo_base, host_manager = nova
+    if 'devices' in case:
+        return check_pools(case, objects)
     problems = []
     prim = case['primitive']
     name = prim.get('nova_object.name')
