@@ -13,10 +13,10 @@ use std::process::Command;
 
 use rtrack::config::Config;
 use rtrack::objects::compute_node::ComputeNode;
+use rtrack::objects::{current_manifest, ObjVersion, Versioned};
 use rtrack::probes::{probe_host, HostRoot, ProbeOptions};
 use rtrack::tracker::pci::devices::select_tracked;
 use rtrack::tracker::pci::pools::{build_pools, pools_object};
-use rtrack::objects::{current_manifest, ObjVersion, Versioned};
 use rtrack_fixtures::real::{scratch_dir, unpack, REAL_FIXTURES};
 use rtrack_fixtures::synthetic::SyntheticHost;
 use serde_json::{json, Value};
@@ -140,7 +140,11 @@ fn every_primitive_loads_round_trips_and_feeds_novas_scheduler() {
     for (name, root, _keep) in &roots {
         let inv = probe_host(&HostRoot::under(root), &ProbeOptions::default()).unwrap();
         // Nova cannot parse addresses in domains above ffff; rtrack tracks them, Nova skips them.
-        let probed: Vec<_> = inv.pci_devices.into_iter().filter(|d| d.address.domain <= 0xffff).collect();
+        let probed: Vec<_> = inv
+            .pci_devices
+            .into_iter()
+            .filter(|d| d.address.domain <= 0xffff)
+            .collect();
         let devices = select_tracked(&probed, &cfg.device_specs);
         if devices.is_empty() {
             continue;

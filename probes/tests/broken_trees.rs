@@ -29,7 +29,11 @@ const PF: &str = "sys/devices/pci0000:3b/0000:3b:00.0";
 
 #[test]
 fn garbage_vendor_skips_only_that_device() {
-    let inv = probe_damaged(|r| fs::write(r.join(VF).join("vendor"), "0xGARBAGE\n").unwrap());
+    // Without uevent the ids come from the attribute files.
+    let inv = probe_damaged(|r| {
+        fs::remove_file(r.join(VF).join("uevent")).unwrap();
+        fs::write(r.join(VF).join("vendor"), "0xGARBAGE\n").unwrap();
+    });
     assert_eq!(inv.pci_devices.len(), 15);
     assert!(
         has_warning(&inv, "0000:3b:01.0/vendor", "\"0xGARBAGE\""),
@@ -44,8 +48,42 @@ fn garbage_vendor_skips_only_that_device() {
 }
 
 #[test]
+fn garbage_uevent_falls_back_to_the_attribute_files() {
+    let inv = probe_damaged(|r| {
+        fs::write(
+            r.join(VF).join("uevent"),
+            "PCI_ID=nonsense\nPCI_CLASS=zz\n\0\0",
+        )
+        .unwrap()
+    });
+    assert_eq!(inv.pci_devices.len(), 16);
+    let vf = inv
+        .pci_devices
+        .iter()
+        .find(|d| d.address.to_string() == "0000:3b:01.0")
+        .unwrap();
+    assert_eq!(
+        (
+            vf.vendor_id.as_str(),
+            vf.product_id.as_str(),
+            vf.class.as_str()
+        ),
+        ("8086", "1889", "020000")
+    );
+    assert!(
+        has_warning(&inv, "0000:3b:01.0/uevent", "PCI_ID=\"nonsense\""),
+        "{:?}",
+        inv.warnings
+    );
+    assert!(has_warning(&inv, "0000:3b:01.0/uevent", "PCI_CLASS=\"zz\""));
+    // uevent said nothing of the driver, so the device is unbound as far as rtrack knows.
+    assert_eq!(vf.driver, None);
+}
+
+#[test]
 fn empty_and_truncated_files() {
     let inv = probe_damaged(|r| {
+        fs::remove_file(r.join(VF).join("uevent")).unwrap();
         fs::write(r.join(VF).join("device"), "").unwrap();
         fs::write(r.join(PF).join("sriov_totalvfs"), "2").unwrap(); // fine, no newline
         fs::write(r.join(PF).join("sriov_numvfs"), "").unwrap();
@@ -156,7 +194,7 @@ fn symlink_loops_and_dangling_links() {
         fs::remove_dir_all(r.join("sys/bus/pci/drivers/iavf")).unwrap(); // driver links dangle
     });
     assert!(
-        has_warning(&inv, "0000:ff:00.0", "cannot be listed"),
+        has_warning(&inv, "0000:ff:00.0", "Too many symbolic links"),
         "{:?}",
         inv.warnings
     );
@@ -187,6 +225,7 @@ fn a_file_where_a_directory_belongs_and_the_reverse() {
     let inv = probe_damaged(|r| {
         fs::remove_dir_all(r.join("sys/devices/system/cpu/cpu3/topology")).unwrap();
         fs::write(r.join("sys/devices/system/cpu/cpu3/topology"), "x").unwrap();
+        fs::remove_file(r.join(PF).join("uevent")).unwrap();
         fs::remove_file(r.join(PF).join("vendor")).unwrap();
         fs::create_dir(r.join(PF).join("vendor")).unwrap();
         fs::remove_dir_all(r.join("sys/block")).ok();
@@ -208,8 +247,15 @@ fn a_file_where_a_directory_belongs_and_the_reverse() {
 #[test]
 fn oversized_files_are_refused_not_read_whole() {
     let inv = probe_damaged(|r| {
+        fs::remove_file(r.join(VF).join("uevent")).unwrap();
         fs::write(r.join(VF).join("class"), vec![b'0'; 1 << 20]).unwrap();
+        fs::write(r.join(PF).join("uevent"), vec![b'A'; 1 << 20]).unwrap();
     });
+    assert!(
+        has_warning(&inv, "0000:3b:00.0/uevent", "cap"),
+        "{:?}",
+        inv.warnings
+    );
     assert!(
         has_warning(&inv, "0000:3b:01.0/class", "cap"),
         "{:?}",

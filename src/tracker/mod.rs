@@ -1,5 +1,27 @@
 //! The accounting core: host resources in, claims and usage out. No I/O here: no files, no
-//! clock, no network; callers pass the time and persist the results.
+//! clock, no network; callers pass the time and the probed host, and persist the [`Changes`]
+//! each operation returns before answering.
+//!
+//! - [`model`]: the records (instances, migrations, flavors, PCI requests).
+//! - [`request`]: RequestSpec (or legacy dicts) to an instance request, checked.
+//! - [`usage`]: usage derived from the records with Nova's instance and migration rules.
+//! - [`pci`]: device specs, aliases, tracked devices, pools, claims.
+//! - [`state`]: the tracker and its operations (claims, moves, confirm, revert, abort, audit).
+//! - [`compute_node`]: the ComputeNode object for the current state.
 
 pub mod compute_node;
+pub mod error;
+pub mod model;
 pub mod pci;
+pub mod request;
+pub mod state;
+pub mod usage;
+
+pub use error::{ClaimError, Refusal};
+pub use state::{
+    Changes, ClaimOutcome, InstanceInfo, InstanceUpdate, MoveRequest, MoveType, Tracker,
+    TrackerSettings, TrackerState,
+};
+
+#[cfg(test)]
+mod tests;

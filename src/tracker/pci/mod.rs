@@ -2,6 +2,7 @@
 //! turn flavor extra specs into requests, pools summarise available devices.
 
 pub mod alias;
+pub mod claim;
 pub mod devices;
 pub mod pools;
 pub mod spec;

@@ -1,0 +1,124 @@
+//! Why the tracker refused something, structurally: which resource class or PCI request,
+//! requested, used, capacity, and for PCI every pool considered and why it was rejected.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use super::pci::claim::PciRefusal;
+use crate::inventory::resources::ResourceClass;
+
+/// One resource class that does not fit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ResourceShortfall {
+    /// The class.
+    pub class: ResourceClass,
+    /// Asked for.
+    pub requested: i64,
+    /// In use already.
+    pub used: i64,
+    /// `(total - reserved) x ratio`.
+    pub capacity: i64,
+    /// Largest single request allowed (the total).
+    pub max_unit: i64,
+}
+
+/// A claim that does not fit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Refusal {
+    /// The instance.
+    pub instance_uuid: String,
+    /// Classes that do not fit.
+    pub resources: Vec<ResourceShortfall>,
+    /// The PCI request that could not be met.
+    pub pci: Option<PciRefusal>,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "instance {} does not fit on this host:",
+            self.instance_uuid
+        )?;
+        let mut sep = " ";
+        for r in &self.resources {
+            if r.requested > r.max_unit {
+                write!(
+                    f,
+                    "{sep}{} requested {} is more than the largest allowed unit {}",
+                    r.class, r.requested, r.max_unit
+                )?;
+            } else {
+                write!(
+                    f,
+                    "{sep}{} requested {}, used {} of capacity {} (free {})",
+                    r.class,
+                    r.requested,
+                    r.used,
+                    r.capacity,
+                    (r.capacity - r.used).max(0)
+                )?;
+            }
+            sep = "; ";
+        }
+        if let Some(p) = &self.pci {
+            let rejected = p.pools.iter().filter(|v| v.rejected.is_some()).count();
+            write!(
+                f,
+                "{sep}PCI request {}{} for {} device(s): {} usable after filtering {} pool(s) ({} rejected)",
+                p.request_id,
+                p.alias_name.as_ref().map(|a| format!(" (alias {a})")).unwrap_or_default(),
+                p.requested,
+                p.usable,
+                p.pools.len(),
+                rejected
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Everything the tracker can refuse.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ClaimError {
+    /// The host does not have room.
+    #[error("{0}")]
+    Refused(Box<Refusal>),
+    /// The request conflicts with what is tracked (same instance, different request...).
+    #[error("{message}")]
+    Conflict {
+        /// Instance or migration concerned.
+        id: String,
+        /// What conflicts.
+        message: String,
+    },
+    /// The request is malformed.
+    #[error("{field}: {message}")]
+    Invalid {
+        /// Field path.
+        field: String,
+        /// What was wrong and what was expected.
+        message: String,
+    },
+    /// No such instance, claim or migration.
+    #[error("{what} {id} is not known to this host")]
+    NotFound {
+        /// "instance", "claim", "migration".
+        what: &'static str,
+        /// Its id.
+        id: String,
+    },
+}
+
+impl ClaimError {
+    /// A short code for APIs and metrics.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ClaimError::Refused(_) => "claim_refused",
+            ClaimError::Conflict { .. } => "conflict",
+            ClaimError::Invalid { .. } => "invalid_request",
+            ClaimError::NotFound { .. } => "not_found",
+        }
+    }
+}

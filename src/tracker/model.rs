@@ -1,0 +1,233 @@
+//! The tracker's records: what it knows about instances, migrations and their resource needs.
+//! Plain data, serializable (the store keeps them as JSON).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::pci::NumaPolicy;
+use crate::inventory::resources::ResourceClass;
+
+/// The parts of a flavor that consume host resources.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlavorUsage {
+    /// Flavor database id (`instance_type_id`).
+    pub id: i64,
+    /// Public flavor id.
+    pub flavorid: String,
+    /// Name.
+    pub name: Option<String>,
+    /// VCPUs.
+    pub vcpus: i64,
+    /// Memory, MiB.
+    pub memory_mb: i64,
+    /// Root disk, GiB.
+    pub root_gb: i64,
+    /// Ephemeral disk, GiB.
+    pub ephemeral_gb: i64,
+    /// Swap, MiB.
+    pub swap_mb: i64,
+    /// Extra specs (`pci_passthrough:alias`, `hw:cpu_policy`, `hw:pci_numa_affinity_policy`...).
+    pub extra_specs: BTreeMap<String, String>,
+}
+
+impl FlavorUsage {
+    /// Disk the instance uses on this host, GiB: root (none when booted from volume) plus
+    /// ephemeral plus swap in whole GiB. Nova adds swap as `swap / 1024` to the node's running
+    /// total and truncates the total each time; rtrack truncates each instance's swap instead,
+    /// so adding and removing an instance cancel out exactly.
+    pub fn disk_gb(&self, is_bfv: bool) -> i64 {
+        let root = if is_bfv { 0 } else { self.root_gb };
+        root + self.ephemeral_gb + self.swap_mb / 1024
+    }
+
+    /// True when the flavor asks for dedicated (pinned) CPUs: they come from PCPU.
+    pub fn dedicated_cpus(&self) -> bool {
+        self.extra_specs.get("hw:cpu_policy").map(String::as_str) == Some("dedicated")
+    }
+
+    /// The resources one instance of this flavor takes, per class.
+    pub fn resources(&self, is_bfv: bool, shared_disk: bool) -> BTreeMap<ResourceClass, i64> {
+        let mut r = BTreeMap::new();
+        let cpu_class = if self.dedicated_cpus() {
+            ResourceClass::Pcpu
+        } else {
+            ResourceClass::Vcpu
+        };
+        r.insert(cpu_class, self.vcpus);
+        r.insert(ResourceClass::MemoryMb, self.memory_mb);
+        if !shared_disk {
+            r.insert(ResourceClass::DiskGb, self.disk_gb(is_bfv));
+        }
+        r
+    }
+}
+
+/// A PCI request: `count` devices matching any of `specs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PciRequest {
+    /// Request id (an InstancePCIRequest's, or derived from the instance and the alias).
+    pub request_id: String,
+    /// How many devices.
+    pub count: u32,
+    /// Spec dicts; a device (pool) must match one of them.
+    pub specs: Vec<BTreeMap<String, String>>,
+    /// Alias name, or none for neutron port requests.
+    pub alias_name: Option<String>,
+    /// NUMA affinity policy.
+    pub numa_policy: NumaPolicy,
+    /// The neutron port, for port requests.
+    pub requester_id: Option<String>,
+}
+
+/// What an instance asks of a host, from a RequestSpec (or legacy dicts) and the instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceRequest {
+    /// Flavor.
+    pub flavor: FlavorUsage,
+    /// Booted from volume: no root disk here.
+    pub is_bfv: bool,
+    /// PCI requests.
+    pub pci_requests: Vec<PciRequest>,
+    /// Host NUMA cells the guest is placed on (from the request's InstanceNUMATopology);
+    /// empty when the guest has no NUMA topology.
+    pub numa_cells: Vec<u32>,
+}
+
+/// A move in progress, as the instance records it (Nova's MigrationContext).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigrationContext {
+    /// The migration.
+    pub migration_id: i64,
+    /// PCI requests before the move.
+    pub old_pci_requests: Vec<PciRequest>,
+    /// PCI requests after the move.
+    pub new_pci_requests: Vec<PciRequest>,
+    /// NUMA cells before.
+    pub old_numa_cells: Vec<u32>,
+    /// NUMA cells after.
+    pub new_numa_cells: Vec<u32>,
+}
+
+/// An instance the tracker knows: on this node, or moving to or from it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceRecord {
+    /// Uuid.
+    pub uuid: String,
+    /// Project.
+    pub project_id: Option<String>,
+    /// User.
+    pub user_id: Option<String>,
+    /// Guest OS type (stats).
+    pub os_type: Option<String>,
+    /// VM state.
+    pub vm_state: String,
+    /// Task state.
+    pub task_state: Option<String>,
+    /// Service host the instance is on.
+    pub host: Option<String>,
+    /// Node the instance is on.
+    pub node: Option<String>,
+    /// Current flavor, booted from volume, PCI requests and NUMA cells.
+    pub request: InstanceRequest,
+    /// Flavor before a resize.
+    pub old_flavor: Option<FlavorUsage>,
+    /// Flavor after a resize.
+    pub new_flavor: Option<FlavorUsage>,
+    /// Move in progress.
+    pub migration_context: Option<MigrationContext>,
+}
+
+impl InstanceRecord {
+    /// Nova's `allow_resource_removal`: deleted instances, and shelved-offloaded ones that are
+    /// not being unshelved, use nothing.
+    pub fn releases_resources(&self) -> bool {
+        self.vm_state == "deleted"
+            || (self.vm_state == "shelved_offloaded"
+                && self.task_state.as_deref() != Some("spawning"))
+    }
+
+    /// Nova's `_instance_in_resize_state`: resized, or active/stopped with a resize or rebuild
+    /// task.
+    pub fn in_resize_state(&self) -> bool {
+        const RESIZING: &[&str] = &[
+            "resize_prep",
+            "resize_migrating",
+            "resize_migrated",
+            "resize_finish",
+            "rebuilding",
+            "rebuild_block_device_mapping",
+            "rebuild_spawning",
+        ];
+        self.vm_state == "resized"
+            || (matches!(self.vm_state.as_str(), "active" | "stopped")
+                && self
+                    .task_state
+                    .as_deref()
+                    .is_some_and(|t| RESIZING.contains(&t)))
+    }
+
+    /// Nova's `_instance_is_live_migrating`: task `migrating`, active or paused.
+    pub fn live_migrating(&self) -> bool {
+        self.task_state.as_deref() == Some("migrating")
+            && matches!(self.vm_state.as_str(), "active" | "paused")
+    }
+}
+
+/// Migration statuses that no longer hold resources. `error` is not among them: a failed move
+/// keeps its resources until an operator cleans it up, as in Nova.
+pub const FINISHED_MIGRATION_STATUSES: &[&str] = &[
+    "confirmed",
+    "reverted",
+    "failed",
+    "completed",
+    "cancelled",
+    "done",
+];
+
+/// A migration the tracker knows (the fields of Nova's Migration it uses).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigrationRecord {
+    /// Id (Nova's database id, or one rtrack assigned).
+    pub id: i64,
+    /// Uuid: the Placement consumer of the source side during the move.
+    pub uuid: String,
+    /// Instance moving.
+    pub instance_uuid: String,
+    /// Source service host.
+    pub source_compute: Option<String>,
+    /// Source node.
+    pub source_node: Option<String>,
+    /// Destination service host.
+    pub dest_compute: Option<String>,
+    /// Destination node.
+    pub dest_node: Option<String>,
+    /// Status.
+    pub status: String,
+    /// migration, resize, live-migration or evacuation.
+    pub migration_type: String,
+    /// Flavor id before.
+    pub old_instance_type_id: Option<i64>,
+    /// Flavor id after.
+    pub new_instance_type_id: Option<i64>,
+    /// Seconds since the epoch.
+    pub created_at: i64,
+    /// Seconds since the epoch.
+    pub updated_at: i64,
+}
+
+impl MigrationRecord {
+    /// Still holding resources.
+    pub fn in_progress(&self) -> bool {
+        !FINISHED_MIGRATION_STATUSES.contains(&self.status.as_str())
+    }
+}
+
+/// This host's names, to tell incoming from outgoing migrations.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostNames {
+    /// Service host name.
+    pub host: String,
+    /// Node name.
+    pub node: String,
+}

@@ -1,0 +1,1208 @@
+//! The tracker: records in, decisions out. Every operation checks everything before it changes
+//! anything, so a refused or failed operation leaves no trace; a successful one returns the
+//! [`Changes`] the store must commit before the caller is answered.
+//!
+//! No I/O and no clock: callers pass the time and the probed host.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::compute_node::{build_compute_node, NodeIdentity, NodeUsage};
+use super::error::{ClaimError, Refusal, ResourceShortfall};
+use super::model::{
+    FlavorUsage, HostNames, InstanceRecord, InstanceRequest, MigrationContext, MigrationRecord,
+};
+use super::pci::claim::{claim_devices, free_owner, recompute_relatives, Assignment, CellSockets};
+use super::pci::devices::{select_tracked, TrackedDevice};
+use super::pci::pools::{build_pools, Pool};
+use super::usage::{compute_usage, current_workload, on_node, stats, Usage};
+use crate::config::ValidConfig;
+use crate::inventory::resources::{
+    compute_inventory, InventoryOptions, ResourceClass, ResourceInventory,
+};
+use crate::objects::compute_node::ComputeNode;
+use crate::objects::Versioned;
+use crate::probes::pci::PciAddress;
+use crate::probes::HostInventory;
+
+/// A granted claim, kept for idempotent retries and reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimRecord {
+    /// Instance.
+    pub instance_uuid: String,
+    /// For a move claim, the migration.
+    pub migration_id: Option<i64>,
+    /// What was asked (a retry must ask the same).
+    pub request: InstanceRequest,
+    /// Devices given.
+    pub assignments: Vec<Assignment>,
+    /// Resources counted, per class.
+    pub resources: BTreeMap<ResourceClass, i64>,
+    /// When, seconds since the epoch.
+    pub claimed_at: i64,
+}
+
+/// Everything the tracker keeps (what the store persists).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrackerState {
+    /// Tracked PCI devices, by address.
+    pub devices: BTreeMap<PciAddress, TrackedDevice>,
+    /// Instances on or moving to/from this node.
+    pub instances: BTreeMap<String, InstanceRecord>,
+    /// Migrations.
+    pub migrations: BTreeMap<i64, MigrationRecord>,
+    /// Instance claims, by instance.
+    pub claims: BTreeMap<String, ClaimRecord>,
+    /// Move claims, by migration.
+    pub move_claims: BTreeMap<i64, ClaimRecord>,
+    /// Nova's failed_builds counter.
+    pub failed_builds: u64,
+    /// Next id for migrations rtrack creates.
+    pub next_migration_id: i64,
+}
+
+/// What an operation changed: rows to write (`Some`) or delete (`None`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Changes {
+    /// Devices.
+    pub devices: BTreeMap<PciAddress, Option<TrackedDevice>>,
+    /// Instances.
+    pub instances: BTreeMap<String, Option<InstanceRecord>>,
+    /// Migrations.
+    pub migrations: BTreeMap<i64, Option<MigrationRecord>>,
+    /// Instance claims.
+    pub claims: BTreeMap<String, Option<ClaimRecord>>,
+    /// Move claims.
+    pub move_claims: BTreeMap<i64, Option<ClaimRecord>>,
+    /// Counters changed.
+    pub counters: Option<(u64, i64)>,
+}
+
+impl Changes {
+    /// True when nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.devices.is_empty()
+            && self.instances.is_empty()
+            && self.migrations.is_empty()
+            && self.claims.is_empty()
+            && self.move_claims.is_empty()
+            && self.counters.is_none()
+    }
+
+    /// Adds later changes on top of these.
+    pub fn merge(&mut self, later: Changes) {
+        self.devices.extend(later.devices);
+        self.instances.extend(later.instances);
+        self.migrations.extend(later.migrations);
+        self.claims.extend(later.claims);
+        self.move_claims.extend(later.move_claims);
+        if later.counters.is_some() {
+            self.counters = later.counters;
+        }
+    }
+}
+
+/// Who the instance is (besides what it asks for).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceInfo {
+    /// Uuid.
+    pub uuid: String,
+    /// Project.
+    pub project_id: Option<String>,
+    /// User.
+    pub user_id: Option<String>,
+    /// Guest OS type.
+    pub os_type: Option<String>,
+    /// VM state (default "building" for a claim).
+    pub vm_state: Option<String>,
+    /// Task state.
+    pub task_state: Option<String>,
+    /// Current host (for a move: the source).
+    pub host: Option<String>,
+    /// Current node (for a move: the source).
+    pub node: Option<String>,
+}
+
+/// A granted (or, for a dry run, grantable) claim.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClaimOutcome {
+    /// The claim.
+    pub claim: ClaimRecord,
+    /// The same claim was already held: nothing changed.
+    pub existing: bool,
+    /// Nothing was claimed: the answer to "would it fit".
+    pub dry_run: bool,
+}
+
+/// The kind of move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MoveType {
+    /// Resize (flavor changes).
+    Resize,
+    /// Cold migration.
+    Migration,
+    /// Live migration.
+    LiveMigration,
+    /// Evacuation (rebuild on another host).
+    Evacuation,
+}
+
+impl MoveType {
+    /// Nova's migration_type string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MoveType::Resize => "resize",
+            MoveType::Migration => "migration",
+            MoveType::LiveMigration => "live-migration",
+            MoveType::Evacuation => "evacuation",
+        }
+    }
+}
+
+/// A move to claim (at the destination) or to register (at the source).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoveRequest {
+    /// The instance as it is now (host/node = source).
+    pub instance: InstanceInfo,
+    /// What it has now.
+    pub current: InstanceRequest,
+    /// What it will have at the destination (same flavor unless resizing).
+    pub new: InstanceRequest,
+    /// Kind; default: resize when the flavor changes, else migration.
+    pub move_type: Option<MoveType>,
+    /// An existing migration to reuse (Nova's migration id), else rtrack creates one.
+    pub migration_id: Option<i64>,
+    /// The migration's uuid, when the caller has one.
+    pub migration_uuid: Option<String>,
+    /// Source host; default the instance's host.
+    pub source_compute: Option<String>,
+    /// Source node; default the instance's node.
+    pub source_node: Option<String>,
+    /// Destination host; default this host.
+    pub dest_compute: Option<String>,
+    /// Destination node; default this node.
+    pub dest_node: Option<String>,
+}
+
+/// Changes to an instance's state (`update_usage`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstanceUpdate {
+    /// New VM state.
+    pub vm_state: Option<String>,
+    /// New task state (`""` clears it).
+    pub task_state: Option<String>,
+    /// New host (e.g. the destination after finish_resize).
+    pub host: Option<String>,
+    /// New node.
+    pub node: Option<String>,
+    /// Switch the instance to its new flavor (finish_resize).
+    #[serde(default)]
+    pub apply_new_flavor: bool,
+}
+
+/// What an audit found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditOutcome {
+    /// The node as it is now.
+    pub compute_node: Versioned<ComputeNode>,
+    /// Devices that appeared.
+    pub devices_added: Vec<PciAddress>,
+    /// Devices that vanished and were free (removed).
+    pub devices_removed: Vec<PciAddress>,
+    /// Devices that vanished or changed while in use (kept until freed).
+    pub devices_deferred: Vec<PciAddress>,
+    /// Devices freed because their owner is no longer known.
+    pub devices_reclaimed: Vec<PciAddress>,
+    /// Migrations marked error because their instance moved on.
+    pub stale_migrations: Vec<i64>,
+}
+
+/// A claim that passed its test: the device states after it, the devices given, the resources.
+type TestedClaim = (
+    Vec<TrackedDevice>,
+    Vec<Assignment>,
+    BTreeMap<ResourceClass, i64>,
+);
+
+/// Settings the tracker needs from the configuration.
+#[derive(Debug, Clone)]
+pub struct TrackerSettings {
+    /// Validated configuration (resources, device specs, aliases...).
+    pub config: ValidConfig,
+    /// This host's names.
+    pub names: HostNames,
+    /// The node's uuid.
+    pub node_uuid: String,
+    /// When the node was created.
+    pub node_created_at: time::OffsetDateTime,
+}
+
+impl TrackerSettings {
+    fn shared_disk(&self) -> bool {
+        self.config.resources.shared_storage_provider.is_some()
+    }
+}
+
+/// The tracker.
+#[derive(Debug, Clone)]
+pub struct Tracker {
+    settings: TrackerSettings,
+    host: HostInventory,
+    inventory: BTreeMap<ResourceClass, ResourceInventory>,
+    sockets: CellSockets,
+    state: TrackerState,
+}
+
+fn cell_sockets(host: &HostInventory) -> CellSockets {
+    host.numa_nodes
+        .iter()
+        .map(|n| {
+            let pkgs: BTreeSet<i64> = host
+                .cpu
+                .cpus
+                .iter()
+                .filter(|c| n.cpus.contains(c.id))
+                .filter_map(|c| c.package)
+                .collect();
+            (
+                n.id,
+                if pkgs.len() == 1 {
+                    pkgs.into_iter().next()
+                } else {
+                    None
+                },
+            )
+        })
+        .collect()
+}
+
+impl Tracker {
+    /// A tracker for `host` with `state` (as loaded from the store). Devices are synced with
+    /// the host at the first audit, not here.
+    pub fn new(settings: TrackerSettings, host: HostInventory, state: TrackerState) -> Tracker {
+        let mut t = Tracker {
+            inventory: BTreeMap::new(),
+            sockets: cell_sockets(&host),
+            settings,
+            host,
+            state,
+        };
+        t.refresh_inventory();
+        t
+    }
+
+    fn refresh_inventory(&mut self) {
+        let opts = InventoryOptions {
+            shared_disk: self.settings.shared_disk(),
+        };
+        self.inventory = compute_inventory(&self.host, &self.settings.config.resources, opts)
+            .into_iter()
+            .map(|r| (r.class, r))
+            .collect();
+    }
+
+    /// The state (for the store and tests).
+    pub fn state(&self) -> &TrackerState {
+        &self.state
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &TrackerSettings {
+        &self.settings
+    }
+
+    /// The probed host the tracker works from.
+    pub fn host(&self) -> &HostInventory {
+        &self.host
+    }
+
+    /// Replaces the settings (a reloaded configuration). Claims already granted stay.
+    pub fn set_settings(&mut self, settings: TrackerSettings) {
+        self.settings = settings;
+        self.refresh_inventory();
+    }
+
+    /// Inventory per class.
+    pub fn inventory(&self) -> &BTreeMap<ResourceClass, ResourceInventory> {
+        &self.inventory
+    }
+
+    /// Current usage.
+    pub fn usage(&self) -> Usage {
+        compute_usage(
+            &self.settings.names,
+            &self.state.instances,
+            &self.state.migrations,
+            self.settings.shared_disk(),
+        )
+    }
+
+    /// Current PCI pools.
+    pub fn pools(&self) -> Vec<Pool> {
+        let devices: Vec<TrackedDevice> = self.state.devices.values().cloned().collect();
+        build_pools(&devices, &self.settings.config.device_specs)
+    }
+
+    /// Checks `resources` against the inventory and current usage.
+    fn shortfalls(
+        &self,
+        resources: &BTreeMap<ResourceClass, i64>,
+        usage: &Usage,
+    ) -> Vec<ResourceShortfall> {
+        let mut out = Vec::new();
+        for (class, requested) in resources {
+            if *requested == 0 {
+                continue;
+            }
+            let used = usage.used(*class);
+            let (capacity, max_unit) = match self.inventory.get(class) {
+                Some(inv) => (inv.capacity(), inv.max_unit),
+                None => (0, 0),
+            };
+            if used + requested > capacity || *requested > max_unit {
+                out.push(ResourceShortfall {
+                    class: *class,
+                    requested: *requested,
+                    used,
+                    capacity,
+                    max_unit,
+                });
+            }
+        }
+        out
+    }
+
+    fn device_vec(&self) -> Vec<TrackedDevice> {
+        self.state.devices.values().cloned().collect()
+    }
+
+    /// Claims devices and checks resources; nothing is changed. Returns the new device states.
+    fn test_claim(
+        &self,
+        uuid: &str,
+        req: &InstanceRequest,
+        claim_pci: bool,
+    ) -> Result<TestedClaim, ClaimError> {
+        let resources = req
+            .flavor
+            .resources(req.is_bfv, self.settings.shared_disk());
+        let usage = self.usage();
+        let shortfalls = self.shortfalls(&resources, &usage);
+        let devices = self.device_vec();
+        let pci = if claim_pci && !req.pci_requests.is_empty() {
+            claim_devices(
+                &devices,
+                &self.settings.config.device_specs,
+                &req.pci_requests,
+                &req.numa_cells,
+                &self.sockets,
+                uuid,
+            )
+        } else {
+            Ok((devices, Vec::new()))
+        };
+        match (shortfalls.is_empty(), pci) {
+            (true, Ok((devs, assigned))) => Ok((devs, assigned, resources)),
+            (_, pci) => Err(ClaimError::Refused(Box::new(Refusal {
+                instance_uuid: uuid.to_string(),
+                resources: shortfalls,
+                pci: pci.err(),
+            }))),
+        }
+    }
+
+    fn replace_devices(&mut self, new: Vec<TrackedDevice>, changes: &mut Changes) {
+        for d in new {
+            if self.state.devices.get(&d.address) != Some(&d) {
+                changes.devices.insert(d.address, Some(d.clone()));
+                self.state.devices.insert(d.address, d);
+            }
+        }
+    }
+
+    fn free_devices(
+        &mut self,
+        owner: &str,
+        request_ids: Option<&BTreeSet<String>>,
+        changes: &mut Changes,
+    ) -> Vec<PciAddress> {
+        let mut devs = self.device_vec();
+        let freed = free_owner(&mut devs, owner, request_ids);
+        self.replace_devices(devs, changes);
+        freed
+    }
+
+    /// Nova's `instance_claim` (build): checks resources and PCI, then records the instance on
+    /// this node with its devices allocated. The same instance claimed again with the same
+    /// request returns the existing claim; with another request it is a conflict.
+    pub fn instance_claim(
+        &mut self,
+        info: &InstanceInfo,
+        req: &InstanceRequest,
+        now: i64,
+        dry_run: bool,
+    ) -> Result<(ClaimOutcome, Changes), ClaimError> {
+        let uuid = &info.uuid;
+        validate_uuid(uuid, "instance.uuid")?;
+        if let Some(existing) = self.state.claims.get(uuid) {
+            if existing.request == *req {
+                return Ok((
+                    ClaimOutcome {
+                        claim: existing.clone(),
+                        existing: true,
+                        dry_run,
+                    },
+                    Changes::default(),
+                ));
+            }
+            return Err(ClaimError::Conflict {
+                id: uuid.clone(),
+                message: format!(
+                    "instance {uuid} already holds a claim on this host with a different request; abort it first"
+                ),
+            });
+        }
+        if let Some(inst) = self.state.instances.get(uuid) {
+            return Err(ClaimError::Conflict {
+                id: uuid.clone(),
+                message: format!(
+                    "instance {uuid} is already known here ({}, vm_state {}); a move uses a migration claim",
+                    inst.host.as_deref().unwrap_or("no host"),
+                    inst.vm_state
+                ),
+            });
+        }
+        let (devices, assignments, resources) = self.test_claim(uuid, req, true)?;
+        let claim = ClaimRecord {
+            instance_uuid: uuid.clone(),
+            migration_id: None,
+            request: req.clone(),
+            assignments,
+            resources,
+            claimed_at: now,
+        };
+        if dry_run {
+            return Ok((
+                ClaimOutcome {
+                    claim,
+                    existing: false,
+                    dry_run: true,
+                },
+                Changes::default(),
+            ));
+        }
+        let mut changes = Changes::default();
+        self.replace_devices(devices, &mut changes);
+        let record = InstanceRecord {
+            uuid: uuid.clone(),
+            project_id: info.project_id.clone(),
+            user_id: info.user_id.clone(),
+            os_type: info.os_type.clone(),
+            vm_state: info
+                .vm_state
+                .clone()
+                .unwrap_or_else(|| "building".to_string()),
+            task_state: info.task_state.clone(),
+            host: Some(self.settings.names.host.clone()),
+            node: Some(self.settings.names.node.clone()),
+            request: req.clone(),
+            old_flavor: None,
+            new_flavor: None,
+            migration_context: None,
+        };
+        self.state.instances.insert(uuid.clone(), record.clone());
+        changes.instances.insert(uuid.clone(), Some(record));
+        self.state.claims.insert(uuid.clone(), claim.clone());
+        changes.claims.insert(uuid.clone(), Some(claim.clone()));
+        Ok((
+            ClaimOutcome {
+                claim,
+                existing: false,
+                dry_run: false,
+            },
+            changes,
+        ))
+    }
+
+    /// Aborts a claim: an instance claim (`abort_instance_claim`: the instance leaves this node
+    /// and its devices are freed) or, failing that, the instance's move claim here.
+    pub fn abort(&mut self, uuid: &str) -> Result<Changes, ClaimError> {
+        let mut changes = Changes::default();
+        if self.state.claims.contains_key(uuid) {
+            self.free_devices(uuid, None, &mut changes);
+            self.state.claims.remove(uuid);
+            changes.claims.insert(uuid.to_string(), None);
+            self.forget_instance_unless_moving(uuid, &mut changes);
+            return Ok(changes);
+        }
+        let move_id = self
+            .state
+            .move_claims
+            .iter()
+            .find(|(_, c)| c.instance_uuid == uuid)
+            .map(|(id, _)| *id);
+        match move_id {
+            Some(id) => {
+                self.drop_move_claim(id, "error", &mut changes);
+                Ok(changes)
+            }
+            None => Err(ClaimError::NotFound {
+                what: "claim",
+                id: uuid.to_string(),
+            }),
+        }
+    }
+
+    fn forget_instance_unless_moving(&mut self, uuid: &str, changes: &mut Changes) {
+        let moving = self
+            .state
+            .migrations
+            .values()
+            .any(|m| m.instance_uuid == uuid && m.in_progress());
+        if !moving && self.state.instances.remove(uuid).is_some() {
+            changes.instances.insert(uuid.to_string(), None);
+        }
+    }
+
+    fn set_migration_status(&mut self, id: i64, status: &str, changes: &mut Changes) {
+        if let Some(m) = self.state.migrations.get_mut(&id) {
+            if m.status != status {
+                m.status = status.to_string();
+                changes.migrations.insert(id, Some(m.clone()));
+            }
+        }
+    }
+
+    /// Drops the destination side of a move: frees its devices, ends the migration with
+    /// `status`, and forgets the instance if it is not on this node.
+    fn drop_move_claim(&mut self, id: i64, status: &str, changes: &mut Changes) {
+        if let Some(claim) = self.state.move_claims.remove(&id) {
+            let ids: BTreeSet<String> = claim
+                .assignments
+                .iter()
+                .map(|a| a.request_id.clone())
+                .collect();
+            self.free_devices(&claim.instance_uuid, Some(&ids), changes);
+            changes.move_claims.insert(id, None);
+        }
+        self.set_migration_status(id, status, changes);
+        if let Some(m) = self.state.migrations.get(&id).cloned() {
+            if let Some(inst) = self.state.instances.get_mut(&m.instance_uuid) {
+                if !on_node(inst, &self.settings.names) {
+                    let uuid = inst.uuid.clone();
+                    self.state.instances.remove(&uuid);
+                    changes.instances.insert(uuid, None);
+                } else if inst
+                    .migration_context
+                    .as_ref()
+                    .is_some_and(|c| c.migration_id == id)
+                {
+                    inst.migration_context = None;
+                    inst.new_flavor = None;
+                    changes
+                        .instances
+                        .insert(inst.uuid.clone(), Some(inst.clone()));
+                }
+            }
+        }
+    }
+
+    /// Nova's `_move_claim` (resize, cold or live migration, evacuation): at the destination,
+    /// checks and claims the new flavor's resources and PCI devices (not for live migration, as
+    /// Nova) and records the migration (status `pre-migrating`; `accepted` stays for live
+    /// migration). At the source, records the outgoing migration without claiming anything.
+    pub fn move_claim(
+        &mut self,
+        mv: &MoveRequest,
+        now: i64,
+        dry_run: bool,
+    ) -> Result<(ClaimOutcome, Changes), ClaimError> {
+        let uuid = mv.instance.uuid.clone();
+        validate_uuid(&uuid, "instance.uuid")?;
+        let names = self.settings.names.clone();
+        let source_compute = mv
+            .source_compute
+            .clone()
+            .or_else(|| mv.instance.host.clone());
+        let source_node = mv.source_node.clone().or_else(|| mv.instance.node.clone());
+        let dest_compute = mv
+            .dest_compute
+            .clone()
+            .unwrap_or_else(|| names.host.clone());
+        let dest_node = mv.dest_node.clone().unwrap_or_else(|| names.node.clone());
+        let incoming = dest_compute == names.host && dest_node == names.node;
+        let outgoing = source_compute.as_deref() == Some(names.host.as_str())
+            && source_node.as_deref() == Some(names.node.as_str());
+        if !incoming && !outgoing {
+            return Err(ClaimError::Invalid {
+                field: "migration".into(),
+                message: format!(
+                    "neither source ({}/{}) nor destination ({dest_compute}/{dest_node}) is this host ({}/{})",
+                    source_compute.as_deref().unwrap_or("?"),
+                    source_node.as_deref().unwrap_or("?"),
+                    names.host,
+                    names.node
+                ),
+            });
+        }
+        let move_type = mv
+            .move_type
+            .unwrap_or(if mv.new.flavor.id != mv.current.flavor.id {
+                MoveType::Resize
+            } else {
+                MoveType::Migration
+            });
+        let id = match mv.migration_id {
+            Some(id) if id > 0 => id,
+            Some(id) => {
+                return Err(ClaimError::Invalid {
+                    field: "migration_id".into(),
+                    message: format!("{id} is not a positive id"),
+                })
+            }
+            None => self.state.next_migration_id.max(1),
+        };
+
+        // Idempotent retry of the same move claim.
+        if let Some(existing) = self.state.move_claims.get(&id) {
+            if existing.instance_uuid == uuid && existing.request == mv.new {
+                return Ok((
+                    ClaimOutcome {
+                        claim: existing.clone(),
+                        existing: true,
+                        dry_run,
+                    },
+                    Changes::default(),
+                ));
+            }
+            return Err(ClaimError::Conflict {
+                id: id.to_string(),
+                message: format!("migration {id} already holds a different claim on this host"),
+            });
+        }
+        if let Some(m) = self.state.migrations.get(&id) {
+            if m.instance_uuid != uuid {
+                return Err(ClaimError::Conflict {
+                    id: id.to_string(),
+                    message: format!(
+                        "migration {id} belongs to instance {}, not {uuid}",
+                        m.instance_uuid
+                    ),
+                });
+            }
+        }
+
+        let (devices, assignments, resources) = if incoming {
+            let claim_pci = move_type != MoveType::LiveMigration;
+            self.test_claim(&uuid, &mv.new, claim_pci)?
+        } else {
+            (self.device_vec(), Vec::new(), BTreeMap::new())
+        };
+        let claim = ClaimRecord {
+            instance_uuid: uuid.clone(),
+            migration_id: Some(id),
+            request: mv.new.clone(),
+            assignments,
+            resources,
+            claimed_at: now,
+        };
+        if dry_run {
+            return Ok((
+                ClaimOutcome {
+                    claim,
+                    existing: false,
+                    dry_run: true,
+                },
+                Changes::default(),
+            ));
+        }
+
+        let mut changes = Changes::default();
+        self.replace_devices(devices, &mut changes);
+        let previous = self.state.migrations.get(&id).cloned();
+        let status = match (move_type, previous.as_ref().map(|m| m.status.as_str())) {
+            (MoveType::LiveMigration, Some("accepted")) => "accepted".to_string(),
+            _ => "pre-migrating".to_string(),
+        };
+        let migration = MigrationRecord {
+            id,
+            uuid: mv
+                .migration_uuid
+                .clone()
+                .or(previous.as_ref().map(|m| m.uuid.clone()))
+                .unwrap_or_else(|| {
+                    uuid::Uuid::new_v5(
+                        &uuid::Uuid::NAMESPACE_OID,
+                        format!("rtrack.migration.{uuid}.{id}").as_bytes(),
+                    )
+                    .hyphenated()
+                    .to_string()
+                }),
+            instance_uuid: uuid.clone(),
+            source_compute: source_compute.clone(),
+            source_node: source_node.clone(),
+            dest_compute: Some(dest_compute),
+            dest_node: Some(dest_node),
+            status,
+            migration_type: move_type.as_str().to_string(),
+            old_instance_type_id: Some(mv.current.flavor.id),
+            new_instance_type_id: Some(mv.new.flavor.id),
+            created_at: previous.as_ref().map_or(now, |m| m.created_at),
+            updated_at: now,
+        };
+        self.state.migrations.insert(id, migration.clone());
+        changes.migrations.insert(id, Some(migration));
+        if self.state.next_migration_id <= id {
+            self.state.next_migration_id = id + 1;
+            changes.counters = Some((self.state.failed_builds, self.state.next_migration_id));
+        }
+
+        let default_task = match move_type {
+            MoveType::LiveMigration => "migrating",
+            MoveType::Evacuation => "rebuilding",
+            _ => "resize_prep",
+        };
+        let existing = self.state.instances.get(&uuid).cloned();
+        let record = InstanceRecord {
+            uuid: uuid.clone(),
+            project_id: mv
+                .instance
+                .project_id
+                .clone()
+                .or(existing.as_ref().and_then(|i| i.project_id.clone())),
+            user_id: mv
+                .instance
+                .user_id
+                .clone()
+                .or(existing.as_ref().and_then(|i| i.user_id.clone())),
+            os_type: mv
+                .instance
+                .os_type
+                .clone()
+                .or(existing.as_ref().and_then(|i| i.os_type.clone())),
+            vm_state: mv
+                .instance
+                .vm_state
+                .clone()
+                .unwrap_or_else(|| "active".to_string()),
+            task_state: Some(
+                mv.instance
+                    .task_state
+                    .clone()
+                    .unwrap_or_else(|| default_task.to_string()),
+            ),
+            host: source_compute,
+            node: source_node,
+            request: existing
+                .as_ref()
+                .map(|i| i.request.clone())
+                .unwrap_or_else(|| mv.current.clone()),
+            old_flavor: Some(mv.current.flavor.clone()),
+            new_flavor: Some(mv.new.flavor.clone()),
+            migration_context: Some(MigrationContext {
+                migration_id: id,
+                old_pci_requests: mv.current.pci_requests.clone(),
+                new_pci_requests: mv.new.pci_requests.clone(),
+                old_numa_cells: mv.current.numa_cells.clone(),
+                new_numa_cells: mv.new.numa_cells.clone(),
+            }),
+        };
+        self.state.instances.insert(uuid.clone(), record.clone());
+        changes.instances.insert(uuid.clone(), Some(record));
+        if incoming {
+            self.state.move_claims.insert(id, claim.clone());
+            changes.move_claims.insert(id, Some(claim.clone()));
+        }
+        Ok((
+            ClaimOutcome {
+                claim,
+                existing: false,
+                dry_run: false,
+            },
+            changes,
+        ))
+    }
+
+    fn migration(&self, id: i64) -> Result<MigrationRecord, ClaimError> {
+        self.state
+            .migrations
+            .get(&id)
+            .cloned()
+            .ok_or(ClaimError::NotFound {
+                what: "migration",
+                id: id.to_string(),
+            })
+    }
+
+    fn sides(&self, m: &MigrationRecord) -> (bool, bool) {
+        let n = &self.settings.names;
+        (
+            m.source_compute.as_deref() == Some(n.host.as_str())
+                && m.source_node.as_deref() == Some(n.node.as_str()),
+            m.dest_compute.as_deref() == Some(n.host.as_str())
+                && m.dest_node.as_deref() == Some(n.node.as_str()),
+        )
+    }
+
+    /// Confirms a move (`drop_move_claim_at_source` and the destination's completion): the
+    /// migration becomes `confirmed`; at the source the old flavor's usage and devices are
+    /// dropped; at the destination the instance now lives here with its new flavor and keeps the
+    /// devices claimed for it.
+    pub fn confirm_move(&mut self, id: i64, now: i64) -> Result<Changes, ClaimError> {
+        let m = self.migration(id)?;
+        if !m.in_progress() {
+            return Err(ClaimError::Conflict {
+                id: id.to_string(),
+                message: format!("migration {id} is already {}", m.status),
+            });
+        }
+        let (at_source, at_dest) = self.sides(&m);
+        let mut changes = Changes::default();
+        let uuid = m.instance_uuid.clone();
+        let names = self.settings.names.clone();
+        if at_source {
+            // Old devices: those held for the old requests (all the instance's, unless the move
+            // claimed new ones on this same node).
+            let new_ids: BTreeSet<String> = self
+                .state
+                .move_claims
+                .get(&id)
+                .map(|c| c.assignments.iter().map(|a| a.request_id.clone()).collect())
+                .unwrap_or_default();
+            let old_ids: BTreeSet<String> = self
+                .state
+                .devices
+                .values()
+                .filter_map(|d| d.owner.as_ref())
+                .filter(|o| o.instance_uuid == uuid)
+                .filter_map(|o| o.request_id.clone())
+                .filter(|r| !new_ids.contains(r))
+                .collect();
+            self.free_devices(&uuid, Some(&old_ids), &mut changes);
+            if !at_dest {
+                self.state.claims.remove(&uuid);
+                changes.claims.insert(uuid.clone(), None);
+            }
+        }
+        self.set_migration_status(id, "confirmed", &mut changes);
+        if let Some(m) = self.state.migrations.get_mut(&id) {
+            m.updated_at = now;
+            changes.migrations.insert(id, Some(m.clone()));
+        }
+        if at_dest {
+            if let Some(inst) = self.state.instances.get_mut(&uuid) {
+                let new_flavor = inst
+                    .new_flavor
+                    .clone()
+                    .unwrap_or_else(|| inst.request.flavor.clone());
+                let new_ctx = inst.migration_context.clone();
+                inst.host = Some(names.host.clone());
+                inst.node = Some(names.node.clone());
+                inst.request.flavor = new_flavor;
+                if let Some(ctx) = new_ctx {
+                    inst.request.pci_requests = ctx.new_pci_requests;
+                    inst.request.numa_cells = ctx.new_numa_cells;
+                }
+                inst.old_flavor = None;
+                inst.new_flavor = None;
+                inst.migration_context = None;
+                inst.task_state = None;
+                if inst.vm_state == "resized" {
+                    inst.vm_state = "active".into();
+                }
+                changes.instances.insert(uuid.clone(), Some(inst.clone()));
+                let request = inst.request.clone();
+                if let Some(mut claim) = self.state.move_claims.remove(&id) {
+                    changes.move_claims.insert(id, None);
+                    claim.migration_id = None;
+                    claim.request = request;
+                    self.state.claims.insert(uuid.clone(), claim.clone());
+                    changes.claims.insert(uuid.clone(), Some(claim));
+                }
+            }
+        } else {
+            self.forget_instance_unless_moving(&uuid, &mut changes);
+        }
+        Ok(changes)
+    }
+
+    /// Reverts a move (`drop_move_claim_at_dest` and the source's side): the migration becomes
+    /// `reverted`; at the destination the new flavor's usage and devices are dropped; at the
+    /// source the instance is back with its old flavor.
+    pub fn revert_move(&mut self, id: i64, now: i64) -> Result<Changes, ClaimError> {
+        let m = self.migration(id)?;
+        if !m.in_progress() {
+            return Err(ClaimError::Conflict {
+                id: id.to_string(),
+                message: format!("migration {id} is already {}", m.status),
+            });
+        }
+        let (at_source, at_dest) = self.sides(&m);
+        let mut changes = Changes::default();
+        let names = self.settings.names.clone();
+        if at_dest {
+            self.drop_move_claim(id, "reverted", &mut changes);
+        } else {
+            self.set_migration_status(id, "reverted", &mut changes);
+        }
+        if let Some(m) = self.state.migrations.get_mut(&id) {
+            m.updated_at = now;
+            changes.migrations.insert(id, Some(m.clone()));
+        }
+        if at_source {
+            if let Some(inst) = self.state.instances.get_mut(&m.instance_uuid) {
+                if let Some(old) = inst.old_flavor.take() {
+                    inst.request.flavor = old;
+                }
+                if let Some(ctx) = inst.migration_context.take() {
+                    inst.request.pci_requests = ctx.old_pci_requests;
+                    inst.request.numa_cells = ctx.old_numa_cells;
+                }
+                inst.new_flavor = None;
+                inst.host = Some(names.host.clone());
+                inst.node = Some(names.node.clone());
+                inst.task_state = None;
+                if inst.vm_state == "resized" {
+                    inst.vm_state = "active".into();
+                }
+                changes
+                    .instances
+                    .insert(inst.uuid.clone(), Some(inst.clone()));
+            }
+        }
+        Ok(changes)
+    }
+
+    /// Nova's `update_usage`: applies an instance's new state; a deleted or shelved-offloaded
+    /// instance stops counting and its devices are freed.
+    pub fn update_instance(
+        &mut self,
+        uuid: &str,
+        up: &InstanceUpdate,
+    ) -> Result<Changes, ClaimError> {
+        let Some(inst) = self.state.instances.get_mut(uuid) else {
+            return Err(ClaimError::NotFound {
+                what: "instance",
+                id: uuid.to_string(),
+            });
+        };
+        if let Some(v) = &up.vm_state {
+            inst.vm_state = v.clone();
+        }
+        if let Some(t) = &up.task_state {
+            inst.task_state = if t.is_empty() { None } else { Some(t.clone()) };
+        }
+        if let Some(h) = &up.host {
+            inst.host = Some(h.clone());
+        }
+        if let Some(n) = &up.node {
+            inst.node = Some(n.clone());
+        }
+        if up.apply_new_flavor {
+            let Some(new) = inst.new_flavor.clone() else {
+                return Err(ClaimError::Invalid {
+                    field: "apply_new_flavor".into(),
+                    message: format!("instance {uuid} has no new flavor (no resize in progress)"),
+                });
+            };
+            inst.request.flavor = new;
+        }
+        let inst = inst.clone();
+        let mut changes = Changes::default();
+        if inst.releases_resources() {
+            self.free_devices(uuid, None, &mut changes);
+            if self.state.claims.remove(uuid).is_some() {
+                changes.claims.insert(uuid.to_string(), None);
+            }
+            self.state.instances.insert(uuid.to_string(), inst.clone());
+            changes.instances.insert(uuid.to_string(), Some(inst));
+            self.forget_instance_unless_moving(uuid, &mut changes);
+        } else {
+            changes.instances.insert(uuid.to_string(), Some(inst));
+        }
+        Ok(changes)
+    }
+
+    /// Nova's failed-build counter.
+    pub fn build_result(&mut self, failed: bool) -> Changes {
+        self.state.failed_builds = if failed {
+            self.state.failed_builds + 1
+        } else {
+            0
+        };
+        Changes {
+            counters: Some((self.state.failed_builds, self.state.next_migration_id)),
+            ..Changes::default()
+        }
+    }
+
+    /// The periodic audit (`update_available_resource`): takes the new probe, re-syncs PCI
+    /// devices (new ones become available; vanished free ones are removed; busy ones are kept,
+    /// unchanged, until freed), frees devices held by instances the tracker no longer knows,
+    /// marks stale migrations `error`, and builds the ComputeNode.
+    pub fn audit(
+        &mut self,
+        host: HostInventory,
+        now: time::OffsetDateTime,
+    ) -> (AuditOutcome, Changes) {
+        self.sockets = cell_sockets(&host);
+        self.host = host;
+        self.refresh_inventory();
+        let mut changes = Changes::default();
+
+        let desired: BTreeMap<PciAddress, TrackedDevice> =
+            select_tracked(&self.host.pci_devices, &self.settings.config.device_specs)
+                .into_iter()
+                .map(|d| (d.address, d))
+                .collect();
+        let (mut added, mut removed, mut deferred) = (Vec::new(), Vec::new(), Vec::new());
+        let mut devices: BTreeMap<PciAddress, TrackedDevice> = BTreeMap::new();
+        for (addr, old) in &self.state.devices {
+            let busy = old.owner.is_some();
+            match desired.get(addr) {
+                Some(new) if !busy => {
+                    // Free: take the probe's properties, keep the state.
+                    devices.insert(
+                        *addr,
+                        TrackedDevice {
+                            status: old.status,
+                            owner: None,
+                            ..new.clone()
+                        },
+                    );
+                }
+                Some(new) => {
+                    if !same_properties(old, new) {
+                        deferred.push(*addr);
+                    }
+                    devices.insert(*addr, old.clone());
+                }
+                None if busy => {
+                    deferred.push(*addr);
+                    devices.insert(*addr, old.clone());
+                }
+                None => removed.push(*addr),
+            }
+        }
+        for (addr, new) in desired {
+            if !devices.contains_key(&addr) && !self.state.devices.contains_key(&addr) {
+                added.push(addr);
+                devices.insert(addr, new);
+            }
+        }
+        // Owners that are neither instances nor moving instances (Nova's clean_usage).
+        let mut reclaimed = Vec::new();
+        for d in devices.values_mut() {
+            let orphan = d
+                .owner
+                .as_ref()
+                .is_some_and(|o| !self.state.instances.contains_key(&o.instance_uuid));
+            if orphan {
+                reclaimed.push(d.address);
+                d.owner = None;
+                d.status = super::pci::DeviceStatus::Available;
+            }
+        }
+        let mut list: Vec<TrackedDevice> = devices.into_values().collect();
+        recompute_relatives(&mut list);
+        let new_map: BTreeMap<PciAddress, TrackedDevice> =
+            list.into_iter().map(|d| (d.address, d)).collect();
+        for addr in self.state.devices.keys() {
+            if !new_map.contains_key(addr) {
+                changes.devices.insert(*addr, None);
+            }
+        }
+        for (addr, d) in &new_map {
+            if self.state.devices.get(addr) != Some(d) {
+                changes.devices.insert(*addr, Some(d.clone()));
+            }
+        }
+        self.state.devices = new_map;
+
+        let usage = self.usage();
+        for id in &usage.stale_migrations {
+            self.set_migration_status(*id, "error", &mut changes);
+        }
+        let compute_node = self.compute_node(&usage, now);
+        (
+            AuditOutcome {
+                compute_node,
+                devices_added: added,
+                devices_removed: removed,
+                devices_deferred: deferred,
+                devices_reclaimed: reclaimed,
+                stale_migrations: usage.stale_migrations.clone(),
+            },
+            changes,
+        )
+    }
+
+    /// The ComputeNode for the current state.
+    pub fn compute_node(&self, usage: &Usage, now: time::OffsetDateTime) -> Versioned<ComputeNode> {
+        let mut node_usage = NodeUsage {
+            vcpus: usage.used(ResourceClass::Vcpu) + usage.used(ResourceClass::Pcpu),
+            memory_mb: usage.used(ResourceClass::MemoryMb),
+            disk_gb: usage.used(ResourceClass::DiskGb),
+            running_vms: usage.tracked_instances.len() as i64,
+            stats: stats(&self.state.instances, usage, self.state.failed_builds),
+            ..NodeUsage::default()
+        };
+        node_usage.current_workload = current_workload(&node_usage.stats);
+        let identity = NodeIdentity {
+            uuid: self.settings.node_uuid.clone(),
+            hypervisor_hostname: self.settings.names.node.clone(),
+            host: self.settings.names.host.clone(),
+            created_at: self.settings.node_created_at,
+        };
+        build_compute_node(
+            &self.host,
+            &self.settings.config,
+            &identity,
+            &node_usage,
+            &self.pools(),
+            now,
+        )
+    }
+
+    /// Replaces the whole state: after a failed commit the service reloads what the store holds.
+    pub fn replace_state(&mut self, state: TrackerState) {
+        self.state = state;
+    }
+}
+
+fn same_properties(a: &TrackedDevice, b: &TrackedDevice) -> bool {
+    a.vendor_id == b.vendor_id
+        && a.product_id == b.product_id
+        && a.dev_type == b.dev_type
+        && a.numa_node == b.numa_node
+        && a.parent_addr == b.parent_addr
+        && a.parent_ifname == b.parent_ifname
+        && a.spec_index == b.spec_index
+        && a.tags == b.tags
+}
+
+fn validate_uuid(uuid: &str, field: &str) -> Result<(), ClaimError> {
+    uuid::Uuid::parse_str(uuid)
+        .map(|_| ())
+        .map_err(|_| ClaimError::Invalid {
+            field: field.to_string(),
+            message: format!("{uuid:?} is not a UUID"),
+        })
+}
+
+/// The flavor a caller names, checked (for requests built without a Flavor object).
+pub fn check_flavor(f: &FlavorUsage, field: &str) -> Result<(), ClaimError> {
+    if f.vcpus <= 0 || f.memory_mb <= 0 || f.root_gb < 0 || f.ephemeral_gb < 0 || f.swap_mb < 0 {
+        return Err(ClaimError::Invalid {
+            field: field.to_string(),
+            message: format!(
+                "vcpus {} and memory_mb {} must be positive; root_gb {}, ephemeral_gb {}, swap {} must not be negative",
+                f.vcpus, f.memory_mb, f.root_gb, f.ephemeral_gb, f.swap_mb
+            ),
+        });
+    }
+    Ok(())
+}

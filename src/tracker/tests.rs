@@ -1,0 +1,763 @@
+//! Scenario tests for Nova's rules. Expected outcomes come from the reference notes on Nova's
+//! resource tracker (claims, migration statuses, PCI states and policies), not from this code.
+
+use rtrack_fixtures::real::scratch_dir;
+use rtrack_fixtures::synthetic::{SyntheticHost, SyntheticPf};
+
+use super::model::{FlavorUsage, HostNames, InstanceRequest, PciRequest};
+use super::pci::{DeviceStatus, NumaPolicy};
+use super::state::*;
+use super::ClaimError;
+use crate::config::{Config, ValidConfig};
+use crate::inventory::resources::ResourceClass;
+use crate::probes::{probe_host, HostInventory, HostRoot, ProbeOptions};
+
+const CONFIG: &str = r#"
+[resources]
+cpu_allocation_ratio = 2.0
+reserved_host_memory_mb = 1024
+
+[[pci.device_spec]]
+vendor_id = "8086"
+product_id = "1889"
+physical_network = "physnet1"
+
+[[pci.device_spec]]
+vendor_id = "8086"
+product_id = "1592"
+
+[[pci.alias]]
+name = "vf"
+vendor_id = "8086"
+product_id = "1889"
+device_type = "type-VF"
+
+[[pci.alias]]
+name = "pf"
+vendor_id = "8086"
+product_id = "1592"
+device_type = "type-PF"
+"#;
+
+fn host(h: SyntheticHost) -> HostInventory {
+    let dir = scratch_dir();
+    h.write(dir.path());
+    let mut opts = ProbeOptions::default();
+    opts.disk.instances_path = Some(dir.path().to_path_buf());
+    let mut inv = probe_host(&HostRoot::under(dir.path()), &opts).unwrap();
+    // A fixed instances filesystem, independent of the machine running the tests.
+    if let Some(fs) = inv.disks.instances.as_mut() {
+        fs.total_gb = 100;
+        fs.free_gb = 100;
+    }
+    inv
+}
+
+/// The test configuration with `resources` lines added to its [resources] table.
+fn config(resources: &str) -> ValidConfig {
+    let text = CONFIG.replacen("[resources]\n", &format!("[resources]\n{resources}\n"), 1);
+    let f = std::path::Path::new("test.toml");
+    Config::parse(&text, f).unwrap().validate(f).unwrap()
+}
+
+fn tracker_with(h: SyntheticHost, extra: &str) -> Tracker {
+    let settings = TrackerSettings {
+        config: config(extra),
+        names: HostNames {
+            host: "cmp1".into(),
+            node: "cmp1".into(),
+        },
+        node_uuid: "11111111-2222-3333-4444-555555555555".into(),
+        node_created_at: time::OffsetDateTime::UNIX_EPOCH,
+    };
+    let inv = host(h);
+    let mut t = Tracker::new(settings, inv.clone(), TrackerState::default());
+    t.audit(inv, time::OffsetDateTime::UNIX_EPOCH);
+    t
+}
+
+fn tracker() -> Tracker {
+    tracker_with(SyntheticHost::small(), "")
+}
+
+fn uuid(n: u32) -> String {
+    format!("00000000-0000-4000-8000-{n:012}")
+}
+
+fn flavor(id: i64, vcpus: i64, mem: i64, disk: i64, extra: &[(&str, &str)]) -> FlavorUsage {
+    FlavorUsage {
+        id,
+        flavorid: format!("f{id}"),
+        name: None,
+        vcpus,
+        memory_mb: mem,
+        root_gb: disk,
+        ephemeral_gb: 0,
+        swap_mb: 0,
+        extra_specs: extra
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    }
+}
+
+fn req(f: FlavorUsage, pci: Vec<PciRequest>) -> InstanceRequest {
+    InstanceRequest {
+        flavor: f,
+        is_bfv: false,
+        pci_requests: pci,
+        numa_cells: vec![],
+    }
+}
+
+fn pci(alias: &str, count: u32, policy: NumaPolicy) -> PciRequest {
+    let (product, dev_type) = if alias == "pf" {
+        ("1592", "type-PF")
+    } else {
+        ("1889", "type-VF")
+    };
+    PciRequest {
+        request_id: format!("req-{alias}-{count}"),
+        count,
+        specs: vec![[
+            ("vendor_id", "8086"),
+            ("product_id", product),
+            ("dev_type", dev_type),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()],
+        alias_name: Some(alias.into()),
+        numa_policy: policy,
+        requester_id: None,
+    }
+}
+
+fn info(n: u32) -> InstanceInfo {
+    InstanceInfo {
+        uuid: uuid(n),
+        vm_state: Some("active".into()),
+        ..InstanceInfo::default()
+    }
+}
+
+fn claim(t: &mut Tracker, n: u32, r: InstanceRequest) -> Result<ClaimOutcome, ClaimError> {
+    t.instance_claim(&info(n), &r, 0, false).map(|(o, _)| o)
+}
+
+fn used(t: &Tracker, c: ResourceClass) -> i64 {
+    t.usage().used(c)
+}
+
+fn count_status(t: &Tracker, s: DeviceStatus) -> usize {
+    t.state().devices.values().filter(|d| d.status == s).count()
+}
+
+#[test]
+fn claims_fit_until_capacity_and_refusals_say_why() {
+    let mut t = tracker();
+    // 8 CPUs x ratio 2.0 = 16 VCPU; 16384 - 1024 reserved = 15360 MiB; 100 GiB disk.
+    assert_eq!(t.inventory()[&ResourceClass::Vcpu].capacity(), 16);
+    claim(&mut t, 1, req(flavor(1, 8, 4096, 40, &[]), vec![])).unwrap();
+    let before = t.state().clone();
+    let e = claim(&mut t, 2, req(flavor(1, 8, 12000, 80, &[]), vec![])).unwrap_err();
+    let ClaimError::Refused(r) = &e else {
+        panic!("{e}")
+    };
+    let classes: Vec<ResourceClass> = r.resources.iter().map(|s| s.class).collect();
+    assert_eq!(
+        classes,
+        vec![ResourceClass::MemoryMb, ResourceClass::DiskGb]
+    );
+    assert_eq!(
+        (
+            r.resources[0].requested,
+            r.resources[0].used,
+            r.resources[0].capacity
+        ),
+        (12000, 4096, 15360)
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains("MEMORY_MB requested 12000, used 4096 of capacity 15360 (free 11264)"),
+        "{msg}"
+    );
+    // A refused claim leaves no trace.
+    assert_eq!(t.state(), &before);
+    claim(&mut t, 3, req(flavor(1, 8, 11264, 60, &[]), vec![])).unwrap();
+    assert_eq!(used(&t, ResourceClass::Vcpu), 16);
+    assert_eq!(used(&t, ResourceClass::MemoryMb), 15360);
+    let e = claim(&mut t, 4, req(flavor(1, 1, 1, 0, &[]), vec![])).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("VCPU requested 1, used 16 of capacity 16 (free 0)"),
+        "{e}"
+    );
+    // One instance may not have more than the host has (max_unit), whatever the ratio.
+    let e = claim(&mut t, 5, req(flavor(1, 9, 1, 0, &[]), vec![])).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("VCPU requested 9 is more than the largest allowed unit 8"),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_same_claim_twice_is_one_claim_and_a_different_one_conflicts() {
+    let mut t = tracker();
+    let r = req(
+        flavor(1, 2, 1024, 10, &[]),
+        vec![pci("vf", 1, NumaPolicy::Legacy)],
+    );
+    let a = claim(&mut t, 1, r.clone()).unwrap();
+    let b = claim(&mut t, 1, r.clone()).unwrap();
+    assert!(!a.existing && b.existing);
+    assert_eq!(a.claim.assignments, b.claim.assignments);
+    assert_eq!(used(&t, ResourceClass::Vcpu), 2);
+    let e = claim(&mut t, 1, req(flavor(2, 4, 1024, 10, &[]), vec![])).unwrap_err();
+    assert!(matches!(e, ClaimError::Conflict { .. }), "{e}");
+}
+
+#[test]
+fn dry_run_answers_without_claiming() {
+    let mut t = tracker();
+    let before = t.state().clone();
+    let (o, changes) = t
+        .instance_claim(
+            &info(1),
+            &req(
+                flavor(1, 2, 1024, 10, &[]),
+                vec![pci("vf", 2, NumaPolicy::Legacy)],
+            ),
+            0,
+            true,
+        )
+        .unwrap();
+    assert!(o.dry_run && changes.is_empty());
+    assert_eq!(o.claim.assignments.len(), 2);
+    assert_eq!(t.state(), &before);
+}
+
+#[test]
+fn vf_claim_makes_its_pf_unavailable_and_freeing_restores_exactly() {
+    let mut t = tracker();
+    let start = t.state().clone();
+    let pools_before = t.pools();
+    let o = claim(
+        &mut t,
+        1,
+        req(
+            flavor(1, 1, 512, 1, &[]),
+            vec![pci("vf", 1, NumaPolicy::Legacy)],
+        ),
+    )
+    .unwrap();
+    let vf = o.claim.assignments[0].address;
+    let parent = t.state().devices[&vf].parent_addr.unwrap();
+    assert_eq!(t.state().devices[&vf].status, DeviceStatus::Allocated);
+    assert_eq!(t.state().devices[&parent].status, DeviceStatus::Unavailable);
+    // The PF pool shrank, the VF pool of that PF has one fewer.
+    let total = |pools: &[super::pci::Pool]| pools.iter().map(|p| p.count()).sum::<usize>();
+    assert_eq!(total(&t.pools()), total(&pools_before) - 2);
+    t.abort(&uuid(1)).unwrap();
+    assert_eq!(t.state(), &start);
+}
+
+#[test]
+fn pf_claim_hides_its_vfs() {
+    let mut t = tracker();
+    let o = claim(
+        &mut t,
+        1,
+        req(
+            flavor(1, 1, 512, 1, &[]),
+            vec![pci("pf", 1, NumaPolicy::Legacy)],
+        ),
+    )
+    .unwrap();
+    let pf = o.claim.assignments[0].address;
+    let vfs: Vec<_> = t
+        .state()
+        .devices
+        .values()
+        .filter(|d| d.parent_addr == Some(pf))
+        .collect();
+    assert!(
+        vfs.iter().all(|d| d.status == DeviceStatus::Unavailable),
+        "{vfs:?}"
+    );
+    // The PF chosen is the one without VFs in use and, of equal ones, the plainest pool first.
+    let e = claim(
+        &mut t,
+        2,
+        req(
+            flavor(1, 1, 512, 1, &[]),
+            vec![pci("pf", 3, NumaPolicy::Legacy)],
+        ),
+    )
+    .unwrap_err();
+    let ClaimError::Refused(r) = e else { panic!() };
+    let p = r.pci.unwrap();
+    assert_eq!((p.requested, p.usable), (3, 2));
+}
+
+#[test]
+fn pf_and_its_own_vfs_in_one_instance_is_refused_exactly_and_leaves_nothing() {
+    // Nova's pre-claim test only counts pools: one PF + all VFs "fit", the claim then fails
+    // half-way. rtrack applies the requests together on a copy.
+    let mut h = SyntheticHost::small();
+    h.pfs.truncate(1); // a single PF (3b:00.0) with 8 VFs
+    let mut t = tracker_with(h, "");
+    let before = t.state().clone();
+    let e = claim(
+        &mut t,
+        1,
+        req(
+            flavor(1, 1, 512, 1, &[]),
+            vec![
+                pci("pf", 1, NumaPolicy::Legacy),
+                pci("vf", 8, NumaPolicy::Legacy),
+            ],
+        ),
+    )
+    .unwrap_err();
+    let ClaimError::Refused(r) = e else { panic!() };
+    let p = r.pci.unwrap();
+    assert_eq!(p.request_id, "req-vf-8");
+    assert_eq!(p.taken_by_earlier_requests.len(), 1);
+    assert_eq!(t.state(), &before);
+    assert_eq!(count_status(&t, DeviceStatus::Available), 9);
+}
+
+#[test]
+fn numa_policies() {
+    // Two nodes; VFs of a PF on node 0 and of one on node 1; a third PF with unknown node.
+    let mut h = SyntheticHost::bus_crossing();
+    h.pfs = vec![
+        SyntheticPf::e810("0000:3b:00.0", 2, 0, Some("iavf")),
+        SyntheticPf::e810("0000:af:00.0", 2, 1, Some("iavf")),
+        SyntheticPf::e810("0000:d8:00.0", 2, -1, Some("iavf")),
+    ];
+    let t0 = tracker_with(h, "");
+    let on_cells = |policy, count, cells: Vec<u32>| {
+        let mut t = t0.clone();
+        let mut r = req(flavor(1, 1, 512, 1, &[]), vec![pci("vf", count, policy)]);
+        r.numa_cells = cells;
+        claim(&mut t, 1, r).map(|o| {
+            o.claim
+                .assignments
+                .iter()
+                .map(|a| t.state().devices[&a.address].numa_node)
+                .collect::<Vec<_>>()
+        })
+    };
+    // required: only node 0.
+    assert_eq!(
+        on_cells(NumaPolicy::Required, 2, vec![0]).unwrap(),
+        vec![Some(0), Some(0)]
+    );
+    assert!(on_cells(NumaPolicy::Required, 3, vec![0]).is_err());
+    // legacy: local first, then devices with no NUMA node, never another node.
+    let l = on_cells(NumaPolicy::Legacy, 4, vec![0]).unwrap();
+    assert_eq!(l, vec![Some(0), Some(0), None, None]);
+    assert!(on_cells(NumaPolicy::Legacy, 5, vec![0]).is_err());
+    // preferred: anything; local, then unknown, then the rest.
+    let p = on_cells(NumaPolicy::Preferred, 6, vec![0]).unwrap();
+    assert_eq!(p, vec![Some(0), Some(0), None, None, Some(1), Some(1)]);
+    // socket: node 1 is socket 1; devices on node 0 (socket 0) only; never unknown.
+    let s = on_cells(NumaPolicy::Socket, 2, vec![0]).unwrap();
+    assert_eq!(s, vec![Some(0), Some(0)]);
+    assert!(on_cells(NumaPolicy::Socket, 3, vec![0]).is_err());
+    // No guest NUMA cells: no NUMA filtering at all (Nova).
+    assert_eq!(on_cells(NumaPolicy::Required, 6, vec![]).unwrap().len(), 6);
+}
+
+fn incoming_resize(t: &mut Tracker, n: u32, id: i64, new_vcpus: i64) -> ClaimOutcome {
+    let mv = MoveRequest {
+        instance: InstanceInfo {
+            uuid: uuid(n),
+            host: Some("cmp0".into()),
+            node: Some("cmp0".into()),
+            vm_state: Some("active".into()),
+            ..InstanceInfo::default()
+        },
+        current: req(flavor(1, 2, 1024, 10, &[]), vec![]),
+        new: req(
+            flavor(2, new_vcpus, 2048, 20, &[]),
+            vec![pci("vf", 1, NumaPolicy::Legacy)],
+        ),
+        move_type: None,
+        migration_id: Some(id),
+        migration_uuid: None,
+        source_compute: None,
+        source_node: None,
+        dest_compute: None,
+        dest_node: None,
+    };
+    t.move_claim(&mv, 10, false).unwrap().0
+}
+
+#[test]
+fn incoming_resize_counts_the_new_flavor_until_reverted() {
+    let mut t = tracker();
+    let o = incoming_resize(&mut t, 1, 7, 4);
+    assert_eq!(t.state().migrations[&7].migration_type, "resize");
+    assert_eq!(t.state().migrations[&7].status, "pre-migrating");
+    assert_eq!(used(&t, ResourceClass::Vcpu), 4);
+    assert_eq!(used(&t, ResourceClass::MemoryMb), 2048);
+    assert_eq!(o.claim.assignments.len(), 1);
+    t.revert_move(7, 20).unwrap();
+    assert_eq!(t.state().migrations[&7].status, "reverted");
+    assert_eq!(used(&t, ResourceClass::Vcpu), 0);
+    assert_eq!(count_status(&t, DeviceStatus::Allocated), 0);
+    assert!(!t.state().instances.contains_key(&uuid(1)));
+}
+
+#[test]
+fn confirmed_incoming_resize_leaves_the_instance_here_with_its_new_flavor() {
+    let mut t = tracker();
+    incoming_resize(&mut t, 1, 7, 4);
+    t.confirm_move(7, 20).unwrap();
+    assert_eq!(t.state().migrations[&7].status, "confirmed");
+    let inst = &t.state().instances[&uuid(1)];
+    assert_eq!(inst.host.as_deref(), Some("cmp1"));
+    assert_eq!(inst.request.flavor.vcpus, 4);
+    assert_eq!(used(&t, ResourceClass::Vcpu), 4);
+    assert_eq!(count_status(&t, DeviceStatus::Allocated), 1);
+    assert!(t.state().claims.contains_key(&uuid(1)));
+    // Deleting it frees everything.
+    t.update_instance(
+        &uuid(1),
+        &InstanceUpdate {
+            vm_state: Some("deleted".into()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(used(&t, ResourceClass::Vcpu), 0);
+    assert_eq!(count_status(&t, DeviceStatus::Allocated), 0);
+}
+
+#[test]
+fn migration_status_table() {
+    // Statuses that hold resources and those that do not (error counts; the finished ones don't).
+    for (status, counts) in [
+        ("pre-migrating", true),
+        ("migrating", true),
+        ("post-migrating", true),
+        ("finished", true),
+        ("error", true),
+        ("confirmed", false),
+        ("reverted", false),
+        ("failed", false),
+        ("completed", false),
+        ("cancelled", false),
+        ("done", false),
+    ] {
+        let mut t = tracker();
+        incoming_resize(&mut t, 1, 7, 4);
+        let mut state = t.state().clone();
+        state.migrations.get_mut(&7).unwrap().status = status.into();
+        t.replace_state(state);
+        assert_eq!(
+            used(&t, ResourceClass::Vcpu) == 4,
+            counts,
+            "status {status}"
+        );
+    }
+}
+
+#[test]
+fn migrations_count_only_while_the_instance_is_resizing_or_live_migrating() {
+    let mut t = tracker();
+    incoming_resize(&mut t, 1, 7, 4);
+    for (vm, task, counts) in [
+        ("active", "resize_prep", true),
+        ("resized", "", true),
+        ("stopped", "resize_migrating", true),
+        ("active", "rebuilding", true),
+        ("active", "migrating", true),
+        ("paused", "migrating", true),
+        ("active", "", false),
+        ("error", "resize_prep", false),
+    ] {
+        let mut t2 = t.clone();
+        t2.update_instance(
+            &uuid(1),
+            &InstanceUpdate {
+                vm_state: Some(vm.into()),
+                task_state: Some(task.into()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(used(&t2, ResourceClass::Vcpu) == 4, counts, "{vm}/{task}");
+    }
+}
+
+#[test]
+fn newest_migration_per_instance_wins_and_stale_ones_are_marked_error() {
+    let mut t = tracker();
+    incoming_resize(&mut t, 1, 7, 4);
+    let mut state = t.state().clone();
+    let mut older = state.migrations[&7].clone();
+    older.id = 3;
+    older.updated_at = 1;
+    older.new_instance_type_id = Some(9);
+    state.migrations.insert(3, older);
+    t.replace_state(state);
+    // Migration 7 is newer: counted once, with its flavor.
+    assert_eq!(used(&t, ResourceClass::Vcpu), 4);
+    // Make 3 the newest: the instance's context names 7, so 3 is stale, counts nothing, and the
+    // audit marks it error.
+    let mut state = t.state().clone();
+    state.migrations.get_mut(&3).unwrap().updated_at = 100;
+    t.replace_state(state);
+    assert_eq!(used(&t, ResourceClass::Vcpu), 0);
+    let host = t.host().clone();
+    let (outcome, _) = t.audit(host, time::OffsetDateTime::UNIX_EPOCH);
+    assert_eq!(outcome.stale_migrations, vec![3]);
+    assert_eq!(t.state().migrations[&3].status, "error");
+}
+
+#[test]
+fn outgoing_resize_holds_the_old_flavor_after_the_instance_left() {
+    let mut t = tracker();
+    claim(&mut t, 1, req(flavor(1, 2, 1024, 10, &[]), vec![])).unwrap();
+    let mv = MoveRequest {
+        instance: InstanceInfo {
+            uuid: uuid(1),
+            host: Some("cmp1".into()),
+            node: Some("cmp1".into()),
+            vm_state: Some("active".into()),
+            ..Default::default()
+        },
+        current: req(flavor(1, 2, 1024, 10, &[]), vec![]),
+        new: req(flavor(2, 4, 2048, 20, &[]), vec![]),
+        move_type: None,
+        migration_id: Some(5),
+        migration_uuid: None,
+        source_compute: None,
+        source_node: None,
+        dest_compute: Some("cmp2".into()),
+        dest_node: Some("cmp2".into()),
+    };
+    let (o, _) = t.move_claim(&mv, 10, false).unwrap();
+    assert!(
+        o.claim.resources.is_empty(),
+        "nothing is claimed at the source"
+    );
+    // Still here: counted as an instance, the outgoing migration adds nothing.
+    assert_eq!(used(&t, ResourceClass::Vcpu), 2);
+    // finish_resize: the instance now lives on cmp2; the source holds the old flavor for a revert.
+    t.update_instance(
+        &uuid(1),
+        &InstanceUpdate {
+            vm_state: Some("resized".into()),
+            host: Some("cmp2".into()),
+            node: Some("cmp2".into()),
+            task_state: Some(String::new()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(used(&t, ResourceClass::Vcpu), 2);
+    assert_eq!(
+        t.usage().consumers[0].source,
+        super::usage::UsageSource::OutgoingMigration
+    );
+    t.confirm_move(5, 20).unwrap();
+    assert_eq!(used(&t, ResourceClass::Vcpu), 0);
+    assert!(t.state().instances.is_empty() && t.state().claims.is_empty());
+}
+
+#[test]
+fn same_node_resize_counts_new_then_old() {
+    let mut t = tracker();
+    claim(&mut t, 1, req(flavor(1, 2, 1024, 10, &[]), vec![])).unwrap();
+    let mv = MoveRequest {
+        instance: InstanceInfo {
+            uuid: uuid(1),
+            host: Some("cmp1".into()),
+            node: Some("cmp1".into()),
+            vm_state: Some("active".into()),
+            ..Default::default()
+        },
+        current: req(flavor(1, 2, 1024, 10, &[]), vec![]),
+        new: req(flavor(2, 4, 2048, 20, &[]), vec![]),
+        move_type: None,
+        migration_id: Some(6),
+        migration_uuid: None,
+        source_compute: None,
+        source_node: None,
+        dest_compute: None,
+        dest_node: None,
+    };
+    t.move_claim(&mv, 10, false).unwrap();
+    // Instance still has its old flavor: old (instance) + new (migration).
+    assert_eq!(used(&t, ResourceClass::Vcpu), 6);
+    // finish_resize switches the flavor: new (instance) + old held for revert (migration).
+    t.update_instance(
+        &uuid(1),
+        &InstanceUpdate {
+            vm_state: Some("resized".into()),
+            task_state: Some(String::new()),
+            apply_new_flavor: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(used(&t, ResourceClass::Vcpu), 6);
+    t.confirm_move(6, 20).unwrap();
+    assert_eq!(used(&t, ResourceClass::Vcpu), 4);
+}
+
+#[test]
+fn shelved_offloaded_and_deleted_instances_stop_counting() {
+    let mut t = tracker();
+    claim(
+        &mut t,
+        1,
+        req(
+            flavor(1, 2, 1024, 10, &[]),
+            vec![pci("vf", 1, NumaPolicy::Legacy)],
+        ),
+    )
+    .unwrap();
+    claim(&mut t, 2, req(flavor(1, 2, 1024, 10, &[]), vec![])).unwrap();
+    t.update_instance(
+        &uuid(1),
+        &InstanceUpdate {
+            vm_state: Some("shelved_offloaded".into()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(used(&t, ResourceClass::Vcpu), 2);
+    assert_eq!(count_status(&t, DeviceStatus::Allocated), 0);
+    t.update_instance(
+        &uuid(2),
+        &InstanceUpdate {
+            vm_state: Some("deleted".into()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(used(&t, ResourceClass::Vcpu), 0);
+    assert!(matches!(
+        t.update_instance(&uuid(9), &InstanceUpdate::default()),
+        Err(ClaimError::NotFound { .. })
+    ));
+}
+
+#[test]
+fn hot_plug_adds_removes_and_defers_busy_devices() {
+    let mut t = tracker();
+    let o = claim(
+        &mut t,
+        1,
+        req(
+            flavor(1, 1, 512, 1, &[]),
+            vec![pci("vf", 1, NumaPolicy::Legacy)],
+        ),
+    )
+    .unwrap();
+    let busy = o.claim.assignments[0].address;
+    let total_before = t.state().devices.len();
+    // The next probe: PF 3b:00.0 (whose VF is busy) lost its VFs; a new PF appeared.
+    let mut h = SyntheticHost::small();
+    h.pfs[0].num_vfs = 0;
+    h.pfs
+        .push(SyntheticPf::e810("0000:86:00.0", 2, 0, Some("iavf")));
+    let (out, changes) = t.audit(host(h.clone()), time::OffsetDateTime::UNIX_EPOCH);
+    assert_eq!(out.devices_added.len(), 3);
+    assert_eq!(out.devices_removed.len(), 7, "the 7 free VFs of 3b:00.0");
+    assert_eq!(out.devices_deferred, vec![busy]);
+    assert!(t.state().devices.contains_key(&busy));
+    assert_eq!(t.state().devices.len(), total_before - 7 + 3);
+    assert!(!changes.is_empty());
+    // Freed, the vanished device goes at the next audit.
+    t.abort(&uuid(1)).unwrap();
+    let (out, _) = t.audit(host(h), time::OffsetDateTime::UNIX_EPOCH);
+    assert_eq!(out.devices_removed, vec![busy]);
+    assert!(!t.state().devices.contains_key(&busy));
+}
+
+#[test]
+fn devices_held_by_unknown_owners_are_reclaimed_by_the_audit() {
+    let mut t = tracker();
+    claim(
+        &mut t,
+        1,
+        req(
+            flavor(1, 1, 512, 1, &[]),
+            vec![pci("vf", 1, NumaPolicy::Legacy)],
+        ),
+    )
+    .unwrap();
+    let mut state = t.state().clone();
+    state.instances.clear();
+    state.claims.clear();
+    t.replace_state(state);
+    let host = t.host().clone();
+    let (out, _) = t.audit(host, time::OffsetDateTime::UNIX_EPOCH);
+    assert_eq!(out.devices_reclaimed.len(), 1);
+    assert_eq!(count_status(&t, DeviceStatus::Allocated), 0);
+    assert_eq!(count_status(&t, DeviceStatus::Unavailable), 0);
+}
+
+#[test]
+fn dedicated_cpus_come_from_pcpu() {
+    let mut t = tracker_with(
+        SyntheticHost::small(),
+        "cpu_dedicated_set = \"4-7\"\ncpu_shared_set = \"0-3\"",
+    );
+    let e = claim(
+        &mut t,
+        1,
+        req(
+            flavor(1, 5, 512, 1, &[("hw:cpu_policy", "dedicated")]),
+            vec![],
+        ),
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("PCPU requested 5 is more than the largest allowed unit 4"),
+        "{e}"
+    );
+    claim(
+        &mut t,
+        2,
+        req(
+            flavor(1, 4, 512, 1, &[("hw:cpu_policy", "dedicated")]),
+            vec![],
+        ),
+    )
+    .unwrap();
+    assert_eq!(used(&t, ResourceClass::Pcpu), 4);
+    assert_eq!(used(&t, ResourceClass::Vcpu), 0);
+}
+
+#[test]
+fn failed_claims_keep_state_and_changes_empty() {
+    let mut t = tracker();
+    let before = t.state().clone();
+    let r = t.instance_claim(&info(1), &req(flavor(1, 1000, 1, 1, &[]), vec![]), 0, false);
+    assert!(r.is_err());
+    assert_eq!(t.state(), &before);
+    let r = t.instance_claim(
+        &InstanceInfo {
+            uuid: "not-a-uuid".into(),
+            ..Default::default()
+        },
+        &req(flavor(1, 1, 1, 1, &[]), vec![]),
+        0,
+        false,
+    );
+    assert!(matches!(r, Err(ClaimError::Invalid { .. })));
+    assert!(matches!(
+        t.abort(&uuid(42)),
+        Err(ClaimError::NotFound { .. })
+    ));
+}

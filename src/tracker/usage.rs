@@ -1,0 +1,253 @@
+//! Usage, rebuilt from the records every time it is needed, with Nova's rules
+//! (`_update_usage_from_instances` and `_update_usage_from_migrations`):
+//!
+//! 1. Every instance on this node that still holds resources counts its flavor.
+//! 2. Migrations that are still in progress (`error` counts; confirmed, reverted, failed,
+//!    completed, cancelled and done do not), for instances that are resizing or
+//!    live-migrating, the newest per instance, count:
+//!    - same-node: the new flavor while the instance still has the old one, else the old flavor
+//!      (held for a revert);
+//!    - incoming, instance not yet here: the new flavor;
+//!    - outgoing, instance gone from here: the old flavor, unless it was already cleared;
+//!    - an instance that is here and counted already adds nothing more.
+//!
+//!    A migration whose instance records another migration in its context is stale: it counts
+//!    nothing and the audit marks it `error`.
+//!
+//! Deriving usage rather than keeping running totals means it cannot drift.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use super::model::{FlavorUsage, HostNames, InstanceRecord, MigrationRecord};
+use crate::inventory::resources::ResourceClass;
+
+/// Why an instance or migration is counted here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UsageSource {
+    /// The instance is on this node.
+    Instance,
+    /// An incoming move (new flavor).
+    IncomingMigration,
+    /// An outgoing move held for a revert (old flavor).
+    OutgoingMigration,
+    /// A resize on this very node (the other flavor).
+    SameNodeMigration,
+}
+
+/// One counted consumer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Consumer {
+    /// Instance.
+    pub instance_uuid: String,
+    /// Migration, for migration usage.
+    pub migration_id: Option<i64>,
+    /// Why.
+    pub source: UsageSource,
+    /// Flavor counted.
+    pub flavor_id: i64,
+    /// Resources counted.
+    pub resources: BTreeMap<ResourceClass, i64>,
+}
+
+/// Usage of the node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    /// Used per class (reserved amounts not included).
+    pub used: BTreeMap<ResourceClass, i64>,
+    /// What is counted, and why.
+    pub consumers: Vec<Consumer>,
+    /// Instances on this node that count.
+    pub tracked_instances: BTreeSet<String>,
+    /// Migrations counted, by instance.
+    pub tracked_migrations: BTreeMap<String, i64>,
+    /// Migrations found stale (their instance's context names another migration).
+    pub stale_migrations: Vec<i64>,
+}
+
+impl Usage {
+    /// Amount used of a class.
+    pub fn used(&self, class: ResourceClass) -> i64 {
+        *self.used.get(&class).unwrap_or(&0)
+    }
+}
+
+/// True if the instance is on this node.
+pub fn on_node(inst: &InstanceRecord, names: &HostNames) -> bool {
+    inst.host.as_deref() == Some(names.host.as_str())
+        && inst.node.as_deref() == Some(names.node.as_str())
+}
+
+fn flavor_for<'a>(
+    inst: &'a InstanceRecord,
+    m: &MigrationRecord,
+    new: bool,
+) -> Option<&'a FlavorUsage> {
+    // Only resizes stash flavors; other moves keep the instance's flavor (Nova's _get_flavor).
+    if m.migration_type == "resize" {
+        if new {
+            inst.new_flavor.as_ref()
+        } else {
+            inst.old_flavor.as_ref()
+        }
+    } else {
+        Some(&inst.request.flavor)
+    }
+}
+
+/// Computes usage from the records.
+pub fn compute_usage(
+    names: &HostNames,
+    instances: &BTreeMap<String, InstanceRecord>,
+    migrations: &BTreeMap<i64, MigrationRecord>,
+    shared_disk: bool,
+) -> Usage {
+    let mut usage = Usage::default();
+    let add =
+        |usage: &mut Usage, inst: &InstanceRecord, flavor: &FlavorUsage, source, migration_id| {
+            let resources = flavor.resources(inst.request.is_bfv, shared_disk);
+            for (class, amount) in &resources {
+                *usage.used.entry(*class).or_default() += amount;
+            }
+            usage.consumers.push(Consumer {
+                instance_uuid: inst.uuid.clone(),
+                migration_id,
+                source,
+                flavor_id: flavor.id,
+                resources,
+            });
+        };
+
+    for inst in instances.values() {
+        if on_node(inst, names) && !inst.releases_resources() {
+            add(
+                &mut usage,
+                inst,
+                &inst.request.flavor,
+                UsageSource::Instance,
+                None,
+            );
+            usage.tracked_instances.insert(inst.uuid.clone());
+        }
+    }
+
+    // Newest in-progress migration per instance that is resizing or live-migrating.
+    let mut newest: BTreeMap<&str, &MigrationRecord> = BTreeMap::new();
+    for m in migrations.values().filter(|m| m.in_progress()) {
+        let Some(inst) = instances.get(&m.instance_uuid) else {
+            continue;
+        };
+        if !inst.in_resize_state() && !inst.live_migrating() {
+            continue;
+        }
+        let time = |x: &MigrationRecord| {
+            if x.updated_at > 0 {
+                x.updated_at
+            } else {
+                x.created_at
+            }
+        };
+        match newest.get(m.instance_uuid.as_str()) {
+            Some(other) if time(other) >= time(m) => {}
+            _ => {
+                newest.insert(&m.instance_uuid, m);
+            }
+        }
+    }
+
+    for m in newest.values() {
+        let inst = &instances[&m.instance_uuid];
+        if let Some(ctx) = &inst.migration_context {
+            if ctx.migration_id != m.id {
+                usage.stale_migrations.push(m.id);
+                continue;
+            }
+        }
+        let incoming = m.dest_compute.as_deref() == Some(names.host.as_str())
+            && m.dest_node.as_deref() == Some(names.node.as_str());
+        let outbound = m.source_compute.as_deref() == Some(names.host.as_str())
+            && m.source_node.as_deref() == Some(names.node.as_str());
+        let tracked = usage.tracked_instances.contains(&inst.uuid);
+        let counted = if incoming && outbound {
+            if Some(inst.request.flavor.id) == m.old_instance_type_id {
+                flavor_for(inst, m, true).map(|f| (f, UsageSource::SameNodeMigration))
+            } else {
+                flavor_for(inst, m, false).map(|f| (f, UsageSource::SameNodeMigration))
+            }
+        } else if incoming && !tracked {
+            flavor_for(inst, m, true).map(|f| (f, UsageSource::IncomingMigration))
+        } else if outbound && !tracked {
+            flavor_for(inst, m, false).map(|f| (f, UsageSource::OutgoingMigration))
+        } else {
+            None
+        };
+        if let Some((flavor, source)) = counted {
+            add(&mut usage, inst, flavor, source, Some(m.id));
+            usage.tracked_migrations.insert(inst.uuid.clone(), m.id);
+        }
+    }
+    usage
+}
+
+/// Nova's compute stats counters for the instances counted on this node.
+pub fn stats(
+    instances: &BTreeMap<String, InstanceRecord>,
+    usage: &Usage,
+    failed_builds: u64,
+) -> BTreeMap<String, String> {
+    let mut counts: BTreeMap<String, i64> = BTreeMap::new();
+    let mut bump = |k: String| *counts.entry(k).or_default() += 1;
+    for uuid in &usage.tracked_instances {
+        let Some(inst) = instances.get(uuid) else {
+            continue;
+        };
+        bump("num_instances".to_string());
+        bump(format!("num_vm_{}", inst.vm_state));
+        bump(format!(
+            "num_task_{}",
+            inst.task_state.as_deref().unwrap_or("None")
+        ));
+        bump(format!(
+            "num_os_type_{}",
+            inst.os_type.as_deref().unwrap_or("None")
+        ));
+        bump(format!(
+            "num_proj_{}",
+            inst.project_id.as_deref().unwrap_or("None")
+        ));
+    }
+    let get = |counts: &BTreeMap<String, i64>, k: &str| *counts.get(k).unwrap_or(&0);
+    let io = [
+        "num_vm_building",
+        "num_task_resize_migrating",
+        "num_task_rebuilding",
+        "num_task_resize_prep",
+        "num_task_image_snapshot",
+        "num_task_image_backup",
+        "num_task_rescuing",
+        "num_task_unshelving",
+    ]
+    .iter()
+    .map(|k| get(&counts, k))
+    .sum::<i64>();
+    let mut out: BTreeMap<String, String> = counts
+        .into_iter()
+        .map(|(k, v)| (k, v.to_string()))
+        .collect();
+    if !usage.tracked_instances.is_empty() {
+        out.insert("io_workload".into(), io.to_string());
+    }
+    out.insert("failed_builds".into(), failed_builds.to_string());
+    out
+}
+
+/// Nova's `calculate_workload`: instances with a task in progress.
+pub fn current_workload(stats: &BTreeMap<String, String>) -> i64 {
+    stats
+        .iter()
+        .filter(|(k, _)| k.starts_with("num_task") && !k.ends_with("None"))
+        .map(|(_, v)| v.parse::<i64>().unwrap_or(0))
+        .sum()
+}
