@@ -7,5 +7,6 @@
 pub mod config;
 pub mod inventory;
 pub mod tracker;
+pub mod upstream;
 
 pub use rtrack_probes as probes;
