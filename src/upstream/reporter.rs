@@ -279,6 +279,23 @@ impl<P: PlacementApi> Reporter<P> {
                 );
             }
         }
+        // Custom classes and traits in use on our providers exist: no need to PUT them again.
+        for p in cache.providers.values() {
+            let classes: Vec<String> = p
+                .inventories
+                .keys()
+                .filter(|c| c.starts_with("CUSTOM_"))
+                .cloned()
+                .collect();
+            let traits: Vec<String> = p
+                .traits
+                .iter()
+                .filter(|t| t.starts_with("CUSTOM_"))
+                .cloned()
+                .collect();
+            cache.classes.extend(classes);
+            cache.custom_traits.extend(traits);
+        }
         self.cache = cache;
         self.cache_valid = true;
         self.refreshed_at = Some(Instant::now());
