@@ -725,7 +725,15 @@ async fn allocations_mode_mirrors_claims_and_moves() {
             (ResourceKey::PciDevice(vf), 1),
         ]),
     };
-    let d = DesiredState::build(&inv, &cfg, node, "cmp-alloc", false, &[claim.clone()]).unwrap();
+    let d = DesiredState::build(
+        &inv,
+        &cfg,
+        node,
+        "cmp-alloc",
+        false,
+        std::slice::from_ref(&claim),
+    )
+    .unwrap();
     let o = r.report(&d).await.unwrap();
     assert_eq!(o.requests.get("put_allocation"), 1, "{}", o.requests);
     assert_placement_matches(&raw, &d).await;
