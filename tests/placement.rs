@@ -1067,3 +1067,55 @@ async fn report_once_registers_the_host() {
         "{e}"
     );
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn in_use_class_is_kept_and_retried_next_cycle() {
+    let Some(srv) = server("inuse") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let inv = probe(&SyntheticHost::small(), &tmp.path().join("host"));
+    let cfg = config(&srv.url, "");
+    let node = Uuid::new_v4();
+    let raw = srv.client();
+    let mut r = reporter(&cfg);
+    let d = DesiredState::build(&inv, &cfg, node, "cmp-inuse", false, &[]).unwrap();
+    r.report(&d).await.unwrap();
+    // The scheduler places an instance on 2 VCPUs.
+    let (s, v) = raw
+        .put(
+            &format!("/allocations/{}", Uuid::new_v4()),
+            json!({"allocations": {node.to_string(): {"resources": {"VCPU": 2}}},
+                   "project_id": "p", "user_id": "u", "consumer_generation": null,
+                   "consumer_type": "INSTANCE"}),
+        )
+        .await;
+    assert_eq!(s, 204, "{v}");
+    // Every CPU becomes dedicated: VCPU would go, PCPU comes. VCPU is in use.
+    let pinned = config(&srv.url, "[resources]\ncpu_dedicated_set = \"0-7\"\n");
+    let d = DesiredState::build(&inv, &pinned, node, "cmp-inuse", false, &[]).unwrap();
+    assert!(!d.providers[0].inventories.contains_key("VCPU"));
+    let o = r.report(&d).await.unwrap();
+    eprintln!(
+        "MEASURE removal of an in-use class: {} requests ({}), in use {}",
+        o.requests.total(),
+        o.requests,
+        o.inventory_in_use
+    );
+    assert_eq!(o.inventory_in_use, 1);
+    let held = raw
+        .get(&format!("/resource_providers/{node}/inventories"))
+        .await;
+    assert_eq!(
+        held["inventories"]["VCPU"]["total"],
+        json!(8),
+        "old VCPU kept"
+    );
+    assert_eq!(
+        held["inventories"]["PCPU"]["total"],
+        json!(8),
+        "PCPU written"
+    );
+    // Next cycle tries again (and keeps it again while the allocation lasts).
+    let o = r.report(&d).await.unwrap();
+    assert_eq!(o.inventory_in_use, 1);
+    assert_eq!(o.requests.get("put_inventories"), 2, "{}", o.requests);
+}
