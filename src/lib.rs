@@ -10,5 +10,6 @@ pub mod inventory;
 pub mod objects;
 pub mod store;
 pub mod tracker;
+pub mod upstream;
 
 pub use rtrack_probes as probes;

@@ -198,8 +198,8 @@ pub struct LogConfig {
     pub level: Option<String>,
 }
 
-/// `[placement]`
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+/// `[placement]`. `Debug` hides `token` and `password` (a logged config must not leak them).
+#[derive(Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct PlacementConfig {
     /// Placement endpoint URL; reporting is off when unset.
@@ -230,6 +230,28 @@ pub struct PlacementConfig {
     pub report_allocations: Option<bool>,
     /// HTTP timeout, seconds. Default 10.
     pub timeout_s: Option<u64>,
+}
+
+impl std::fmt::Debug for PlacementConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hidden = |v: &Option<String>| v.as_ref().map(|_| "(hidden)");
+        f.debug_struct("PlacementConfig")
+            .field("endpoint", &self.endpoint)
+            .field("auth", &self.auth)
+            .field("token", &hidden(&self.token))
+            .field("roles", &self.roles)
+            .field("auth_url", &self.auth_url)
+            .field("username", &self.username)
+            .field("password", &hidden(&self.password))
+            .field("project_name", &self.project_name)
+            .field("user_domain_name", &self.user_domain_name)
+            .field("project_domain_name", &self.project_domain_name)
+            .field("report_interval_s", &self.report_interval_s)
+            .field("refresh_interval_s", &self.refresh_interval_s)
+            .field("report_allocations", &self.report_allocations)
+            .field("timeout_s", &self.timeout_s)
+            .finish()
+    }
 }
 
 /// `[upstream]`

@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# start.sh: run a real OpenStack Placement (openstack-placement, pinned in requirements.txt and
+# constraints.txt beside this script) on 127.0.0.1 for rtrack's tests.
+#
+#   scripts/placement/start.sh [--fresh] [--owner-pid PID] DIR [PORT|auto]
+#
+# - The venv lives in target/placement-venv (override: PLACEMENT_VENV) and is rebuilt only when
+#   the interpreter or the pin files change (a stamp file holds their hash).
+# - DIR holds etc/placement.conf, data/placement.sqlite, logs/ (placement.log has one line per
+#   request: tests count requests from it) and run/ (pid, port, url).
+# - SQLite and noauth2 (X-Auth-Token "admin"); gunicorn with one worker and one thread, because
+#   SQLite under concurrent writers answers 500 "database is locked" instead of waiting.
+# - Prints only the URL on stdout; everything else goes to stderr.
+# - Idempotent: when DIR's server runs already, prints its URL (a different PORT is an error).
+#   A pid file left by a crashed run is detected and removed.
+# - --fresh empties the database first (the server must be stopped).
+# - --owner-pid PID: a watcher stops the server once PID has exited, so a test binary that
+#   panics, aborts or is killed does not leave a server behind.
+#
+# Needs bash, python3 >= 3.11 with the venv module (Debian: apt-get install python3-venv),
+# setsid and flock (util-linux), and PyPI for the first install.
+set -Eeuo pipefail
+
+HERE=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd -- "$HERE/../.." && pwd)
+say() { printf 'placement/start: %s\n' "$*" >&2; }
+fail() { printf 'placement/start: error: %s\n' "$*" >&2; exit 1; }
+
+fresh=0
+owner=
+args=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --fresh) fresh=1 ;;
+        --owner-pid) shift; owner=${1:-} ;;
+        -h|--help) sed -n '2,/^set -E/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 0 ;;
+        -*) fail "unknown option $1" ;;
+        *) args+=("$1") ;;
+    esac
+    shift
+done
+[ ${#args[@]} -ge 1 ] && [ ${#args[@]} -le 2 ] || fail "usage: start.sh [--fresh] [--owner-pid PID] DIR [PORT|auto]"
+port=${args[1]:-auto}
+case "$port" in
+    auto|0) port=auto ;;
+    *[!0-9]*) fail "PORT must be a number or 'auto', got '$port'" ;;
+esac
+case "$owner" in *[!0-9]*) fail "--owner-pid needs a number, got '$owner'" ;; esac
+
+for tool in setsid flock sha256sum; do
+    command -v "$tool" >/dev/null || fail "'$tool' not found (Debian: apt-get install util-linux coreutils)"
+done
+PY=${PLACEMENT_PYTHON:-python3}
+command -v "$PY" >/dev/null || fail "'$PY' not found: install python3 >= 3.11 with its venv module (Debian: apt-get install python3 python3-venv)"
+"$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+    || fail "$("$PY" -V 2>&1) is too old: openstack-placement needs Python >= 3.11"
+"$PY" -c 'import venv, ensurepip' 2>/dev/null \
+    || fail "$PY has no venv/ensurepip module (Debian: apt-get install python3-venv)"
+
+mkdir -p -- "${args[0]}"
+DIR=$(cd -- "${args[0]}" && pwd -P)
+# The path goes into an oslo.config file and a SQLAlchemy URL.
+case "$DIR" in *[[:space:]\$%\"\'\\\#\;]*) fail "DIR '$DIR' must be a plain path" ;; esac
+mkdir -p "$DIR/etc" "$DIR/data" "$DIR/logs" "$DIR/run"
+PIDFILE=$DIR/run/placement.pid
+GPIDFILE=$DIR/run/gunicorn.pid
+
+exec 9>"$DIR/run/lock"
+flock -w 600 9 || fail "another start/stop holds $DIR/run/lock"
+
+# Is $1 the gunicorn master started for this DIR (and not a zombie)?
+ours() {
+    local pid=$1
+    case "$pid" in ''|*[!0-9]*) return 1 ;; esac
+    [ -r "/proc/$pid/cmdline" ] || return 1
+    [ "$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)" != Z ] || return 1
+    tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qxF -- "$GPIDFILE"
+}
+
+# GET / until it answers: prints "min max". Never through a proxy.
+ready() {  # url timeout [pid]
+    "$PY" - "$@" <<'PY'
+import json, os, sys, time, urllib.request
+url, limit = sys.argv[1], float(sys.argv[2])
+pid = int(sys.argv[3]) if len(sys.argv) > 3 else None
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+end, last = time.monotonic() + limit, None
+while True:
+    if pid is not None and not os.path.exists("/proc/%d" % pid):
+        sys.exit("server pid %d exited before answering" % pid)
+    try:
+        with opener.open(url + "/", timeout=2) as r:
+            v = json.load(r)["versions"][0]
+            print(v["min_version"], v["max_version"])
+            sys.exit(0)
+    except Exception as e:
+        last = e
+    if time.monotonic() > end:
+        sys.exit("no answer from %s/ in %ss: %s" % (url, limit, last))
+    time.sleep(0.1)
+PY
+}
+
+watch_owner() {  # stop the server when the owner process is gone
+    [ -n "$owner" ] || return 0
+    setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; exec "$2/stop.sh" "$3"' \
+        watcher "$owner" "$HERE" "$DIR" </dev/null >>"$DIR/logs/watcher.log" 2>&1 8>&- 9>&- &
+}
+
+if [ -f "$PIDFILE" ]; then
+    old=$(cat "$PIDFILE" 2>/dev/null || true)
+    if ours "$old"; then
+        [ "$fresh" = 0 ] || fail "--fresh needs the server stopped first (pid $old): $HERE/stop.sh $DIR"
+        oldport=$(cat "$DIR/run/port" 2>/dev/null || true)
+        [ "$port" = auto ] || [ "$port" = "$oldport" ] \
+            || fail "already running on port $oldport (pid $old), not $port"
+        ready "http://127.0.0.1:$oldport" 30 >/dev/null || fail "pid $old runs but does not answer"
+        watch_owner
+        echo "http://127.0.0.1:$oldport"
+        exit 0
+    fi
+    say "removing stale pid file (pid '$old' is not running a server for $DIR)"
+    rm -f "$PIDFILE" "$GPIDFILE"
+fi
+
+# ---- venv (shared by every DIR; one installer at a time)
+VENV=${PLACEMENT_VENV:-$REPO/target/placement-venv}
+mkdir -p "$(dirname -- "$VENV")"
+stamp=$({ "$PY" -c 'import sys, platform; print(sys.version, platform.machine())'
+          cat "$HERE/requirements.txt" "$HERE/constraints.txt"; } | sha256sum | cut -d' ' -f1)
+exec 8>"$VENV.lock"
+flock -w 900 8 || fail "another install into $VENV takes too long ($VENV.lock)"
+if [ "$(cat "$VENV/.rtrack-stamp" 2>/dev/null)" != "$stamp" ] \
+    || ! "$VENV/bin/python" -c 'import placement.wsgi, gunicorn' >/dev/null 2>&1; then
+    say "installing openstack-placement into $VENV (log: $DIR/logs/install.log)"
+    rm -rf -- "$VENV"
+    { "$PY" -m venv "$VENV" \
+        && "$VENV/bin/python" -m pip install --disable-pip-version-check --no-input \
+            -r "$HERE/requirements.txt" -c "$HERE/constraints.txt"; } >>"$DIR/logs/install.log" 2>&1 \
+        || { tail -n 20 "$DIR/logs/install.log" >&2; rm -rf -- "$VENV"; fail "venv install failed (PyPI reachable?)"; }
+    echo "$stamp" >"$VENV/.rtrack-stamp"
+fi
+flock -u 8
+
+# ---- config and database
+cat >"$DIR/etc/placement.conf" <<EOF
+# Written by rtrack scripts/placement/start.sh; rewritten at every start.
+[DEFAULT]
+log_file = $DIR/logs/placement.log
+use_stderr = false
+
+[api]
+auth_strategy = noauth2
+
+[placement_database]
+connection = sqlite:///$DIR/data/placement.sqlite
+EOF
+if [ "$fresh" = 1 ]; then
+    rm -f "$DIR/data/placement.sqlite" "$DIR/data/placement.sqlite-journal"
+fi
+"$VENV/bin/placement-manage" --config-file "$DIR/etc/placement.conf" db sync \
+    >>"$DIR/logs/db-sync.log" 2>&1 || { tail -n 20 "$DIR/logs/db-sync.log" >&2; fail "db sync failed"; }
+
+# ---- server
+if [ "$port" = auto ]; then
+    port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+fi
+url="http://127.0.0.1:$port"
+(
+    exec 8>&- 9>&-
+    cd "$DIR"
+    export OS_PLACEMENT_CONFIG_DIR="$DIR/etc"
+    exec setsid "$VENV/bin/python" "$VENV/bin/gunicorn" --bind "127.0.0.1:$port" \
+        --worker-class gthread --workers 1 --threads 1 --timeout 60 --graceful-timeout 3 \
+        --pid "$GPIDFILE" --error-logfile "$DIR/logs/gunicorn.log" --capture-output \
+        placement.wsgi.api:application
+) </dev/null >>"$DIR/logs/server.out" 2>&1 &
+pid=$!
+echo "$pid" >"$PIDFILE"
+if ! versions=$(ready "$url" 60 "$pid"); then
+    tail -n 20 "$DIR/logs/gunicorn.log" >&2 || true
+    kill -TERM -- "-$pid" 2>/dev/null || true
+    rm -f "$PIDFILE"
+    fail "placement did not come up on $url"
+fi
+echo "$port" >"$DIR/run/port"
+echo "$url" >"$DIR/run/url"
+watch_owner
+say "up at $url (pid $pid, microversions ${versions/ /..})"
+echo "$url"

@@ -1,0 +1,779 @@
+//! The Placement HTTP API, as typed calls behind the [`PlacementApi`] trait so the reporter's
+//! logic does not depend on HTTP; [`HttpPlacement`] is the reqwest implementation.
+//!
+//! Every request goes to the configured endpoint (no proxy, no redirects), carries the auth
+//! headers and `OpenStack-API-Version: placement X.Y` (the version negotiated from `GET /`: at
+//! least 1.26, at most 1.39), and is counted by kind. Errors are mapped from Placement's
+//! `{"errors": [{"status", "code", "detail"}]}` body; callers match on status and code only.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use reqwest::{Method, StatusCode};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::auth::Authenticator;
+use super::config::PlacementSettings;
+use super::desired::DesiredAllocation;
+use super::plan::InventoryRecord;
+use super::UpstreamError;
+
+/// Lowest microversion rtrack works with (`reserved` may equal `total`; codes in errors).
+pub const MIN_MICROVERSION: (u32, u32) = (1, 26);
+/// Highest microversion rtrack uses (`consumer_type` in allocations needs 1.38).
+pub const MAX_MICROVERSION: (u32, u32) = (1, 39);
+
+/// Requests sent, by kind (`get_inventories`, `put_traits`, ...).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestCounts(pub BTreeMap<&'static str, u64>);
+
+impl RequestCounts {
+    /// All requests.
+    pub fn total(&self) -> u64 {
+        self.0.values().sum()
+    }
+
+    /// Requests of one kind.
+    pub fn get(&self, kind: &str) -> u64 {
+        self.0.get(kind).copied().unwrap_or(0)
+    }
+
+    /// `self - earlier`, per kind (requests made since `earlier` was taken).
+    pub fn since(&self, earlier: &RequestCounts) -> RequestCounts {
+        RequestCounts(
+            self.0
+                .iter()
+                .map(|(k, v)| (*k, v - earlier.get(k)))
+                .filter(|(_, v)| *v > 0)
+                .collect(),
+        )
+    }
+}
+
+impl fmt::Display for RequestCounts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.0.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        write!(f, "{} ({})", self.total(), parts.join(", "))
+    }
+}
+
+/// A provider as Placement lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct ProviderInfo {
+    /// Uuid.
+    pub uuid: Uuid,
+    /// Name.
+    pub name: String,
+    /// Generation.
+    pub generation: u64,
+    /// Parent.
+    #[serde(default)]
+    pub parent_provider_uuid: Option<Uuid>,
+}
+
+/// A consumer's allocations: generation and provider -> class -> amount.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ConsumerAllocations {
+    /// Consumer generation; `None` when Placement has no such consumer.
+    pub generation: Option<u64>,
+    /// provider -> class -> amount.
+    pub resources: BTreeMap<Uuid, BTreeMap<String, u64>>,
+    /// project, user, consumer type (when the consumer exists).
+    pub owner: Option<(String, String, String)>,
+}
+
+/// The Placement calls the reporter makes. Implemented over HTTP by [`HttpPlacement`]; a test
+/// double can implement it to drive the reporter without a server.
+#[allow(async_fn_in_trait)]
+pub trait PlacementApi {
+    /// `GET /`: picks the microversion to use.
+    async fn negotiate(&mut self) -> Result<(u32, u32), UpstreamError>;
+    /// `GET /resource_providers?in_tree={root}`.
+    async fn providers_in_tree(&mut self, root: Uuid) -> Result<Vec<ProviderInfo>, UpstreamError>;
+    /// `GET /resource_providers/{uuid}` (`None` on 404).
+    async fn get_provider(&mut self, uuid: Uuid) -> Result<Option<ProviderInfo>, UpstreamError>;
+    /// `GET /resource_providers?name={name}`.
+    async fn provider_by_name(&mut self, name: &str)
+        -> Result<Option<ProviderInfo>, UpstreamError>;
+    /// `POST /resource_providers`.
+    async fn create_provider(
+        &mut self,
+        uuid: Uuid,
+        name: &str,
+        parent: Option<Uuid>,
+    ) -> Result<ProviderInfo, UpstreamError>;
+    /// `PUT /resource_providers/{uuid}` (rename; does not bump the generation).
+    async fn rename_provider(
+        &mut self,
+        uuid: Uuid,
+        name: &str,
+        parent: Option<Uuid>,
+    ) -> Result<(), UpstreamError>;
+    /// `DELETE /resource_providers/{uuid}`.
+    async fn delete_provider(&mut self, uuid: Uuid) -> Result<(), UpstreamError>;
+    /// `GET .../inventories`: generation and records.
+    async fn get_inventories(
+        &mut self,
+        uuid: Uuid,
+    ) -> Result<(u64, BTreeMap<String, InventoryRecord>), UpstreamError>;
+    /// `PUT .../inventories`: the new generation.
+    async fn put_inventories(
+        &mut self,
+        uuid: Uuid,
+        generation: u64,
+        inventories: &BTreeMap<String, InventoryRecord>,
+    ) -> Result<u64, UpstreamError>;
+    /// `GET .../traits`.
+    async fn get_traits(&mut self, uuid: Uuid) -> Result<(u64, BTreeSet<String>), UpstreamError>;
+    /// `PUT .../traits`: the new generation.
+    async fn put_traits(
+        &mut self,
+        uuid: Uuid,
+        generation: u64,
+        traits: &BTreeSet<String>,
+    ) -> Result<u64, UpstreamError>;
+    /// `GET .../aggregates`.
+    async fn get_aggregates(&mut self, uuid: Uuid) -> Result<(u64, BTreeSet<Uuid>), UpstreamError>;
+    /// `PUT .../aggregates`: the new generation.
+    async fn put_aggregates(
+        &mut self,
+        uuid: Uuid,
+        generation: u64,
+        aggregates: &BTreeSet<Uuid>,
+    ) -> Result<u64, UpstreamError>;
+    /// `GET .../usages`.
+    async fn get_usages(&mut self, uuid: Uuid) -> Result<BTreeMap<String, u64>, UpstreamError>;
+    /// `GET .../allocations`: the consumers holding allocations on the provider.
+    async fn provider_consumers(&mut self, uuid: Uuid) -> Result<BTreeSet<Uuid>, UpstreamError>;
+    /// `GET /allocations/{consumer}`.
+    async fn get_consumer(&mut self, consumer: Uuid) -> Result<ConsumerAllocations, UpstreamError>;
+    /// `PUT /allocations/{consumer}`; `None` allocation = remove all (safe delete with the
+    /// generation). `generation` `None` means "the consumer must not exist yet".
+    async fn put_allocation(
+        &mut self,
+        consumer: Uuid,
+        allocation: Option<&DesiredAllocation>,
+        generation: Option<u64>,
+        owner: Option<&(String, String, String)>,
+    ) -> Result<(), UpstreamError>;
+    /// `PUT /resource_classes/{name}`.
+    async fn ensure_resource_class(&mut self, name: &str) -> Result<(), UpstreamError>;
+    /// `PUT /traits/{name}`.
+    async fn ensure_trait(&mut self, name: &str) -> Result<(), UpstreamError>;
+    /// Requests sent so far, by kind.
+    fn counts(&self) -> RequestCounts;
+}
+
+/// Placement over HTTP (reqwest, rustls).
+#[derive(Debug)]
+pub struct HttpPlacement {
+    http: reqwest::Client,
+    endpoint: String,
+    auth: Authenticator,
+    version: Option<(u32, u32)>,
+    counts: RequestCounts,
+}
+
+/// A transport error in words, without the URL (callers add it).
+pub fn transport_reason(e: &reqwest::Error) -> String {
+    let mut reason = if e.is_timeout() {
+        "timed out".to_string()
+    } else if e.is_connect() {
+        "cannot connect".to_string()
+    } else {
+        "request failed".to_string()
+    };
+    let mut src = std::error::Error::source(e);
+    let mut last = None;
+    while let Some(s) = src {
+        last = Some(s.to_string());
+        src = s.source();
+    }
+    if let Some(l) = last {
+        reason.push_str(": ");
+        reason.push_str(&l);
+    }
+    reason
+}
+
+fn parse_version(s: &str) -> Option<(u32, u32)> {
+    let (a, b) = s.split_once('.')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
+}
+
+/// Picks the microversion: the server's maximum, at most [`MAX_MICROVERSION`], at least
+/// [`MIN_MICROVERSION`].
+pub fn choose_microversion(min: (u32, u32), max: (u32, u32)) -> Option<(u32, u32)> {
+    let v = max.min(MAX_MICROVERSION);
+    (v >= MIN_MICROVERSION && v >= min).then_some(v)
+}
+
+/// Maps an error answer to [`UpstreamError::Placement`]: `status` and `code` from the first
+/// entry of `errors` (`code` exists from 1.23 on), `detail` kept short for messages.
+pub fn error_from_body(method: &str, path: &str, status: u16, body: &str) -> UpstreamError {
+    let v: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    let first = &v["errors"][0];
+    let code = first["code"].as_str().map(str::to_string);
+    let detail = first["detail"]
+        .as_str()
+        .or_else(|| first["title"].as_str())
+        .or_else(|| v["message"].as_str())
+        .unwrap_or(body)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let detail: String = detail.chars().take(300).collect();
+    UpstreamError::Placement {
+        method: method.to_string(),
+        path: path.to_string(),
+        status,
+        code,
+        detail,
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(
+    method: &str,
+    path: &str,
+    v: Value,
+) -> Result<T, UpstreamError> {
+    serde_json::from_value(v).map_err(|e| UpstreamError::Decode {
+        method: method.to_string(),
+        path: path.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+#[derive(Deserialize)]
+struct ProviderList {
+    resource_providers: Vec<ProviderInfo>,
+}
+
+#[derive(Deserialize)]
+struct Inventories {
+    resource_provider_generation: u64,
+    inventories: BTreeMap<String, InventoryRecord>,
+}
+
+#[derive(Deserialize)]
+struct Traits {
+    resource_provider_generation: u64,
+    traits: BTreeSet<String>,
+}
+
+#[derive(Deserialize)]
+struct Aggregates {
+    resource_provider_generation: u64,
+    aggregates: BTreeSet<Uuid>,
+}
+
+#[derive(Deserialize)]
+struct Usages {
+    usages: BTreeMap<String, u64>,
+}
+
+#[derive(Deserialize)]
+struct ProviderAllocations {
+    allocations: BTreeMap<Uuid, Value>,
+}
+
+#[derive(Deserialize)]
+struct ConsumerBody {
+    allocations: BTreeMap<Uuid, ConsumerEntry>,
+    consumer_generation: Option<u64>,
+    project_id: Option<String>,
+    user_id: Option<String>,
+    consumer_type: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ConsumerEntry {
+    resources: BTreeMap<String, u64>,
+}
+
+impl HttpPlacement {
+    /// A client for `settings.endpoint`. Makes no request.
+    pub fn new(settings: &PlacementSettings) -> Result<HttpPlacement, UpstreamError> {
+        let http = reqwest::Client::builder()
+            // Proxies from the environment would send loopback or management traffic
+            // elsewhere; Placement is reached directly.
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(settings.timeout)
+            .connect_timeout(settings.timeout)
+            .user_agent(concat!("rtrack/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| UpstreamError::Config {
+                key: "placement".into(),
+                value: "(client)".into(),
+                expected: format!("an HTTP client could not be built: {e}"),
+            })?;
+        Ok(HttpPlacement {
+            http,
+            endpoint: settings.endpoint.as_str().trim_end_matches('/').to_string(),
+            auth: Authenticator::new(settings.auth.clone()),
+            version: None,
+            counts: RequestCounts::default(),
+        })
+    }
+
+    /// Keystone token requests made so far.
+    pub fn keystone_requests(&self) -> u64 {
+        self.auth.keystone_requests
+    }
+
+    /// The negotiated microversion.
+    pub fn microversion(&self) -> Option<(u32, u32)> {
+        self.version
+    }
+
+    /// Sends one request and returns the status and JSON body (Null when empty). Error
+    /// statuses become [`UpstreamError::Placement`] unless listed in `ok_errors`.
+    async fn call(
+        &mut self,
+        kind: &'static str,
+        method: Method,
+        path: &str,
+        query: &[(&str, &str)],
+        body: Option<&Value>,
+        ok_errors: &[u16],
+    ) -> Result<(StatusCode, Value), UpstreamError> {
+        let mut url = reqwest::Url::parse(&format!("{}{}", self.endpoint, path)).map_err(|e| {
+            UpstreamError::Decode {
+                method: method.to_string(),
+                path: path.to_string(),
+                reason: format!("bad URL: {e}"),
+            }
+        })?;
+        if !query.is_empty() {
+            url.query_pairs_mut().extend_pairs(query);
+        }
+        let version = match self.version {
+            Some((a, b)) => format!("placement {a}.{b}"),
+            None => "placement latest".to_string(),
+        };
+        let mut renewed = false;
+        loop {
+            let headers = self.auth.headers(&self.http).await?;
+            let mut req = self
+                .http
+                .request(method.clone(), url.clone())
+                .headers(headers)
+                .header("openstack-api-version", &version)
+                .header("accept", "application/json");
+            if let Some(b) = body {
+                req = req.json(b);
+            }
+            *self.counts.0.entry(kind).or_default() += 1;
+            tracing::debug!(%method, path, "placement request");
+            let resp = req.send().await.map_err(|e| UpstreamError::Transport {
+                method: method.to_string(),
+                url: format!("{}{}", self.endpoint, path),
+                reason: transport_reason(&e),
+            })?;
+            let status = resp.status();
+            if status == StatusCode::UNAUTHORIZED && self.auth.can_renew() && !renewed {
+                // The cached token was revoked or expired early: get a new one, once.
+                self.auth.invalidate();
+                renewed = true;
+                continue;
+            }
+            let text = resp.text().await.map_err(|e| UpstreamError::Transport {
+                method: method.to_string(),
+                url: format!("{}{}", self.endpoint, path),
+                reason: transport_reason(&e),
+            })?;
+            if status.is_client_error() || status.is_server_error() {
+                if ok_errors.contains(&status.as_u16()) {
+                    return Ok((status, Value::Null));
+                }
+                return Err(error_from_body(
+                    method.as_str(),
+                    path,
+                    status.as_u16(),
+                    &text,
+                ));
+            }
+            let v = if text.trim().is_empty() {
+                Value::Null
+            } else {
+                serde_json::from_str(&text).map_err(|e| UpstreamError::Decode {
+                    method: method.to_string(),
+                    path: path.to_string(),
+                    reason: format!("not JSON: {e}"),
+                })?
+            };
+            return Ok((status, v));
+        }
+    }
+
+    fn version_at_least(&self, v: (u32, u32)) -> bool {
+        self.version.is_some_and(|have| have >= v)
+    }
+}
+
+impl PlacementApi for HttpPlacement {
+    async fn negotiate(&mut self) -> Result<(u32, u32), UpstreamError> {
+        self.version = None;
+        let (_, v) = self
+            .call("get_versions", Method::GET, "/", &[], None, &[])
+            .await?;
+        let first = &v["versions"][0];
+        let (min, max) = match (
+            first["min_version"].as_str().and_then(parse_version),
+            first["max_version"].as_str().and_then(parse_version),
+        ) {
+            (Some(a), Some(b)) => (a, b),
+            _ => {
+                return Err(UpstreamError::Decode {
+                    method: "GET".into(),
+                    path: "/".into(),
+                    reason: "no versions[0].min_version / max_version".into(),
+                })
+            }
+        };
+        let chosen = choose_microversion(min, max).ok_or_else(|| UpstreamError::Microversion {
+            endpoint: self.endpoint.clone(),
+            min: format!("{}.{}", min.0, min.1),
+            max: format!("{}.{}", max.0, max.1),
+            needed: format!("{}.{}", MIN_MICROVERSION.0, MIN_MICROVERSION.1),
+        })?;
+        self.version = Some(chosen);
+        Ok(chosen)
+    }
+
+    async fn providers_in_tree(&mut self, root: Uuid) -> Result<Vec<ProviderInfo>, UpstreamError> {
+        let r = root.to_string();
+        let (_, v) = self
+            .call(
+                "get_tree",
+                Method::GET,
+                "/resource_providers",
+                &[("in_tree", &r)],
+                None,
+                &[],
+            )
+            .await?;
+        Ok(decode::<ProviderList>("GET", "/resource_providers", v)?.resource_providers)
+    }
+
+    async fn get_provider(&mut self, uuid: Uuid) -> Result<Option<ProviderInfo>, UpstreamError> {
+        let path = format!("/resource_providers/{uuid}");
+        let (s, v) = self
+            .call("get_provider", Method::GET, &path, &[], None, &[404])
+            .await?;
+        if s == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        decode("GET", &path, v).map(Some)
+    }
+
+    async fn provider_by_name(
+        &mut self,
+        name: &str,
+    ) -> Result<Option<ProviderInfo>, UpstreamError> {
+        let (_, v) = self
+            .call(
+                "get_provider",
+                Method::GET,
+                "/resource_providers",
+                &[("name", name)],
+                None,
+                &[],
+            )
+            .await?;
+        Ok(decode::<ProviderList>("GET", "/resource_providers", v)?
+            .resource_providers
+            .into_iter()
+            .next())
+    }
+
+    async fn create_provider(
+        &mut self,
+        uuid: Uuid,
+        name: &str,
+        parent: Option<Uuid>,
+    ) -> Result<ProviderInfo, UpstreamError> {
+        let mut body = json!({"uuid": uuid, "name": name});
+        if let Some(p) = parent {
+            body["parent_provider_uuid"] = json!(p);
+        }
+        let (_, v) = self
+            .call(
+                "create_provider",
+                Method::POST,
+                "/resource_providers",
+                &[],
+                Some(&body),
+                &[],
+            )
+            .await?;
+        decode("POST", "/resource_providers", v)
+    }
+
+    async fn rename_provider(
+        &mut self,
+        uuid: Uuid,
+        name: &str,
+        parent: Option<Uuid>,
+    ) -> Result<(), UpstreamError> {
+        let path = format!("/resource_providers/{uuid}");
+        let mut body = json!({"name": name});
+        if let Some(p) = parent {
+            body["parent_provider_uuid"] = json!(p);
+        }
+        self.call("rename_provider", Method::PUT, &path, &[], Some(&body), &[])
+            .await?;
+        Ok(())
+    }
+
+    async fn delete_provider(&mut self, uuid: Uuid) -> Result<(), UpstreamError> {
+        let path = format!("/resource_providers/{uuid}");
+        self.call("delete_provider", Method::DELETE, &path, &[], None, &[404])
+            .await?;
+        Ok(())
+    }
+
+    async fn get_inventories(
+        &mut self,
+        uuid: Uuid,
+    ) -> Result<(u64, BTreeMap<String, InventoryRecord>), UpstreamError> {
+        let path = format!("/resource_providers/{uuid}/inventories");
+        let (_, v) = self
+            .call("get_inventories", Method::GET, &path, &[], None, &[])
+            .await?;
+        let i: Inventories = decode("GET", &path, v)?;
+        Ok((i.resource_provider_generation, i.inventories))
+    }
+
+    async fn put_inventories(
+        &mut self,
+        uuid: Uuid,
+        generation: u64,
+        inventories: &BTreeMap<String, InventoryRecord>,
+    ) -> Result<u64, UpstreamError> {
+        let path = format!("/resource_providers/{uuid}/inventories");
+        let body = json!({"resource_provider_generation": generation, "inventories": inventories});
+        let (_, v) = self
+            .call("put_inventories", Method::PUT, &path, &[], Some(&body), &[])
+            .await?;
+        Ok(decode::<Inventories>("PUT", &path, v)?.resource_provider_generation)
+    }
+
+    async fn get_traits(&mut self, uuid: Uuid) -> Result<(u64, BTreeSet<String>), UpstreamError> {
+        let path = format!("/resource_providers/{uuid}/traits");
+        let (_, v) = self
+            .call("get_traits", Method::GET, &path, &[], None, &[])
+            .await?;
+        let t: Traits = decode("GET", &path, v)?;
+        Ok((t.resource_provider_generation, t.traits))
+    }
+
+    async fn put_traits(
+        &mut self,
+        uuid: Uuid,
+        generation: u64,
+        traits: &BTreeSet<String>,
+    ) -> Result<u64, UpstreamError> {
+        let path = format!("/resource_providers/{uuid}/traits");
+        let body = json!({"resource_provider_generation": generation, "traits": traits});
+        let (_, v) = self
+            .call("put_traits", Method::PUT, &path, &[], Some(&body), &[])
+            .await?;
+        Ok(decode::<Traits>("PUT", &path, v)?.resource_provider_generation)
+    }
+
+    async fn get_aggregates(&mut self, uuid: Uuid) -> Result<(u64, BTreeSet<Uuid>), UpstreamError> {
+        let path = format!("/resource_providers/{uuid}/aggregates");
+        let (_, v) = self
+            .call("get_aggregates", Method::GET, &path, &[], None, &[])
+            .await?;
+        let a: Aggregates = decode("GET", &path, v)?;
+        Ok((a.resource_provider_generation, a.aggregates))
+    }
+
+    async fn put_aggregates(
+        &mut self,
+        uuid: Uuid,
+        generation: u64,
+        aggregates: &BTreeSet<Uuid>,
+    ) -> Result<u64, UpstreamError> {
+        let path = format!("/resource_providers/{uuid}/aggregates");
+        let body = json!({"resource_provider_generation": generation, "aggregates": aggregates});
+        let (_, v) = self
+            .call("put_aggregates", Method::PUT, &path, &[], Some(&body), &[])
+            .await?;
+        Ok(decode::<Aggregates>("PUT", &path, v)?.resource_provider_generation)
+    }
+
+    async fn get_usages(&mut self, uuid: Uuid) -> Result<BTreeMap<String, u64>, UpstreamError> {
+        let path = format!("/resource_providers/{uuid}/usages");
+        let (_, v) = self
+            .call("get_usages", Method::GET, &path, &[], None, &[])
+            .await?;
+        Ok(decode::<Usages>("GET", &path, v)?.usages)
+    }
+
+    async fn provider_consumers(&mut self, uuid: Uuid) -> Result<BTreeSet<Uuid>, UpstreamError> {
+        let path = format!("/resource_providers/{uuid}/allocations");
+        let (_, v) = self
+            .call(
+                "get_provider_allocations",
+                Method::GET,
+                &path,
+                &[],
+                None,
+                &[],
+            )
+            .await?;
+        Ok(decode::<ProviderAllocations>("GET", &path, v)?
+            .allocations
+            .into_keys()
+            .collect())
+    }
+
+    async fn get_consumer(&mut self, consumer: Uuid) -> Result<ConsumerAllocations, UpstreamError> {
+        let path = format!("/allocations/{consumer}");
+        let (_, v) = self
+            .call("get_allocation", Method::GET, &path, &[], None, &[])
+            .await?;
+        let b: ConsumerBody = decode("GET", &path, v)?;
+        let owner = match (b.project_id, b.user_id) {
+            (Some(p), Some(u)) => Some((p, u, b.consumer_type.unwrap_or_default())),
+            _ => None,
+        };
+        Ok(ConsumerAllocations {
+            generation: b.consumer_generation,
+            resources: b
+                .allocations
+                .into_iter()
+                .map(|(rp, e)| (rp, e.resources))
+                .collect(),
+            owner,
+        })
+    }
+
+    async fn put_allocation(
+        &mut self,
+        consumer: Uuid,
+        allocation: Option<&DesiredAllocation>,
+        generation: Option<u64>,
+        owner: Option<&(String, String, String)>,
+    ) -> Result<(), UpstreamError> {
+        let path = format!("/allocations/{consumer}");
+        let (project, user, ctype) = match (allocation, owner) {
+            (Some(a), _) => (
+                a.project_id.clone(),
+                a.user_id.clone(),
+                a.consumer_type.clone(),
+            ),
+            (None, Some((p, u, t))) => (p.clone(), u.clone(), t.clone()),
+            // Removing a consumer whose owner is unknown: Placement ignores project and user
+            // of an empty allocation set, but the schema requires them.
+            (None, None) => ("unknown".into(), "unknown".into(), String::new()),
+        };
+        let allocations: BTreeMap<Uuid, Value> = allocation
+            .map(|a| {
+                a.resources
+                    .iter()
+                    .map(|(rp, r)| (*rp, json!({"resources": r})))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut body = json!({
+            "allocations": allocations,
+            "project_id": project,
+            "user_id": user,
+            "consumer_generation": generation,
+        });
+        if self.version_at_least((1, 38)) {
+            body["consumer_type"] = json!(if ctype.is_empty() {
+                "INSTANCE".to_string()
+            } else {
+                ctype
+            });
+        }
+        self.call("put_allocation", Method::PUT, &path, &[], Some(&body), &[])
+            .await?;
+        Ok(())
+    }
+
+    async fn ensure_resource_class(&mut self, name: &str) -> Result<(), UpstreamError> {
+        let path = format!("/resource_classes/{name}");
+        self.call("put_resource_class", Method::PUT, &path, &[], None, &[])
+            .await?;
+        Ok(())
+    }
+
+    async fn ensure_trait(&mut self, name: &str) -> Result<(), UpstreamError> {
+        let path = format!("/traits/{name}");
+        self.call("put_trait", Method::PUT, &path, &[], None, &[])
+            .await?;
+        Ok(())
+    }
+
+    fn counts(&self) -> RequestCounts {
+        self.counts.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn microversion_choice() {
+        assert_eq!(choose_microversion((1, 0), (1, 39)), Some((1, 39)));
+        assert_eq!(choose_microversion((1, 0), (1, 42)), Some((1, 39)));
+        assert_eq!(choose_microversion((1, 0), (1, 30)), Some((1, 30)));
+        assert_eq!(choose_microversion((1, 0), (1, 25)), None);
+        assert_eq!(choose_microversion((1, 40), (1, 45)), None);
+        assert_eq!(parse_version("1.39"), Some((1, 39)));
+        assert_eq!(parse_version("x"), None);
+    }
+
+    #[test]
+    fn errors_keep_status_and_code_only_for_matching() {
+        let body = r#"{"errors": [{"status": 409, "title": "Conflict", "detail": "There was a conflict when trying to complete your request.\n\n resource provider generation conflict  ", "code": "placement.concurrent_update", "request_id": "req-1"}]}"#;
+        let e = error_from_body("PUT", "/resource_providers/x/inventories", 409, body);
+        assert!(e.is_concurrent_update());
+        assert!(!e.is_inventory_in_use());
+        assert!(!e.is_outage());
+        assert_eq!(
+            e.to_string(),
+            "PUT /resource_providers/x/inventories: placement answered 409 placement.concurrent_update: There was a conflict when trying to complete your request. resource provider generation conflict"
+        );
+        // The same detail with another code is not a generation conflict.
+        let other = body.replace("placement.concurrent_update", "placement.inventory.inuse");
+        let e = error_from_body("PUT", "/p", 409, &other);
+        assert!(e.is_inventory_in_use() && !e.is_concurrent_update());
+        // 401 from keystonemiddleware/noauth has a different body; 5xx is an outage.
+        let e = error_from_body(
+            "GET",
+            "/p",
+            401,
+            r#"{"message": "This server could not verify", "code": "401 Unauthorized"}"#,
+        );
+        assert_eq!(e.code(), None);
+        assert_eq!(e.status(), Some(401));
+        let e = error_from_body("GET", "/p", 503, "<html>busy</html>");
+        assert!(e.is_outage());
+        assert!(e.to_string().contains("busy"));
+    }
+
+    #[test]
+    fn counts_subtract_per_kind() {
+        let a = RequestCounts(BTreeMap::from([("get_tree", 2), ("put_traits", 1)]));
+        let b = RequestCounts(BTreeMap::from([
+            ("get_tree", 3),
+            ("put_traits", 1),
+            ("put_inventories", 2),
+        ]));
+        let d = b.since(&a);
+        assert_eq!(d.total(), 3);
+        assert_eq!(d.get("put_traits"), 0);
+        assert_eq!(d.to_string(), "3 (get_tree=1, put_inventories=2)");
+    }
+}

@@ -1,0 +1,681 @@
+//! What Placement should hold for this host, computed from a snapshot. Pure: no I/O, no clock,
+//! no lock; the daemon builds it from data it copied while holding the tracker lock, then lets
+//! go of the lock before reporting.
+//!
+//! In: the probed [`HostInventory`], the [`ValidConfig`], the compute node's uuid and
+//! `hypervisor_hostname`, whether the service is disabled, and the local claims
+//! ([`Consumer`]s). Out: a [`DesiredState`]: providers (the compute node, PCI children, the
+//! sharing provider), each with inventories, traits and aggregates, and the allocations.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use uuid::Uuid;
+
+use super::traits::{self, MISC_SHARES_VIA_AGGREGATE};
+use super::UpstreamError;
+use crate::config::ValidConfig;
+use crate::inventory::resources::{compute_inventory, InventoryOptions, ResourceClass};
+use crate::probes::pci::{PciAddress, PciDevType, PciDevice};
+use crate::probes::HostInventory;
+use crate::tracker::pci::spec::first_match;
+
+/// `consumer_type` of an instance's own allocation.
+pub const CONSUMER_INSTANCE: &str = "INSTANCE";
+/// `consumer_type` of the allocation a migration holds on the source host during a move (Nova
+/// moves the instance's source-side allocation to the migration uuid).
+pub const CONSUMER_MIGRATION: &str = "MIGRATION";
+
+/// What a claim takes, keyed by where it comes from. The tracker fills this; the reporter maps
+/// it to providers.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ResourceKey {
+    /// A host resource class (`VCPU`, `PCPU`, `MEMORY_MB`, `DISK_GB`): on the compute node, or
+    /// DISK_GB on the sharing provider when `[resources] shared_storage_provider` is set.
+    Host(String),
+    /// One PCI function (a type-PCI device, a PF, or a VF); the amount is normally 1. It lands
+    /// on the child provider that holds that function (a VF's lands on its PF's provider).
+    PciDevice(PciAddress),
+}
+
+/// One local claim holder, as the tracker reports it: an instance, or during a move the
+/// migration that holds the source side (uuid = migration uuid, type [`CONSUMER_MIGRATION`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Consumer {
+    /// Instance uuid, or migration uuid for the source side of a move.
+    pub uuid: Uuid,
+    /// Owning project.
+    pub project_id: String,
+    /// Owning user.
+    pub user_id: String,
+    /// [`CONSUMER_INSTANCE`], [`CONSUMER_MIGRATION`], or another free-form type.
+    pub consumer_type: String,
+    /// Amounts taken.
+    pub resources: BTreeMap<ResourceKey, u64>,
+}
+
+/// Which allocation ratio to send for a class.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RatioRule {
+    /// This value, whatever Placement holds (a configured `*_allocation_ratio`, or a class
+    /// with a fixed ratio such as PCPU).
+    Fixed(f64),
+    /// Keep the value Placement holds for the class (an operator may have changed it through
+    /// the API); this `initial_*` value when Placement has no inventory of the class yet.
+    InitialOrKeep(f64),
+}
+
+/// One class's desired inventory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DesiredInventory {
+    /// Total.
+    pub total: i64,
+    /// Reserved.
+    pub reserved: i64,
+    /// Smallest allocation.
+    pub min_unit: i64,
+    /// Largest allocation.
+    pub max_unit: i64,
+    /// Allocation granularity.
+    pub step_size: i64,
+    /// Ratio rule.
+    pub ratio: RatioRule,
+    /// Never report a total below what Placement says is used (PCI: Nova's rule). `max_unit`
+    /// follows the raised total.
+    pub floor_at_usage: bool,
+}
+
+/// What a provider is to rtrack: decides what rtrack may change or delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderRole {
+    /// The compute node (root of the tree).
+    ComputeNode,
+    /// A PCI child: rtrack owns it whole and deletes it when the device goes.
+    Pci,
+    /// The shared storage provider: rtrack manages only DISK_GB, one trait and one aggregate
+    /// on it, never its name, and never deletes it.
+    Sharing,
+}
+
+/// One provider as it should be.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DesiredProvider {
+    /// Uuid.
+    pub uuid: Uuid,
+    /// Name (used at creation; kept in step only for providers rtrack names).
+    pub name: String,
+    /// Parent provider.
+    pub parent: Option<Uuid>,
+    /// Role.
+    pub role: ProviderRole,
+    /// Inventories by class.
+    pub inventories: BTreeMap<String, DesiredInventory>,
+    /// Classes rtrack decides on this provider; `None` = all (classes missing from
+    /// `inventories` are removed).
+    pub owned_classes: Option<BTreeSet<String>>,
+    /// Traits that should be set.
+    pub traits: BTreeSet<String>,
+    /// Traits rtrack decides; others are kept as they are. `None` = all.
+    pub owned_traits: Option<BTreeSet<String>>,
+    /// Aggregates the provider must be in (others are kept).
+    pub aggregates: BTreeSet<Uuid>,
+}
+
+/// A consumer's allocations as they should be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DesiredAllocation {
+    /// Project.
+    pub project_id: String,
+    /// User.
+    pub user_id: String,
+    /// Consumer type.
+    pub consumer_type: String,
+    /// provider -> class -> amount.
+    pub resources: BTreeMap<Uuid, BTreeMap<String, u64>>,
+}
+
+/// Everything Placement should hold for this host.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DesiredState {
+    /// The compute node provider's uuid (root of the tree).
+    pub root: Uuid,
+    /// Providers, parents before children.
+    pub providers: Vec<DesiredProvider>,
+    /// Allocations by consumer; `None` when rtrack does not manage allocations.
+    pub allocations: Option<BTreeMap<Uuid, DesiredAllocation>>,
+    /// Things left out and why (logged by the reporter when they change).
+    pub warnings: Vec<String>,
+}
+
+/// The child provider name Nova uses: `<hypervisor_hostname>_<ADDRESS UPPER-CASE>`.
+pub fn pci_provider_name(hypervisor_hostname: &str, address: &PciAddress) -> String {
+    format!(
+        "{hypervisor_hostname}_{}",
+        address.to_string().to_ascii_uppercase()
+    )
+}
+
+/// A PCI child's uuid: derived from the compute node uuid and the provider name, so it is the
+/// same after a restart or a Placement database loss without any local state (Nova stores a
+/// random one instead).
+pub fn pci_provider_uuid(node_uuid: Uuid, name: &str) -> Uuid {
+    Uuid::new_v5(&node_uuid, name.as_bytes())
+}
+
+/// Name given to the sharing provider when rtrack has to create it.
+pub fn sharing_provider_name(uuid: Uuid) -> String {
+    format!("shared-storage-{uuid}")
+}
+
+/// One PCI child being assembled.
+struct PciGroup {
+    /// Address the name is made of: the device's own, or the PF's for a VF group.
+    address: PciAddress,
+    class: String,
+    traits: BTreeSet<String>,
+    members: Vec<PciAddress>,
+}
+
+impl DesiredState {
+    /// Computes the desired state. `consumers` are the local claims; they become allocations
+    /// only with `[placement] report_allocations = true`, but their PCI usage always keeps a
+    /// PCI provider's total from dropping below it.
+    pub fn build(
+        inv: &HostInventory,
+        config: &ValidConfig,
+        node_uuid: Uuid,
+        hypervisor_hostname: &str,
+        service_disabled: bool,
+        consumers: &[Consumer],
+    ) -> Result<DesiredState, UpstreamError> {
+        if hypervisor_hostname.trim().is_empty() {
+            return Err(UpstreamError::Input(
+                "hypervisor_hostname is empty; it names the compute node provider".into(),
+            ));
+        }
+        let res = &config.resources;
+        let shared = res.shared_storage_provider;
+        let mut warnings = Vec::new();
+
+        // ---- compute node
+        let records = compute_inventory(
+            inv,
+            res,
+            InventoryOptions {
+                shared_disk: shared.is_some(),
+            },
+        );
+        let rule = |class: ResourceClass| match class {
+            ResourceClass::Vcpu => res.cpu_allocation_ratio.map_or(
+                RatioRule::InitialOrKeep(res.initial_cpu_allocation_ratio),
+                RatioRule::Fixed,
+            ),
+            ResourceClass::MemoryMb => res.ram_allocation_ratio.map_or(
+                RatioRule::InitialOrKeep(res.initial_ram_allocation_ratio),
+                RatioRule::Fixed,
+            ),
+            ResourceClass::DiskGb => res.disk_allocation_ratio.map_or(
+                RatioRule::InitialOrKeep(res.initial_disk_allocation_ratio),
+                RatioRule::Fixed,
+            ),
+            ResourceClass::Pcpu => RatioRule::Fixed(1.0),
+        };
+        let root_inventories: BTreeMap<String, DesiredInventory> = records
+            .iter()
+            .map(|r| {
+                (
+                    r.class.as_str().to_string(),
+                    DesiredInventory {
+                        total: r.total,
+                        reserved: r.reserved,
+                        min_unit: r.min_unit,
+                        max_unit: r.max_unit,
+                        step_size: r.step_size,
+                        ratio: rule(r.class),
+                        floor_at_usage: false,
+                    },
+                )
+            })
+            .collect();
+        let mut root_traits = BTreeSet::from([traits::COMPUTE_NODE.to_string()]);
+        let arch = inv.cpu.arch.as_deref().or(inv.host.arch.as_deref());
+        if let Some(a) = arch {
+            match traits::arch_trait(a) {
+                Some(t) => {
+                    root_traits.insert(t.to_string());
+                }
+                None => warnings.push(format!("architecture {a:?} has no HW_ARCH_* trait")),
+            }
+            // The flag table holds x86 flag names; ARM's "aes" is not x86's AES-NI.
+            if matches!(a, "x86_64" | "amd64" | "i386" | "i486" | "i586" | "i686") {
+                root_traits.extend(traits::cpu_traits(&inv.cpu.flags));
+            }
+        }
+        if inv.cpu.smt {
+            root_traits.insert(traits::HW_CPU_HYPERTHREADING.to_string());
+        }
+        if service_disabled {
+            root_traits.insert(traits::COMPUTE_STATUS_DISABLED.to_string());
+        }
+        let mut providers = vec![DesiredProvider {
+            uuid: node_uuid,
+            name: hypervisor_hostname.to_string(),
+            parent: None,
+            role: ProviderRole::ComputeNode,
+            inventories: root_inventories,
+            owned_classes: None,
+            traits: root_traits,
+            owned_traits: Some(traits::owned_root_traits()),
+            aggregates: shared.into_iter().collect(),
+        }];
+
+        // ---- PCI children
+        let mut device_provider: BTreeMap<PciAddress, (Uuid, String)> = BTreeMap::new();
+        if config.report_pci_in_placement {
+            let groups = pci_groups(inv, config, &mut warnings);
+            // Local usage per group, so the total never drops below what is claimed.
+            let mut used: BTreeMap<PciAddress, u64> = BTreeMap::new();
+            for c in consumers {
+                for (key, amount) in &c.resources {
+                    if let ResourceKey::PciDevice(a) = key {
+                        if let Some(g) = groups.iter().find(|g| g.members.contains(a)) {
+                            *used.entry(g.address).or_default() += amount;
+                        }
+                    }
+                }
+            }
+            for g in groups {
+                let name = pci_provider_name(hypervisor_hostname, &g.address);
+                let uuid = pci_provider_uuid(node_uuid, &name);
+                let total = (g.members.len() as i64).max(
+                    used.get(&g.address)
+                        .copied()
+                        .unwrap_or(0)
+                        .try_into()
+                        .unwrap_or(i64::MAX),
+                );
+                for m in &g.members {
+                    device_provider.insert(*m, (uuid, g.class.clone()));
+                }
+                providers.push(DesiredProvider {
+                    uuid,
+                    name,
+                    parent: Some(node_uuid),
+                    role: ProviderRole::Pci,
+                    inventories: BTreeMap::from([(
+                        g.class,
+                        DesiredInventory {
+                            total,
+                            reserved: 0,
+                            min_unit: 1,
+                            max_unit: total,
+                            step_size: 1,
+                            ratio: RatioRule::Fixed(1.0),
+                            floor_at_usage: true,
+                        },
+                    )]),
+                    owned_classes: None,
+                    traits: g.traits,
+                    owned_traits: None,
+                    aggregates: BTreeSet::new(),
+                });
+            }
+        }
+
+        // ---- sharing provider
+        if let Some(s) = shared {
+            let mut inventories = BTreeMap::new();
+            let mut owned = BTreeSet::new();
+            match inv.disks.instances.as_ref().filter(|f| f.total_gb > 0) {
+                Some(fs) => {
+                    owned.insert("DISK_GB".to_string());
+                    let total = i64::try_from(fs.total_gb).unwrap_or(i64::MAX);
+                    inventories.insert(
+                        "DISK_GB".to_string(),
+                        DesiredInventory {
+                            total,
+                            reserved: crate::inventory::resources::reserved_disk_gb(
+                                res.reserved_host_disk_mb,
+                            ),
+                            min_unit: 1,
+                            max_unit: total,
+                            step_size: 1,
+                            ratio: rule(ResourceClass::DiskGb),
+                            floor_at_usage: false,
+                        },
+                    );
+                }
+                // Other hosts report the same provider: an unmeasured filesystem must not
+                // remove their DISK_GB.
+                None => warnings.push(format!(
+                    "shared storage provider {s}: the instances filesystem was not measured; its DISK_GB is left as it is"
+                )),
+            }
+            providers.push(DesiredProvider {
+                uuid: s,
+                name: sharing_provider_name(s),
+                parent: None,
+                role: ProviderRole::Sharing,
+                inventories,
+                owned_classes: Some(owned),
+                traits: BTreeSet::from([MISC_SHARES_VIA_AGGREGATE.to_string()]),
+                owned_traits: Some(BTreeSet::from([MISC_SHARES_VIA_AGGREGATE.to_string()])),
+                aggregates: BTreeSet::from([s]),
+            });
+        }
+
+        // ---- allocations
+        let allocations = if config.placement.report_allocations.unwrap_or(false) {
+            let mut out = BTreeMap::new();
+            for c in consumers {
+                let mut resources: BTreeMap<Uuid, BTreeMap<String, u64>> = BTreeMap::new();
+                for (key, amount) in &c.resources {
+                    if *amount == 0 {
+                        continue;
+                    }
+                    let (rp, class) = match key {
+                        ResourceKey::Host(class) => {
+                            let rp = match shared {
+                                Some(s) if class == "DISK_GB" => s,
+                                _ => node_uuid,
+                            };
+                            (rp, class.clone())
+                        }
+                        ResourceKey::PciDevice(a) => match device_provider.get(a) {
+                            Some((rp, class)) => (*rp, class.clone()),
+                            None => {
+                                warnings.push(format!(
+                                    "consumer {}: PCI device {a} is not reported in Placement; that part of its allocation is left out",
+                                    c.uuid
+                                ));
+                                continue;
+                            }
+                        },
+                    };
+                    *resources.entry(rp).or_default().entry(class).or_default() += amount;
+                }
+                if resources.is_empty() {
+                    continue;
+                }
+                out.insert(
+                    c.uuid,
+                    DesiredAllocation {
+                        project_id: c.project_id.clone(),
+                        user_id: c.user_id.clone(),
+                        consumer_type: c.consumer_type.clone(),
+                        resources,
+                    },
+                );
+            }
+            Some(out)
+        } else {
+            None
+        };
+
+        Ok(DesiredState {
+            root: node_uuid,
+            providers,
+            allocations,
+            warnings,
+        })
+    }
+
+    /// The provider with this uuid.
+    pub fn provider(&self, uuid: Uuid) -> Option<&DesiredProvider> {
+        self.providers.iter().find(|p| p.uuid == uuid)
+    }
+}
+
+/// Tracked PCI functions grouped into child providers, with Nova's rules: bridges are never
+/// tracked; the first matching device spec decides; a spec with `physical_network` belongs to
+/// Neutron and is not reported; VFs group under their PF; a PF with tracked VFs is not reported
+/// itself; the VFs of one PF must share one class and trait set.
+fn pci_groups(
+    inv: &HostInventory,
+    config: &ValidConfig,
+    warnings: &mut Vec<String>,
+) -> Vec<PciGroup> {
+    let devices: &[PciDevice] = &inv.pci_devices;
+    let mut groups: BTreeMap<PciAddress, PciGroup> = BTreeMap::new();
+    let mut standalone_pfs: Vec<PciGroup> = Vec::new();
+    for dev in devices {
+        if dev.is_bridge() {
+            continue;
+        }
+        let Some((_, spec)) = first_match(&config.device_specs, dev, devices) else {
+            continue;
+        };
+        if spec.tags.contains_key("physical_network") {
+            continue;
+        }
+        let class = traits::pci_resource_class(
+            spec.tags.get("resource_class").map(String::as_str),
+            &dev.vendor_id,
+            &dev.product_id,
+        );
+        let traits = traits::pci_traits(spec.tags.get("traits").map(String::as_str));
+        let key = match (dev.dev_type, dev.parent_addr) {
+            (PciDevType::Vf, Some(pf)) => pf,
+            _ => dev.address,
+        };
+        if dev.dev_type == PciDevType::Pf {
+            standalone_pfs.push(PciGroup {
+                address: dev.address,
+                class,
+                traits,
+                members: vec![dev.address],
+            });
+            continue;
+        }
+        match groups.get_mut(&key) {
+            Some(g) if g.class != class || g.traits != traits => warnings.push(format!(
+                "PCI VF {}: its device spec gives class {class} and traits {traits:?}, unlike the other VFs of PF {key} ({} {:?}); it is not reported",
+                dev.address, g.class, g.traits
+            )),
+            Some(g) => g.members.push(dev.address),
+            None => {
+                groups.insert(
+                    key,
+                    PciGroup {
+                        address: key,
+                        class,
+                        traits,
+                        members: vec![dev.address],
+                    },
+                );
+            }
+        }
+    }
+    for pf in standalone_pfs {
+        match groups.entry(pf.address) {
+            std::collections::btree_map::Entry::Occupied(_) => warnings.push(format!(
+                "PCI PF {} and some of its VFs match device specs; a PF and its own VFs are never both reported, so only the VFs are",
+                pf.address
+            )),
+            std::collections::btree_map::Entry::Vacant(v) => {
+                v.insert(pf);
+            }
+        }
+    }
+    groups.into_values().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use std::path::Path;
+
+    fn config(text: &str) -> ValidConfig {
+        let f = Path::new("t.toml");
+        Config::parse(text, f).unwrap().validate(f).unwrap()
+    }
+
+    fn host() -> HostInventory {
+        let dir = tempfile::tempdir().unwrap();
+        rtrack_fixtures::synthetic::SyntheticHost::small().write(dir.path());
+        crate::probes::probe_host(
+            &crate::probes::HostRoot::under(dir.path()),
+            &crate::probes::ProbeOptions::default(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn pci_names_are_novas() {
+        let a = PciAddress::parse("0000:3b:00.0").unwrap();
+        assert_eq!(pci_provider_name("cmp-1", &a), "cmp-1_0000:3B:00.0");
+        let n = Uuid::parse_str("11111111-2222-3333-4444-555555555555").unwrap();
+        assert_eq!(
+            pci_provider_uuid(n, "cmp-1_0000:3B:00.0"),
+            pci_provider_uuid(n, "cmp-1_0000:3B:00.0")
+        );
+        assert_ne!(
+            pci_provider_uuid(n, "cmp-1_0000:3B:00.0"),
+            pci_provider_uuid(n, "cmp-1_0000:3B:00.1")
+        );
+    }
+
+    #[test]
+    fn root_has_inventory_and_owned_traits() {
+        let inv = host();
+        let c = config("[resources]\ncpu_allocation_ratio = 2.0\nreserved_host_disk_mb = 1025\n");
+        let node = Uuid::new_v4();
+        let d = DesiredState::build(&inv, &c, node, "cmp-1", true, &[]).unwrap();
+        let root = &d.providers[0];
+        assert_eq!(root.uuid, node);
+        assert_eq!(root.inventories["VCPU"].total, 8);
+        assert_eq!(root.inventories["VCPU"].ratio, RatioRule::Fixed(2.0));
+        assert_eq!(
+            root.inventories["MEMORY_MB"].ratio,
+            RatioRule::InitialOrKeep(1.0)
+        );
+        assert_eq!(root.inventories["MEMORY_MB"].reserved, 512);
+        for t in [
+            "COMPUTE_NODE",
+            "HW_ARCH_X86_64",
+            "HW_CPU_X86_AVX2",
+            "HW_CPU_X86_SSE42",
+            "HW_CPU_HYPERTHREADING",
+            "COMPUTE_STATUS_DISABLED",
+        ] {
+            assert!(root.traits.contains(t), "{t} missing: {:?}", root.traits);
+        }
+        assert_eq!(d.providers.len(), 1, "no PCI without report_in_placement");
+        assert_eq!(d.allocations, None);
+    }
+
+    #[test]
+    fn pci_children_follow_nova_rules() {
+        let inv = host();
+        // VFs of 3b:00.0 (8), PF 3b:00.1 alone (no VFs enabled), and both PF 5e:00.0 and its
+        // VFs (only the VFs may be reported). The NVMe drive has its own spec and class.
+        let c = config(
+            r#"
+[pci]
+report_in_placement = true
+[[pci.device_spec]]
+address = "0000:3b:00.*"
+traits = "custom_fast, HW_NIC_SRIOV"
+[[pci.device_spec]]
+address = "0000:3b:*.*"
+[[pci.device_spec]]
+address = "0000:5e:00.0"
+[[pci.device_spec]]
+vendor_id = "144d"
+resource_class = "nvme disk"
+"#,
+        );
+        let node = Uuid::new_v4();
+        let d = DesiredState::build(&inv, &c, node, "cmp-1", false, &[]).unwrap();
+        let names: Vec<&str> = d.providers.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "cmp-1",
+                "cmp-1_0000:01:00.0",
+                "cmp-1_0000:3B:00.0",
+                "cmp-1_0000:3B:00.1",
+                "cmp-1_0000:5E:00.0"
+            ]
+        );
+        let p = |n: &str| d.providers.iter().find(|p| p.name == n).unwrap();
+        assert_eq!(
+            p("cmp-1_0000:01:00.0").inventories["CUSTOM_NVME_DISK"].total,
+            1
+        );
+        // 3b:00.0's VFs (8086:1889, at 3b:01.x) match the second spec; the PF matches the
+        // first, but a PF with tracked VFs is not reported itself.
+        let vfs = &p("cmp-1_0000:3B:00.0").inventories["CUSTOM_PCI_8086_1889"];
+        assert_eq!((vfs.total, vfs.max_unit), (8, 8));
+        assert!(!p("cmp-1_0000:3B:00.0").traits.contains("CUSTOM_FAST"));
+        assert!(p("cmp-1_0000:3B:00.0")
+            .traits
+            .contains("COMPUTE_MANAGED_PCI_DEVICE"));
+        assert!(p("cmp-1_0000:3B:00.1").traits.contains("CUSTOM_FAST"));
+        assert!(p("cmp-1_0000:3B:00.1").traits.contains("HW_NIC_SRIOV"));
+        assert_eq!(
+            p("cmp-1_0000:3B:00.1").inventories["CUSTOM_PCI_8086_1592"].total,
+            1
+        );
+        // The exact PF address also matches its 4 VFs: the VFs are reported, the PF is not.
+        assert_eq!(
+            p("cmp-1_0000:5E:00.0").inventories["CUSTOM_PCI_8086_1889"].total,
+            4
+        );
+        assert!(
+            d.warnings.iter().any(|w| w.contains("0000:5e:00.0")),
+            "{:?}",
+            d.warnings
+        );
+        assert!(d.providers[1..].iter().all(|p| p.parent == Some(node)));
+    }
+
+    #[test]
+    fn usage_keeps_pci_total_and_allocations_map_to_providers() {
+        let inv = host();
+        let c = config(
+            "[placement]\nendpoint = \"http://x\"\nreport_allocations = true\n[resources]\nshared_storage_provider = \"aaaaaaaa-0000-0000-0000-000000000001\"\n[pci]\nreport_in_placement = true\n[[pci.device_spec]]\naddress = \"0000:01:00.0\"\n",
+        );
+        let node = Uuid::new_v4();
+        let nvme = PciAddress::parse("0000:01:00.0").unwrap();
+        let consumer = Consumer {
+            uuid: Uuid::new_v4(),
+            project_id: "p".into(),
+            user_id: "u".into(),
+            consumer_type: CONSUMER_INSTANCE.into(),
+            resources: BTreeMap::from([
+                (ResourceKey::Host("VCPU".into()), 2),
+                (ResourceKey::Host("DISK_GB".into()), 10),
+                (ResourceKey::PciDevice(nvme), 1),
+            ]),
+        };
+        // Two consumers claiming the one device (a stale claim): total follows usage.
+        let other = Consumer {
+            uuid: Uuid::new_v4(),
+            ..consumer.clone()
+        };
+        let d = DesiredState::build(&inv, &c, node, "cmp-1", false, &[consumer.clone(), other])
+            .unwrap();
+        let child = d
+            .providers
+            .iter()
+            .find(|p| p.role == ProviderRole::Pci)
+            .unwrap();
+        assert_eq!(child.inventories["CUSTOM_PCI_144D_A808"].total, 2);
+        let shared = Uuid::parse_str("aaaaaaaa-0000-0000-0000-000000000001").unwrap();
+        let a = &d.allocations.as_ref().unwrap()[&consumer.uuid];
+        assert_eq!(a.resources[&node]["VCPU"], 2);
+        assert_eq!(a.resources[&shared]["DISK_GB"], 10);
+        assert_eq!(a.resources[&child.uuid]["CUSTOM_PCI_144D_A808"], 1);
+        let root = &d.providers[0];
+        assert!(!root.inventories.contains_key("DISK_GB"));
+        assert!(root.aggregates.contains(&shared));
+        let sp = d
+            .providers
+            .iter()
+            .find(|p| p.role == ProviderRole::Sharing)
+            .unwrap();
+        assert!(sp.traits.contains("MISC_SHARES_VIA_AGGREGATE"));
+        assert!(sp.aggregates.contains(&shared));
+    }
+}

@@ -1,0 +1,203 @@
+//! Upstream reporting: keeps an OpenStack Placement resource provider tree in step with the
+//! host, as nova-compute's report client does, and optionally POSTs the ComputeNode record to an
+//! HTTP endpoint.
+//!
+//! Data flows one way through this module:
+//!
+//! 1. [`config::validate_placement`] turns `[placement]` into [`PlacementSettings`].
+//! 2. [`DesiredState::build`] turns a snapshot (probed host, configuration, node identity,
+//!    service state, local claims) into the providers, inventories, traits, aggregates and
+//!    allocations Placement should hold. Pure: no I/O, no clock.
+//! 3. [`Reporter::report`] compares that with its cached copy of Placement's state
+//!    ([`plan::plan`], also pure), sends only the differences, adopts the generations Placement
+//!    returns and handles conflicts and outages. It never takes the tracker lock: the caller
+//!    builds the snapshot, releases the lock, then calls `report`.
+//!
+//! [`report_once`] does all of that once, for `rtrackd --once --report`. The wire format and
+//! behaviour are described in `docs/upstream.md`.
+
+pub mod auth;
+pub mod backoff;
+pub mod client;
+pub mod config;
+pub mod desired;
+pub mod http_push;
+pub mod plan;
+pub mod reporter;
+pub mod traits;
+
+use uuid::Uuid;
+
+pub use backoff::Backoff;
+pub use client::{HttpPlacement, PlacementApi, RequestCounts};
+pub use config::{validate_http_push, validate_placement, AuthSettings, PlacementSettings};
+pub use desired::{Consumer, DesiredState, ResourceKey};
+pub use http_push::HttpPush;
+pub use reporter::{ReportOutcome, Reporter, ReporterOptions};
+
+/// What went wrong while reporting upstream. Messages name the request, the provider or the
+/// configuration key; they never carry a password or a token.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// A `[placement]` or `[upstream.http]` key has a bad value. Secret values are not echoed.
+    #[error("{key} = {value}: {expected}")]
+    Config {
+        /// Dotted key, e.g. `placement.endpoint`.
+        key: String,
+        /// The value as written, or `(hidden)` for secrets.
+        value: String,
+        /// What is accepted.
+        expected: String,
+    },
+    /// No answer: connection refused, reset, DNS failure or timeout.
+    #[error("{method} {url}: no answer from the server ({reason})")]
+    Transport {
+        /// HTTP method.
+        method: String,
+        /// The URL (endpoint and path, no credentials).
+        url: String,
+        /// Why, e.g. "connection refused" or "timed out after 10 s".
+        reason: String,
+    },
+    /// Placement answered with an error status.
+    #[error("{method} {path}: placement answered {status}{}: {detail}", code.as_deref().map(|c| format!(" {c}")).unwrap_or_default())]
+    Placement {
+        /// HTTP method.
+        method: String,
+        /// Path below the endpoint.
+        path: String,
+        /// HTTP status.
+        status: u16,
+        /// Placement's error `code` (from microversion 1.23 on), e.g. `placement.concurrent_update`.
+        code: Option<String>,
+        /// Placement's `detail` (for people; never matched on).
+        detail: String,
+    },
+    /// An answer that is not the JSON Placement documents.
+    #[error("{method} {path}: unexpected answer: {reason}")]
+    Decode {
+        /// HTTP method.
+        method: String,
+        /// Path below the endpoint.
+        path: String,
+        /// What did not parse.
+        reason: String,
+    },
+    /// The server cannot speak a microversion rtrack needs.
+    #[error("placement at {endpoint} supports microversions {min} to {max}; rtrack needs at least {needed}")]
+    Microversion {
+        /// The endpoint.
+        endpoint: String,
+        /// Server minimum.
+        min: String,
+        /// Server maximum.
+        max: String,
+        /// What rtrack needs.
+        needed: String,
+    },
+    /// Another provider already has the name rtrack wants for one of its own.
+    #[error("cannot create resource provider {name:?} with uuid {ours}: provider {theirs} already has that name (rename or delete one of them)")]
+    NameClash {
+        /// The name.
+        name: String,
+        /// The uuid rtrack wanted.
+        ours: Uuid,
+        /// The uuid of the provider that has the name.
+        theirs: Uuid,
+    },
+    /// Keystone refused or failed to issue a token.
+    #[error("keystone at {url}: {reason}")]
+    Auth {
+        /// The token URL.
+        url: String,
+        /// Why (status and Keystone's message; never the password).
+        reason: String,
+    },
+    /// Generation conflicts kept coming back.
+    #[error("resource provider {provider}: still a generation conflict after {tries} tries")]
+    ConflictsExhausted {
+        /// Provider (or consumer) uuid.
+        provider: Uuid,
+        /// Tries made.
+        tries: u32,
+    },
+    /// The input cannot be reported (e.g. a consumer names a PCI device no provider holds).
+    #[error("cannot report: {0}")]
+    Input(String),
+}
+
+impl UpstreamError {
+    /// Placement's error code, when Placement answered with one.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            UpstreamError::Placement { code, .. } => code.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// HTTP status, when Placement answered.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            UpstreamError::Placement { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// A generation conflict (409 `placement.concurrent_update`): re-read and retry.
+    pub fn is_concurrent_update(&self) -> bool {
+        self.status() == Some(409) && self.code() == Some("placement.concurrent_update")
+    }
+
+    /// Removing inventory that has allocations (409 `placement.inventory.inuse`).
+    pub fn is_inventory_in_use(&self) -> bool {
+        self.status() == Some(409) && self.code() == Some("placement.inventory.inuse")
+    }
+
+    /// The server is unreachable or failing (transport error or 5xx): back off exponentially.
+    pub fn is_outage(&self) -> bool {
+        match self {
+            UpstreamError::Transport { .. } => true,
+            UpstreamError::Placement { status, .. } => *status >= 500,
+            UpstreamError::Auth { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+/// Reports once: validates `[placement]`, builds the desired state from the probed host, sends
+/// what Placement lacks, and POSTs `compute_node` to `[upstream.http]` when that is configured.
+/// For `rtrackd --once --report`; the daemon keeps a [`Reporter`] instead.
+///
+/// `consumers` are the local claims (used only with `report_allocations = true`).
+#[allow(clippy::too_many_arguments)]
+pub async fn report_once(
+    config: &crate::config::ValidConfig,
+    inventory: &crate::probes::HostInventory,
+    node_uuid: Uuid,
+    hypervisor_hostname: &str,
+    service_disabled: bool,
+    consumers: &[Consumer],
+    compute_node: Option<&serde_json::Value>,
+) -> Result<ReportOutcome, UpstreamError> {
+    let settings = validate_placement(&config.placement)?.ok_or_else(|| UpstreamError::Config {
+        key: "placement.endpoint".into(),
+        value: "(unset)".into(),
+        expected: "must be set to report to Placement, e.g. \"http://controller:8778\"".into(),
+    })?;
+    let push = validate_http_push(config.upstream_http.as_ref())?;
+    let desired = DesiredState::build(
+        inventory,
+        config,
+        node_uuid,
+        hypervisor_hostname,
+        service_disabled,
+        consumers,
+    )?;
+    let api = HttpPlacement::new(&settings)?;
+    let mut reporter = Reporter::new(api, &settings, ReporterOptions::default());
+    let outcome = reporter.report(&desired).await?;
+    if let (Some(push), Some(cn)) = (push, compute_node) {
+        HttpPush::new(push)?.push(cn).await?;
+    }
+    Ok(outcome)
+}

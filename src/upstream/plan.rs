@@ -1,0 +1,641 @@
+//! The local copy of what Placement holds ([`ProviderCache`]) and the pure comparison of it
+//! with a [`DesiredState`] ([`plan`]): "no change, no request" is this function returning an
+//! empty list.
+//!
+//! In: the desired state and the cache. Out: the [`Action`]s that make Placement equal to the
+//! desired state, in an order Placement accepts (classes and traits before use, parents before
+//! children, stale allocations before the inventory under them shrinks, deletions bottom-up).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use uuid::Uuid;
+
+use super::desired::{DesiredAllocation, DesiredState, ProviderRole, RatioRule};
+use super::traits::COMPUTE_MANAGED_PCI_DEVICE;
+
+/// One inventory record as Placement stores it (every field filled in).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct InventoryRecord {
+    /// Total.
+    pub total: i64,
+    /// Reserved.
+    pub reserved: i64,
+    /// Smallest allocation.
+    pub min_unit: i64,
+    /// Largest allocation.
+    pub max_unit: i64,
+    /// Granularity.
+    pub step_size: i64,
+    /// Overcommit ratio.
+    pub allocation_ratio: f64,
+}
+
+impl InventoryRecord {
+    /// Equal, with ratios compared to 1e-6 (Placement stores them as floats).
+    pub fn same_as(&self, other: &InventoryRecord) -> bool {
+        self.total == other.total
+            && self.reserved == other.reserved
+            && self.min_unit == other.min_unit
+            && self.max_unit == other.max_unit
+            && self.step_size == other.step_size
+            && (self.allocation_ratio - other.allocation_ratio).abs() < 1e-6
+    }
+}
+
+/// One provider as last seen in (or written to) Placement.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CachedProvider {
+    /// Uuid.
+    pub uuid: Uuid,
+    /// Name.
+    pub name: String,
+    /// Parent.
+    pub parent: Option<Uuid>,
+    /// The generation Placement last returned.
+    pub generation: u64,
+    /// Inventories by class.
+    pub inventories: BTreeMap<String, InventoryRecord>,
+    /// Traits.
+    pub traits: BTreeSet<String>,
+    /// Aggregates.
+    pub aggregates: BTreeSet<Uuid>,
+    /// Used amounts by class (for the PCI "never below usage" rule).
+    pub usages: BTreeMap<String, u64>,
+}
+
+/// One consumer's allocations on our providers, as last seen or written.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CachedConsumer {
+    /// Consumer generation (`None`: Placement has no such consumer).
+    pub generation: Option<u64>,
+    /// provider -> class -> amount, on our providers only.
+    pub resources: BTreeMap<Uuid, BTreeMap<String, u64>>,
+    /// Project, user and type as last written (unknown after a refresh, which reads only the
+    /// providers' allocations).
+    pub owner: Option<(String, String, String)>,
+}
+
+/// The local provider-tree cache.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProviderCache {
+    /// Providers of our tree and the sharing provider, by uuid.
+    pub providers: BTreeMap<Uuid, CachedProvider>,
+    /// Consumers holding allocations on our providers (only read with report_allocations).
+    pub consumers: BTreeMap<Uuid, CachedConsumer>,
+    /// Custom resource classes known to exist.
+    pub classes: BTreeSet<String>,
+    /// Custom traits known to exist.
+    pub custom_traits: BTreeSet<String>,
+}
+
+/// One change to send.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// `PUT /resource_classes/{name}`.
+    EnsureResourceClass(String),
+    /// `PUT /traits/{name}`.
+    EnsureTrait(String),
+    /// `POST /resource_providers`.
+    CreateProvider {
+        /// Uuid.
+        uuid: Uuid,
+        /// Name.
+        name: String,
+        /// Parent.
+        parent: Option<Uuid>,
+    },
+    /// `PUT /resource_providers/{uuid}` with a new name.
+    RenameProvider {
+        /// Uuid.
+        uuid: Uuid,
+        /// New name.
+        name: String,
+    },
+    /// `PUT /allocations/{consumer}` with no allocations (removes a consumer's allocations).
+    DeleteAllocation {
+        /// Consumer.
+        consumer: Uuid,
+    },
+    /// `DELETE /resource_providers/{uuid}`.
+    DeleteProvider {
+        /// Uuid.
+        uuid: Uuid,
+    },
+    /// `PUT /resource_providers/{uuid}/inventories` (the whole set).
+    PutInventories {
+        /// Provider.
+        uuid: Uuid,
+        /// New set.
+        inventories: BTreeMap<String, InventoryRecord>,
+    },
+    /// `PUT /resource_providers/{uuid}/traits` (the whole set).
+    PutTraits {
+        /// Provider.
+        uuid: Uuid,
+        /// New set.
+        traits: BTreeSet<String>,
+    },
+    /// `PUT /resource_providers/{uuid}/aggregates` (the whole set).
+    PutAggregates {
+        /// Provider.
+        uuid: Uuid,
+        /// New set.
+        aggregates: BTreeSet<Uuid>,
+    },
+    /// `PUT /allocations/{consumer}`.
+    PutAllocation {
+        /// Consumer.
+        consumer: Uuid,
+        /// What it should hold.
+        allocation: DesiredAllocation,
+    },
+}
+
+impl Action {
+    /// Short name of the request kind, for counting.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Action::EnsureResourceClass(_) => "put_resource_class",
+            Action::EnsureTrait(_) => "put_trait",
+            Action::CreateProvider { .. } => "create_provider",
+            Action::RenameProvider { .. } => "rename_provider",
+            Action::DeleteAllocation { .. } => "delete_allocation",
+            Action::DeleteProvider { .. } => "delete_provider",
+            Action::PutInventories { .. } => "put_inventories",
+            Action::PutTraits { .. } => "put_traits",
+            Action::PutAggregates { .. } => "put_aggregates",
+            Action::PutAllocation { .. } => "put_allocation",
+        }
+    }
+}
+
+/// The inventory set to send for one provider: desired classes with ratios resolved (Nova's
+/// precedence) and the PCI floor applied, plus the classes rtrack does not own as they are.
+pub fn resolve_inventories(
+    desired: &super::desired::DesiredProvider,
+    cached: Option<&CachedProvider>,
+) -> BTreeMap<String, InventoryRecord> {
+    let mut out = BTreeMap::new();
+    if let (Some(owned), Some(c)) = (&desired.owned_classes, cached) {
+        for (class, rec) in &c.inventories {
+            if !owned.contains(class) {
+                out.insert(class.clone(), rec.clone());
+            }
+        }
+    }
+    for (class, d) in &desired.inventories {
+        let existing = cached.and_then(|c| c.inventories.get(class));
+        let allocation_ratio = match d.ratio {
+            RatioRule::Fixed(r) => r,
+            RatioRule::InitialOrKeep(initial) => existing.map_or(initial, |e| e.allocation_ratio),
+        };
+        let mut total = d.total;
+        let mut max_unit = d.max_unit;
+        if d.floor_at_usage {
+            let used = cached
+                .and_then(|c| c.usages.get(class))
+                .copied()
+                .unwrap_or(0);
+            let used = i64::try_from(used).unwrap_or(i64::MAX);
+            if used > total {
+                total = used;
+                max_unit = used;
+            }
+        }
+        out.insert(
+            class.clone(),
+            InventoryRecord {
+                total,
+                reserved: d.reserved,
+                min_unit: d.min_unit,
+                max_unit,
+                step_size: d.step_size,
+                allocation_ratio,
+            },
+        );
+    }
+    out
+}
+
+fn same_inventories(
+    a: &BTreeMap<String, InventoryRecord>,
+    b: &BTreeMap<String, InventoryRecord>,
+) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b.iter())
+            .all(|((ka, ra), (kb, rb))| ka == kb && ra.same_as(rb))
+}
+
+/// The actions that make Placement (as cached) equal to `desired`. Empty when nothing changed.
+pub fn plan(desired: &DesiredState, cache: &ProviderCache) -> Vec<Action> {
+    let mut actions = Vec::new();
+
+    // Custom classes and traits must exist before anything uses them.
+    let mut classes = BTreeSet::new();
+    let mut custom_traits = BTreeSet::new();
+    for p in &desired.providers {
+        classes.extend(
+            p.inventories
+                .keys()
+                .filter(|c| c.starts_with("CUSTOM_"))
+                .cloned(),
+        );
+        custom_traits.extend(
+            p.traits
+                .iter()
+                .filter(|t| t.starts_with("CUSTOM_"))
+                .cloned(),
+        );
+    }
+    for c in classes.difference(&cache.classes) {
+        actions.push(Action::EnsureResourceClass(c.clone()));
+    }
+    for t in custom_traits.difference(&cache.custom_traits) {
+        actions.push(Action::EnsureTrait(t.clone()));
+    }
+
+    // New providers, parents first (desired.providers is in that order); renames.
+    for p in &desired.providers {
+        match cache.providers.get(&p.uuid) {
+            None => actions.push(Action::CreateProvider {
+                uuid: p.uuid,
+                name: p.name.clone(),
+                parent: p.parent,
+            }),
+            Some(c) if c.name != p.name && p.role != ProviderRole::Sharing => {
+                actions.push(Action::RenameProvider {
+                    uuid: p.uuid,
+                    name: p.name.clone(),
+                })
+            }
+            Some(_) => {}
+        }
+    }
+
+    // Allocations that must go, before the inventory under them shrinks or goes.
+    if let Some(wanted) = &desired.allocations {
+        for (consumer, cached) in &cache.consumers {
+            if !wanted.contains_key(consumer) && !cached.resources.is_empty() {
+                actions.push(Action::DeleteAllocation {
+                    consumer: *consumer,
+                });
+            }
+        }
+    }
+
+    // PCI children rtrack made that are no longer wanted, deepest first.
+    let wanted: BTreeSet<Uuid> = desired.providers.iter().map(|p| p.uuid).collect();
+    let mut stale: Vec<&CachedProvider> = cache
+        .providers
+        .values()
+        .filter(|c| {
+            !wanted.contains(&c.uuid)
+                && c.parent.is_some()
+                && c.traits.contains(COMPUTE_MANAGED_PCI_DEVICE)
+        })
+        .collect();
+    stale.sort_by_key(|c| std::cmp::Reverse(depth(cache, c.uuid)));
+    for c in stale {
+        actions.push(Action::DeleteProvider { uuid: c.uuid });
+    }
+
+    // Inventories, traits, aggregates: children first, as Nova flushes (a parent's traits or
+    // inventory never depend on a child's, and the order keeps PCI capacity in place before
+    // the root changes).
+    for p in desired.providers.iter().rev() {
+        let cached = cache.providers.get(&p.uuid);
+        let inventories = resolve_inventories(p, cached);
+        let empty = BTreeMap::new();
+        let have = cached.map_or(&empty, |c| &c.inventories);
+        if !same_inventories(&inventories, have) {
+            actions.push(Action::PutInventories {
+                uuid: p.uuid,
+                inventories,
+            });
+        }
+
+        let have_traits = cached.map(|c| c.traits.clone()).unwrap_or_default();
+        let traits: BTreeSet<String> = match &p.owned_traits {
+            None => p.traits.clone(),
+            Some(owned) => have_traits
+                .iter()
+                .filter(|t| !owned.contains(*t))
+                .cloned()
+                .chain(p.traits.iter().cloned())
+                .collect(),
+        };
+        if traits != have_traits {
+            actions.push(Action::PutTraits {
+                uuid: p.uuid,
+                traits,
+            });
+        }
+
+        let have_aggs = cached.map(|c| c.aggregates.clone()).unwrap_or_default();
+        let aggs: BTreeSet<Uuid> = have_aggs.union(&p.aggregates).copied().collect();
+        if aggs != have_aggs {
+            actions.push(Action::PutAggregates {
+                uuid: p.uuid,
+                aggregates: aggs,
+            });
+        }
+    }
+
+    // Allocations that are new or changed, once the inventory is there.
+    if let Some(wanted) = &desired.allocations {
+        for (consumer, a) in wanted {
+            let same = cache.consumers.get(consumer).is_some_and(|c| {
+                c.resources == a.resources
+                    && c.owner.as_ref().is_none_or(|(p, u, t)| {
+                        *p == a.project_id && *u == a.user_id && *t == a.consumer_type
+                    })
+            });
+            if !same {
+                actions.push(Action::PutAllocation {
+                    consumer: *consumer,
+                    allocation: a.clone(),
+                });
+            }
+        }
+    }
+    actions
+}
+
+fn depth(cache: &ProviderCache, mut uuid: Uuid) -> usize {
+    let mut d = 0;
+    while let Some(parent) = cache.providers.get(&uuid).and_then(|p| p.parent) {
+        d += 1;
+        uuid = parent;
+        if d > 64 {
+            break; // a cycle cannot come from Placement; stop anyway
+        }
+    }
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::upstream::desired::{DesiredInventory, DesiredProvider};
+
+    fn root(uuid: Uuid) -> DesiredProvider {
+        DesiredProvider {
+            uuid,
+            name: "cmp-1".into(),
+            parent: None,
+            role: ProviderRole::ComputeNode,
+            inventories: BTreeMap::from([(
+                "VCPU".to_string(),
+                DesiredInventory {
+                    total: 8,
+                    reserved: 0,
+                    min_unit: 1,
+                    max_unit: 8,
+                    step_size: 1,
+                    ratio: RatioRule::InitialOrKeep(4.0),
+                    floor_at_usage: false,
+                },
+            )]),
+            owned_classes: None,
+            traits: BTreeSet::from(["COMPUTE_NODE".to_string(), "CUSTOM_X".to_string()]),
+            owned_traits: Some(BTreeSet::from([
+                "COMPUTE_NODE".to_string(),
+                "CUSTOM_X".to_string(),
+                "COMPUTE_STATUS_DISABLED".to_string(),
+            ])),
+            aggregates: BTreeSet::new(),
+        }
+    }
+
+    fn state(providers: Vec<DesiredProvider>) -> DesiredState {
+        DesiredState {
+            root: providers[0].uuid,
+            providers,
+            allocations: None,
+            warnings: vec![],
+        }
+    }
+
+    /// The cache as it is after every action of `plan` succeeded (what the reporter does).
+    fn applied(desired: &DesiredState, cache: &ProviderCache) -> ProviderCache {
+        let mut c = cache.clone();
+        for a in plan(desired, cache) {
+            match a {
+                Action::EnsureResourceClass(n) => {
+                    c.classes.insert(n);
+                }
+                Action::EnsureTrait(n) => {
+                    c.custom_traits.insert(n);
+                }
+                Action::CreateProvider { uuid, name, parent } => {
+                    c.providers.insert(
+                        uuid,
+                        CachedProvider {
+                            uuid,
+                            name,
+                            parent,
+                            ..Default::default()
+                        },
+                    );
+                }
+                Action::RenameProvider { uuid, name } => {
+                    c.providers.get_mut(&uuid).unwrap().name = name
+                }
+                Action::DeleteProvider { uuid } => {
+                    c.providers.remove(&uuid);
+                }
+                Action::PutInventories { uuid, inventories } => {
+                    let p = c.providers.get_mut(&uuid).unwrap();
+                    p.inventories = inventories;
+                    p.generation += 1;
+                }
+                Action::PutTraits { uuid, traits } => {
+                    c.providers.get_mut(&uuid).unwrap().traits = traits
+                }
+                Action::PutAggregates { uuid, aggregates } => {
+                    c.providers.get_mut(&uuid).unwrap().aggregates = aggregates
+                }
+                Action::DeleteAllocation { consumer } => {
+                    c.consumers.remove(&consumer);
+                }
+                Action::PutAllocation {
+                    consumer,
+                    allocation,
+                } => {
+                    c.consumers.insert(
+                        consumer,
+                        CachedConsumer {
+                            generation: Some(1),
+                            resources: allocation.resources,
+                            owner: None,
+                        },
+                    );
+                }
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn first_report_creates_then_nothing_more() {
+        let d = state(vec![root(Uuid::new_v4())]);
+        let p = plan(&d, &ProviderCache::default());
+        let kinds: Vec<&str> = p.iter().map(Action::kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                "put_trait",
+                "create_provider",
+                "put_inventories",
+                "put_traits"
+            ]
+        );
+        let after = applied(&d, &ProviderCache::default());
+        assert_eq!(plan(&d, &after), vec![], "no change, no request");
+        // Several unchanged cycles stay empty.
+        let again = applied(&d, &after);
+        assert_eq!(again, after);
+        assert!(plan(&d, &again).is_empty());
+    }
+
+    #[test]
+    fn one_change_gives_one_put() {
+        let mut d = state(vec![root(Uuid::new_v4())]);
+        let cache = applied(&d, &ProviderCache::default());
+        d.providers[0].inventories.get_mut("VCPU").unwrap().total = 16;
+        let p = plan(&d, &cache);
+        assert_eq!(p.len(), 1);
+        match &p[0] {
+            Action::PutInventories { inventories, .. } => {
+                assert_eq!(inventories["VCPU"].total, 16);
+                assert_eq!(inventories["VCPU"].allocation_ratio, 4.0);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn ratio_precedence_is_novas() {
+        let d = state(vec![root(Uuid::new_v4())]);
+        let mut cache = applied(&d, &ProviderCache::default());
+        // An operator set 2.0 through the API: kept, since nothing is configured.
+        let uuid = d.root;
+        cache
+            .providers
+            .get_mut(&uuid)
+            .unwrap()
+            .inventories
+            .get_mut("VCPU")
+            .unwrap()
+            .allocation_ratio = 2.0;
+        assert!(plan(&d, &cache).is_empty());
+        // A configured ratio overrides it.
+        let mut fixed = d.clone();
+        fixed.providers[0]
+            .inventories
+            .get_mut("VCPU")
+            .unwrap()
+            .ratio = RatioRule::Fixed(3.0);
+        match &plan(&fixed, &cache)[0] {
+            Action::PutInventories { inventories, .. } => {
+                assert_eq!(inventories["VCPU"].allocation_ratio, 3.0)
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn foreign_traits_are_kept_and_owned_ones_removed() {
+        let d = state(vec![root(Uuid::new_v4())]);
+        let mut cache = applied(&d, &ProviderCache::default());
+        let p = cache.providers.get_mut(&d.root).unwrap();
+        p.traits.insert("CUSTOM_OPERATOR_SET".into());
+        p.traits.insert("COMPUTE_STATUS_DISABLED".into());
+        match plan(&d, &cache).as_slice() {
+            [Action::PutTraits { traits, .. }] => {
+                assert!(traits.contains("CUSTOM_OPERATOR_SET"));
+                assert!(!traits.contains("COMPUTE_STATUS_DISABLED"));
+                assert!(traits.contains("COMPUTE_NODE"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn pci_floor_and_stale_children() {
+        let node = Uuid::new_v4();
+        let child = Uuid::new_v4();
+        let mut pci = root(child);
+        pci.name = "cmp-1_0000:3B:00.0".into();
+        pci.parent = Some(node);
+        pci.role = ProviderRole::Pci;
+        pci.owned_traits = None;
+        pci.traits = BTreeSet::from([COMPUTE_MANAGED_PCI_DEVICE.to_string()]);
+        pci.inventories = BTreeMap::from([(
+            "CUSTOM_PCI_8086_1889".to_string(),
+            DesiredInventory {
+                total: 4,
+                reserved: 0,
+                min_unit: 1,
+                max_unit: 4,
+                step_size: 1,
+                ratio: RatioRule::Fixed(1.0),
+                floor_at_usage: true,
+            },
+        )]);
+        let d = state(vec![root(node), pci]);
+        let mut cache = applied(&d, &ProviderCache::default());
+        cache
+            .providers
+            .get_mut(&child)
+            .unwrap()
+            .usages
+            .insert("CUSTOM_PCI_8086_1889".into(), 6);
+        match plan(&d, &cache).as_slice() {
+            [Action::PutInventories { inventories, .. }] => {
+                let r = &inventories["CUSTOM_PCI_8086_1889"];
+                assert_eq!((r.total, r.max_unit), (6, 6));
+            }
+            other => panic!("{other:?}"),
+        }
+        // The device is gone: its provider is deleted; a foreign child is not.
+        let foreign = Uuid::new_v4();
+        cache.providers.insert(
+            foreign,
+            CachedProvider {
+                uuid: foreign,
+                name: "cmp-1:ovs:br-ex".into(),
+                parent: Some(node),
+                ..Default::default()
+            },
+        );
+        let only_root = state(vec![root(node)]);
+        let p = plan(&only_root, &cache);
+        assert_eq!(p, vec![Action::DeleteProvider { uuid: child }]);
+    }
+
+    #[test]
+    fn allocations_added_changed_and_removed() {
+        let node = Uuid::new_v4();
+        let mut d = state(vec![root(node)]);
+        let c1 = Uuid::new_v4();
+        let alloc = DesiredAllocation {
+            project_id: "p".into(),
+            user_id: "u".into(),
+            consumer_type: "INSTANCE".into(),
+            resources: BTreeMap::from([(node, BTreeMap::from([("VCPU".to_string(), 2)]))]),
+        };
+        d.allocations = Some(BTreeMap::from([(c1, alloc.clone())]));
+        let cache = applied(&d, &ProviderCache::default());
+        assert!(plan(&d, &cache).is_empty());
+        d.allocations = Some(BTreeMap::new());
+        assert_eq!(
+            plan(&d, &cache),
+            vec![Action::DeleteAllocation { consumer: c1 }]
+        );
+        // Without allocation management, Placement's allocations are never touched.
+        d.allocations = None;
+        assert!(plan(&d, &cache).is_empty());
+    }
+}

@@ -1,0 +1,615 @@
+//! The reporter: keeps Placement equal to the [`DesiredState`] it is handed, with as few
+//! requests as possible.
+//!
+//! In: a desired state (a snapshot; the reporter never touches the tracker or its lock).
+//! Out: requests to Placement and a [`ReportOutcome`] that says what was sent.
+//!
+//! - The cache ([`ProviderCache`]) is read from Placement on the first report, every
+//!   `refresh_interval`, and after any error; between refreshes an unchanged desired state
+//!   sends nothing at all.
+//! - Each write carries the cached generation and stores the one Placement returns.
+//! - 409 `placement.concurrent_update`: re-read that provider (or consumer), wait a few random
+//!   milliseconds, plan again; at most 4 tries per report.
+//! - 409 `placement.inventory.inuse`: keep the old records of the classes that were to go,
+//!   write the rest, log and count it; the next report tries again.
+//! - Transport errors, timeouts and 5xx: the cache is dropped and reports are skipped for an
+//!   exponentially growing, capped, jittered time ([`Backoff`]).
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use uuid::Uuid;
+
+use super::backoff::{conflict_pause, Backoff};
+use super::client::{PlacementApi, RequestCounts};
+use super::config::PlacementSettings;
+use super::desired::{DesiredState, ProviderRole};
+use super::plan::{plan, Action, CachedConsumer, CachedProvider, ProviderCache};
+use super::traits::COMPUTE_MANAGED_PCI_DEVICE;
+use super::UpstreamError;
+
+/// Marks a cached generation that an allocation write made stale.
+const STALE_GENERATION: u64 = u64::MAX;
+
+/// Tuning that tests and the daemon may change.
+#[derive(Debug, Clone)]
+pub struct ReporterOptions {
+    /// First wait after a failed report. Default 1 s.
+    pub backoff_base: Duration,
+    /// Longest wait between failed reports. Default 60 s.
+    pub backoff_cap: Duration,
+    /// Tries per report when generations conflict. Default 4 (as Nova).
+    pub conflict_tries: u32,
+}
+
+impl Default for ReporterOptions {
+    fn default() -> ReporterOptions {
+        ReporterOptions {
+            backoff_base: Duration::from_secs(1),
+            backoff_cap: Duration::from_secs(60),
+            conflict_tries: 4,
+        }
+    }
+}
+
+/// What one [`Reporter::report`] call did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReportOutcome {
+    /// Requests sent during this call, by kind (reads and writes).
+    pub requests: RequestCounts,
+    /// The cache was re-read from Placement.
+    pub refreshed: bool,
+    /// Changes written (one per successful write request).
+    pub changes: u32,
+    /// Generation conflicts met (each followed by a re-read and a retry).
+    pub conflicts: u32,
+    /// Inventory writes that kept in-use classes (`placement.inventory.inuse`).
+    pub inventory_in_use: u32,
+    /// Provider deletions refused because the provider still has allocations.
+    pub provider_in_use: u32,
+    /// Allocation writes Placement refused (over capacity, bad class...), skipped.
+    pub allocations_rejected: u32,
+    /// No attempt was made: still backing off after a failure; the time left.
+    pub backing_off: Option<Duration>,
+}
+
+/// Why applying a plan stopped.
+enum Stop {
+    /// A generation conflict on this provider or consumer: re-read it and plan again.
+    Conflict(Target),
+    /// Anything else.
+    Fatal(UpstreamError),
+}
+
+enum Target {
+    Provider(Uuid),
+    Consumer(Uuid),
+}
+
+impl From<UpstreamError> for Stop {
+    fn from(e: UpstreamError) -> Stop {
+        Stop::Fatal(e)
+    }
+}
+
+/// Keeps one host's provider tree in Placement up to date.
+#[derive(Debug)]
+pub struct Reporter<P: PlacementApi> {
+    api: P,
+    cache: ProviderCache,
+    cache_valid: bool,
+    refreshed_at: Option<Instant>,
+    refresh_interval: Option<Duration>,
+    backoff: Backoff,
+    opts: ReporterOptions,
+    last_warnings: Vec<String>,
+}
+
+impl<P: PlacementApi> Reporter<P> {
+    /// A reporter over `api`. Makes no request until [`Reporter::report`].
+    pub fn new(api: P, settings: &PlacementSettings, opts: ReporterOptions) -> Reporter<P> {
+        Reporter {
+            api,
+            cache: ProviderCache::default(),
+            cache_valid: false,
+            refreshed_at: None,
+            refresh_interval: settings.refresh_interval,
+            backoff: Backoff::new(opts.backoff_base, opts.backoff_cap),
+            opts,
+            last_warnings: Vec::new(),
+        }
+    }
+
+    /// The API client (for its counters).
+    pub fn api(&self) -> &P {
+        &self.api
+    }
+
+    /// The cache as it stands (what rtrack believes Placement holds).
+    pub fn cache(&self) -> &ProviderCache {
+        &self.cache
+    }
+
+    /// Drops the cache: the next report re-reads Placement first.
+    pub fn invalidate(&mut self) {
+        self.cache_valid = false;
+    }
+
+    /// Time before the next report will make an attempt (zero unless backing off).
+    pub fn backoff_remaining(&self) -> Duration {
+        self.backoff.remaining(Instant::now())
+    }
+
+    /// Brings Placement in line with `desired`. Sends nothing when the cache is fresh and
+    /// already equal to `desired`. While backing off after a failure, returns at once with
+    /// [`ReportOutcome::backing_off`] set.
+    pub async fn report(&mut self, desired: &DesiredState) -> Result<ReportOutcome, UpstreamError> {
+        let now = Instant::now();
+        let wait = self.backoff.remaining(now);
+        if !wait.is_zero() {
+            return Ok(ReportOutcome {
+                backing_off: Some(wait),
+                ..Default::default()
+            });
+        }
+        if desired.warnings != self.last_warnings {
+            for w in &desired.warnings {
+                tracing::warn!(warning = %w, "placement report");
+            }
+            self.last_warnings = desired.warnings.clone();
+        }
+        let before = self.api.counts();
+        let mut outcome = ReportOutcome::default();
+        let result = self.cycle(desired, &mut outcome).await;
+        outcome.requests = self.api.counts().since(&before);
+        match result {
+            Ok(()) => {
+                if self.backoff.failures() > 0 {
+                    tracing::info!("placement reachable again; provider tree in step");
+                }
+                self.backoff.succeeded();
+                if outcome.changes > 0 {
+                    tracing::info!(changes = outcome.changes, requests = %outcome.requests, "placement updated");
+                }
+                Ok(outcome)
+            }
+            Err(e) => {
+                // Whatever failed, Placement may differ from the cache now: re-read next time.
+                self.cache_valid = false;
+                let wait = self.backoff.failed(Instant::now());
+                tracing::warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "placement report failed");
+                Err(e)
+            }
+        }
+    }
+
+    async fn cycle(
+        &mut self,
+        desired: &DesiredState,
+        outcome: &mut ReportOutcome,
+    ) -> Result<(), UpstreamError> {
+        let stale = match (self.refreshed_at, self.refresh_interval) {
+            (None, _) => true,
+            (Some(t), Some(every)) => t.elapsed() >= every,
+            (Some(_), None) => false,
+        };
+        if !self.cache_valid || stale {
+            self.refresh(desired).await?;
+            outcome.refreshed = true;
+        }
+        let tries = self.opts.conflict_tries.max(1);
+        for attempt in 1..=tries {
+            let actions = plan(desired, &self.cache);
+            if actions.is_empty() {
+                return Ok(());
+            }
+            match self.apply(actions, outcome).await {
+                Ok(()) => return Ok(()),
+                Err(Stop::Fatal(e)) => return Err(e),
+                Err(Stop::Conflict(target)) => {
+                    outcome.conflicts += 1;
+                    let id = match target {
+                        Target::Provider(u) => {
+                            self.reread_provider(desired, u).await?;
+                            u
+                        }
+                        Target::Consumer(c) => {
+                            self.reread_consumer(c).await?;
+                            c
+                        }
+                    };
+                    if attempt == tries {
+                        return Err(UpstreamError::ConflictsExhausted {
+                            provider: id,
+                            tries,
+                        });
+                    }
+                    tokio::time::sleep(conflict_pause(attempt)).await;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Re-reads everything rtrack manages: our tree, the sharing provider, and (with
+    /// allocations) the consumers on our tree.
+    async fn refresh(&mut self, desired: &DesiredState) -> Result<(), UpstreamError> {
+        self.api.negotiate().await?;
+        let mut cache = ProviderCache::default();
+        let mut infos = self.api.providers_in_tree(desired.root).await?;
+        for p in desired
+            .providers
+            .iter()
+            .filter(|p| p.role == ProviderRole::Sharing)
+        {
+            if let Some(info) = self.api.get_provider(p.uuid).await? {
+                infos.push(info);
+            }
+        }
+        for info in infos {
+            let mut p = CachedProvider {
+                uuid: info.uuid,
+                name: info.name,
+                parent: info.parent_provider_uuid,
+                generation: info.generation,
+                ..Default::default()
+            };
+            self.read_provider_parts(&mut p).await?;
+            cache.providers.insert(p.uuid, p);
+        }
+        if desired.allocations.is_some() {
+            // Consumers on our tree only: the sharing provider also carries other hosts'.
+            let mut consumers = BTreeSet::new();
+            for p in cache.providers.values().filter(|p| {
+                desired
+                    .provider(p.uuid)
+                    .is_none_or(|d| d.role != ProviderRole::Sharing)
+            }) {
+                consumers.extend(self.api.provider_consumers(p.uuid).await?);
+            }
+            for c in consumers {
+                let a = self.api.get_consumer(c).await?;
+                cache.consumers.insert(
+                    c,
+                    CachedConsumer {
+                        generation: a.generation,
+                        resources: a.resources,
+                        owner: a.owner,
+                    },
+                );
+            }
+        }
+        // Custom classes and traits in use on our providers exist: no need to PUT them again.
+        for p in cache.providers.values() {
+            let classes: Vec<String> = p
+                .inventories
+                .keys()
+                .filter(|c| c.starts_with("CUSTOM_"))
+                .cloned()
+                .collect();
+            let traits: Vec<String> = p
+                .traits
+                .iter()
+                .filter(|t| t.starts_with("CUSTOM_"))
+                .cloned()
+                .collect();
+            cache.classes.extend(classes);
+            cache.custom_traits.extend(traits);
+        }
+        self.cache = cache;
+        self.cache_valid = true;
+        self.refreshed_at = Some(Instant::now());
+        Ok(())
+    }
+
+    /// Inventories, traits, aggregates (and usages of PCI providers) of one provider.
+    async fn read_provider_parts(&mut self, p: &mut CachedProvider) -> Result<(), UpstreamError> {
+        let (_, inv) = self.api.get_inventories(p.uuid).await?;
+        let (_, traits) = self.api.get_traits(p.uuid).await?;
+        // The last read's generation: a write in between makes our next write conflict and
+        // re-read, which is safe.
+        let (g, aggs) = self.api.get_aggregates(p.uuid).await?;
+        p.inventories = inv;
+        p.traits = traits;
+        p.aggregates = aggs;
+        p.generation = g;
+        p.usages = if p.traits.contains(COMPUTE_MANAGED_PCI_DEVICE) {
+            self.api.get_usages(p.uuid).await?
+        } else {
+            Default::default()
+        };
+        Ok(())
+    }
+
+    async fn reread_provider(
+        &mut self,
+        desired: &DesiredState,
+        uuid: Uuid,
+    ) -> Result<(), UpstreamError> {
+        match self.api.get_provider(uuid).await? {
+            None => {
+                // Gone (deleted by someone, or Placement lost its database): a full refresh
+                // will recreate what is missing.
+                self.refresh(desired).await?;
+            }
+            Some(info) => {
+                let mut p = CachedProvider {
+                    uuid,
+                    name: info.name,
+                    parent: info.parent_provider_uuid,
+                    generation: info.generation,
+                    ..Default::default()
+                };
+                self.read_provider_parts(&mut p).await?;
+                self.cache.providers.insert(uuid, p);
+            }
+        }
+        Ok(())
+    }
+
+    async fn reread_consumer(&mut self, consumer: Uuid) -> Result<(), UpstreamError> {
+        let a = self.api.get_consumer(consumer).await?;
+        if a.resources.is_empty() && a.generation.is_none() {
+            self.cache.consumers.remove(&consumer);
+        } else {
+            self.cache.consumers.insert(
+                consumer,
+                CachedConsumer {
+                    generation: a.generation,
+                    resources: a.resources,
+                    owner: a.owner,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    fn generation(&self, uuid: Uuid) -> u64 {
+        self.cache.providers.get(&uuid).map_or(0, |p| p.generation)
+    }
+
+    fn provider_mut(&mut self, uuid: Uuid) -> &mut CachedProvider {
+        self.cache
+            .providers
+            .entry(uuid)
+            .or_insert_with(|| CachedProvider {
+                uuid,
+                ..Default::default()
+            })
+    }
+
+    async fn apply(
+        &mut self,
+        actions: Vec<Action>,
+        outcome: &mut ReportOutcome,
+    ) -> Result<(), Stop> {
+        let conflict_on = |e: &UpstreamError, t: Target| -> Option<Stop> {
+            e.is_concurrent_update().then_some(Stop::Conflict(t))
+        };
+        for action in actions {
+            match action {
+                Action::EnsureResourceClass(name) => {
+                    self.api.ensure_resource_class(&name).await?;
+                    self.cache.classes.insert(name);
+                }
+                Action::EnsureTrait(name) => {
+                    self.api.ensure_trait(&name).await?;
+                    self.cache.custom_traits.insert(name);
+                }
+                Action::CreateProvider { uuid, name, parent } => {
+                    match self.api.create_provider(uuid, &name, parent).await {
+                        Ok(info) => {
+                            self.cache.providers.insert(
+                                uuid,
+                                CachedProvider {
+                                    uuid,
+                                    name: info.name,
+                                    parent: info.parent_provider_uuid,
+                                    generation: info.generation,
+                                    ..Default::default()
+                                },
+                            );
+                        }
+                        Err(e)
+                            if e.status() == Some(409)
+                                && e.code() == Some("placement.duplicate_name") =>
+                        {
+                            // Our uuid exists (created concurrently, or the cache missed it):
+                            // adopt it. Otherwise another provider has our name.
+                            if self.api.get_provider(uuid).await?.is_some() {
+                                return Err(Stop::Conflict(Target::Provider(uuid)));
+                            }
+                            return Err(match self.api.provider_by_name(&name).await? {
+                                Some(theirs) => Stop::Fatal(UpstreamError::NameClash {
+                                    name,
+                                    ours: uuid,
+                                    theirs: theirs.uuid,
+                                }),
+                                None => Stop::Fatal(e),
+                            });
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                Action::RenameProvider { uuid, name } => {
+                    let parent = self.cache.providers.get(&uuid).and_then(|p| p.parent);
+                    self.api.rename_provider(uuid, &name, parent).await?;
+                    self.provider_mut(uuid).name = name;
+                }
+                Action::DeleteAllocation { consumer } => {
+                    let cached = self
+                        .cache
+                        .consumers
+                        .get(&consumer)
+                        .cloned()
+                        .unwrap_or_default();
+                    match self
+                        .api
+                        .put_allocation(consumer, None, cached.generation, cached.owner.as_ref())
+                        .await
+                    {
+                        Ok(()) => {
+                            self.cache.consumers.remove(&consumer);
+                            self.mark_generations_stale(cached.resources.keys().copied());
+                        }
+                        Err(e) => {
+                            return Err(conflict_on(&e, Target::Consumer(consumer))
+                                .unwrap_or(Stop::Fatal(e)))
+                        }
+                    }
+                }
+                Action::DeleteProvider { uuid } => match self.api.delete_provider(uuid).await {
+                    Ok(()) => {
+                        self.cache.providers.remove(&uuid);
+                    }
+                    Err(e) if e.status() == Some(409) => {
+                        // In use (allocations) or has children: keep it, try next cycle.
+                        outcome.provider_in_use += 1;
+                        tracing::warn!(provider = %uuid, error = %e, "cannot delete resource provider of a removed PCI device yet");
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
+                },
+                Action::PutInventories { uuid, inventories } => {
+                    let g = self.current_generation(uuid).await?;
+                    match self.api.put_inventories(uuid, g, &inventories).await {
+                        Ok(ng) => {
+                            let p = self.provider_mut(uuid);
+                            p.generation = ng;
+                            p.inventories = inventories;
+                        }
+                        Err(e) if e.is_inventory_in_use() => {
+                            // Keep the records of the classes that were to go; write the rest.
+                            let mut kept = inventories.clone();
+                            if let Some(c) = self.cache.providers.get(&uuid) {
+                                for (class, rec) in &c.inventories {
+                                    kept.entry(class.clone()).or_insert_with(|| rec.clone());
+                                }
+                            }
+                            outcome.inventory_in_use += 1;
+                            tracing::warn!(provider = %uuid, error = %e, "inventory in use: keeping the old records of the classes to remove; retrying next cycle");
+                            match self.api.put_inventories(uuid, g, &kept).await {
+                                Ok(ng) => {
+                                    let p = self.provider_mut(uuid);
+                                    p.generation = ng;
+                                    p.inventories = kept;
+                                }
+                                Err(e) => {
+                                    return Err(conflict_on(&e, Target::Provider(uuid))
+                                        .unwrap_or(Stop::Fatal(e)))
+                                }
+                            }
+                        }
+                        Err(e) => {
+                            return Err(
+                                conflict_on(&e, Target::Provider(uuid)).unwrap_or(Stop::Fatal(e))
+                            )
+                        }
+                    }
+                }
+                Action::PutTraits { uuid, traits } => {
+                    let g = self.current_generation(uuid).await?;
+                    match self.api.put_traits(uuid, g, &traits).await {
+                        Ok(ng) => {
+                            let p = self.provider_mut(uuid);
+                            p.generation = ng;
+                            p.traits = traits;
+                        }
+                        Err(e) => {
+                            return Err(
+                                conflict_on(&e, Target::Provider(uuid)).unwrap_or(Stop::Fatal(e))
+                            )
+                        }
+                    }
+                }
+                Action::PutAggregates { uuid, aggregates } => {
+                    let g = self.current_generation(uuid).await?;
+                    match self.api.put_aggregates(uuid, g, &aggregates).await {
+                        Ok(ng) => {
+                            let p = self.provider_mut(uuid);
+                            p.generation = ng;
+                            p.aggregates = aggregates;
+                        }
+                        Err(e) => {
+                            return Err(
+                                conflict_on(&e, Target::Provider(uuid)).unwrap_or(Stop::Fatal(e))
+                            )
+                        }
+                    }
+                }
+                Action::PutAllocation {
+                    consumer,
+                    allocation,
+                } => {
+                    let cached = self.cache.consumers.get(&consumer).cloned();
+                    let generation = cached.as_ref().and_then(|c| c.generation);
+                    match self
+                        .api
+                        .put_allocation(consumer, Some(&allocation), generation, None)
+                        .await
+                    {
+                        Ok(()) => {
+                            let touched: BTreeSet<Uuid> = allocation
+                                .resources
+                                .keys()
+                                .chain(cached.iter().flat_map(|c| c.resources.keys()))
+                                .copied()
+                                .collect();
+                            self.cache.consumers.insert(
+                                consumer,
+                                CachedConsumer {
+                                    // Placement counts every write; a wrong guess costs one
+                                    // conflict and a re-read.
+                                    generation: Some(generation.map_or(1, |g| g + 1)),
+                                    owner: Some((
+                                        allocation.project_id.clone(),
+                                        allocation.user_id.clone(),
+                                        allocation.consumer_type.clone(),
+                                    )),
+                                    resources: allocation.resources,
+                                },
+                            );
+                            self.mark_generations_stale(touched.into_iter());
+                        }
+                        Err(e) if e.is_concurrent_update() => {
+                            return Err(Stop::Conflict(Target::Consumer(consumer)))
+                        }
+                        Err(e) if e.status().is_some_and(|s| (400..500).contains(&s)) => {
+                            // Over capacity or otherwise refused: this consumer only.
+                            outcome.allocations_rejected += 1;
+                            tracing::warn!(%consumer, error = %e, "placement refused the allocation; skipped");
+                            continue;
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+            outcome.changes += 1;
+        }
+        Ok(())
+    }
+
+    /// An allocation write bumps the generation of every provider it touches, and Placement
+    /// does not say to what. Mark them; the next write to such a provider first reads its
+    /// generation (one GET) instead of failing with a conflict. Nothing is read if no write
+    /// follows.
+    fn mark_generations_stale(&mut self, providers: impl Iterator<Item = Uuid>) {
+        for p in providers {
+            if let Some(c) = self.cache.providers.get_mut(&p) {
+                c.generation = STALE_GENERATION;
+            }
+        }
+    }
+
+    /// The generation to send for `uuid`, read from Placement when an allocation made the
+    /// cached one stale.
+    async fn current_generation(&mut self, uuid: Uuid) -> Result<u64, UpstreamError> {
+        let g = self.generation(uuid);
+        if g != STALE_GENERATION {
+            return Ok(g);
+        }
+        let (g, _) = self.api.get_inventories(uuid).await?;
+        self.provider_mut(uuid).generation = g;
+        Ok(g)
+    }
+}

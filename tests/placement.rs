@@ -1,0 +1,1121 @@
+//! The upstream reporter against a real OpenStack Placement (openstack-placement 16.0.0 under
+//! gunicorn on 127.0.0.1, SQLite, noauth2), started by `scripts/placement/start.sh`.
+//!
+//! Each test runs its own server in its own directory under `target/tmp/placement/`, so request
+//! counts read from the server's access log belong to that test alone. A guard stops the server
+//! when the test ends, and `start.sh --owner-pid` stops it too if this binary dies first. What
+//! Placement holds is checked with plain GETs made here, not through rtrack's client.
+//!
+//! Needs python3 >= 3.11 with its venv module (the venv is cached in `target/placement-venv`;
+//! the first run installs it from PyPI). `RTRACK_SKIP_PLACEMENT=1` skips these tests.
+//!
+//! Run with `--nocapture` to see the measured figures (lines starting with `MEASURE`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use rtrack::config::{Config, ValidConfig};
+use rtrack::probes::{self, HostInventory, HostRoot};
+use rtrack::upstream::desired::{ProviderRole, RatioRule, CONSUMER_INSTANCE, CONSUMER_MIGRATION};
+use rtrack::upstream::{
+    Consumer, DesiredState, HttpPlacement, PlacementApi, Reporter, ReporterOptions, ResourceKey,
+    UpstreamError,
+};
+use rtrack_fixtures::synthetic::{PlainFunction, SyntheticHost};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+// ------------------------------------------------------------------ server harness
+
+/// One Placement server; stopped when dropped.
+struct Server {
+    dir: PathBuf,
+    url: String,
+    port: String,
+}
+
+fn scripts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/placement")
+}
+
+fn run_script(args: &[&str]) -> String {
+    let out = Command::new("bash")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run bash {args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Starts a server for `name`, or returns None when the tests are skipped on purpose.
+fn server(name: &str) -> Option<Server> {
+    if std::env::var("RTRACK_SKIP_PLACEMENT").is_ok_and(|v| v == "1") {
+        eprintln!("RTRACK_SKIP_PLACEMENT=1: skipping the Placement test {name}");
+        return None;
+    }
+    let py = Command::new("python3")
+        .args([
+            "-c",
+            "import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))",
+        ])
+        .status();
+    if !py.is_ok_and(|s| s.success()) {
+        panic!(
+            "the Placement tests need python3 >= 3.11 with its venv module \
+             (Debian: apt-get install python3 python3-venv); \
+             set RTRACK_SKIP_PLACEMENT=1 to skip them"
+        );
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("placement")
+        .join(name);
+    let d = dir.to_string_lossy().to_string();
+    let stop = scripts().join("stop.sh").to_string_lossy().to_string();
+    let start = scripts().join("start.sh").to_string_lossy().to_string();
+    // A previous run that crashed may have left a server or a database behind.
+    run_script(&[&stop, "--purge", &d]);
+    let pid = std::process::id().to_string();
+    let url = run_script(&[&start, "--owner-pid", &pid, &d, "auto"]);
+    let port = url.rsplit(':').next().unwrap_or_default().to_string();
+    Some(Server { dir, url, port })
+}
+
+impl Server {
+    fn stop(&self) {
+        let stop = scripts().join("stop.sh").to_string_lossy().to_string();
+        run_script(&[&stop, &self.dir.to_string_lossy()]);
+    }
+
+    /// Starts again on the same port; `fresh` empties the database first.
+    fn start_again(&self, fresh: bool) {
+        let start = scripts().join("start.sh").to_string_lossy().to_string();
+        let d = self.dir.to_string_lossy().to_string();
+        let pid = std::process::id().to_string();
+        let mut args = vec![start.as_str()];
+        if fresh {
+            args.push("--fresh");
+        }
+        args.extend(["--owner-pid", &pid, &d, &self.port]);
+        let url = run_script(&args);
+        assert_eq!(url, self.url);
+    }
+
+    /// Requests Placement has logged so far (one `placement.requestlog` line each).
+    fn logged_requests(&self) -> usize {
+        std::fs::read_to_string(self.dir.join("logs/placement.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("placement.requestlog"))
+            .count()
+    }
+
+    fn client(&self) -> Raw {
+        Raw {
+            // No idle connections: the server is restarted under some tests.
+            http: reqwest::Client::builder()
+                .no_proxy()
+                .pool_max_idle_per_host(0)
+                .build()
+                .unwrap(),
+            url: self.url.clone(),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Plain requests to Placement, independent of rtrack's client.
+struct Raw {
+    http: reqwest::Client,
+    url: String,
+}
+
+impl Raw {
+    async fn send(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut r = self
+            .http
+            .request(method, format!("{}{path}", self.url))
+            .header("x-auth-token", "admin")
+            .header("openstack-api-version", "placement 1.39");
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        let resp = r.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        let (s, v) = self.send(reqwest::Method::GET, path, None).await;
+        assert_eq!(s, 200, "GET {path}: {v}");
+        v
+    }
+
+    async fn put(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send(reqwest::Method::PUT, path, Some(body)).await
+    }
+}
+
+// ------------------------------------------------------------------ test inputs
+
+fn probe(host: &SyntheticHost, dir: &Path) -> HostInventory {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+    host.write(dir);
+    probes::probe_host(&HostRoot::under(dir), &probes::ProbeOptions::default()).unwrap()
+}
+
+fn config(url: &str, extra: &str) -> ValidConfig {
+    let text = format!("[placement]\nendpoint = \"{url}\"\n{extra}");
+    let f = Path::new("test.toml");
+    Config::parse(&text, f).unwrap().validate(f).unwrap()
+}
+
+const PCI: &str = r#"
+[pci]
+report_in_placement = true
+[[pci.device_spec]]
+address = "0000:3b:*.*"
+traits = "fast-path, HW_NIC_SRIOV"
+[[pci.device_spec]]
+vendor_id = "144d"
+resource_class = "nvme"
+"#;
+
+fn reporter(cfg: &ValidConfig) -> Reporter<HttpPlacement> {
+    let settings = rtrack::upstream::validate_placement(&cfg.placement)
+        .unwrap()
+        .unwrap();
+    let api = HttpPlacement::new(&settings).unwrap();
+    Reporter::new(
+        api,
+        &settings,
+        ReporterOptions {
+            backoff_base: Duration::from_millis(200),
+            backoff_cap: Duration::from_secs(2),
+            conflict_tries: 4,
+        },
+    )
+}
+
+/// Checks with plain GETs that Placement holds what `d` describes (our traits and classes;
+/// others' traits and aggregates may be there too).
+async fn assert_placement_matches(raw: &Raw, d: &DesiredState) {
+    for p in &d.providers {
+        let rp = raw.get(&format!("/resource_providers/{}", p.uuid)).await;
+        if p.role != ProviderRole::Sharing {
+            assert_eq!(rp["name"], json!(p.name));
+        }
+        assert_eq!(
+            rp["parent_provider_uuid"],
+            p.parent.map_or(Value::Null, |u| json!(u.to_string()))
+        );
+        let inv = raw
+            .get(&format!("/resource_providers/{}/inventories", p.uuid))
+            .await;
+        let held: BTreeMap<String, Value> =
+            serde_json::from_value(inv["inventories"].clone()).unwrap();
+        for (class, want) in &p.inventories {
+            let h = held
+                .get(class)
+                .unwrap_or_else(|| panic!("{}: no {class} in {held:?}", p.name));
+            assert!(h["total"].as_i64().unwrap() >= want.total, "{class} total");
+            if !want.floor_at_usage {
+                assert_eq!(h["total"], json!(want.total), "{} {class}", p.name);
+                assert_eq!(h["max_unit"], json!(want.max_unit), "{} {class}", p.name);
+            }
+            assert_eq!(h["reserved"], json!(want.reserved), "{} {class}", p.name);
+            assert_eq!(h["min_unit"], json!(want.min_unit));
+            assert_eq!(h["step_size"], json!(want.step_size));
+            if let RatioRule::Fixed(r) = want.ratio {
+                assert_eq!(h["allocation_ratio"].as_f64(), Some(r), "{class} ratio");
+            }
+        }
+        if p.owned_classes.is_none() {
+            let want: BTreeSet<&String> = p.inventories.keys().collect();
+            let have: BTreeSet<&String> = held.keys().collect();
+            assert_eq!(have, want, "{} classes", p.name);
+        }
+        let traits = raw
+            .get(&format!("/resource_providers/{}/traits", p.uuid))
+            .await;
+        let traits: BTreeSet<String> = serde_json::from_value(traits["traits"].clone()).unwrap();
+        for t in &p.traits {
+            assert!(
+                traits.contains(t),
+                "{}: {t} missing from {traits:?}",
+                p.name
+            );
+        }
+        match &p.owned_traits {
+            None => assert_eq!(traits, p.traits, "{} traits", p.name),
+            Some(owned) => {
+                for t in traits.intersection(owned) {
+                    assert!(p.traits.contains(t), "{}: {t} should be gone", p.name);
+                }
+            }
+        }
+        let aggs = raw
+            .get(&format!("/resource_providers/{}/aggregates", p.uuid))
+            .await;
+        let aggs: BTreeSet<Uuid> = serde_json::from_value(aggs["aggregates"].clone()).unwrap();
+        assert!(aggs.is_superset(&p.aggregates), "{} aggregates", p.name);
+    }
+    if let Some(allocs) = &d.allocations {
+        for (c, a) in allocs {
+            let got = raw.get(&format!("/allocations/{c}")).await;
+            let mut have: BTreeMap<Uuid, BTreeMap<String, u64>> = BTreeMap::new();
+            for (rp, e) in got["allocations"].as_object().unwrap() {
+                have.insert(
+                    rp.parse().unwrap(),
+                    serde_json::from_value(e["resources"].clone()).unwrap(),
+                );
+            }
+            assert_eq!(have, a.resources, "allocations of {c}");
+            assert_eq!(got["consumer_type"], json!(a.consumer_type));
+            assert_eq!(got["project_id"], json!(a.project_id));
+        }
+    }
+}
+
+/// Placement's providers in the tree of `root`, by name.
+async fn tree_names(raw: &Raw, root: Uuid) -> BTreeSet<String> {
+    let v = raw
+        .get(&format!("/resource_providers?in_tree={root}"))
+        .await;
+    v["resource_providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+// ------------------------------------------------------------------ tests
+
+#[tokio::test(flavor = "current_thread")]
+async fn registers_then_sends_nothing_while_unchanged() {
+    let Some(srv) = server("unchanged") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let inv = probe(&SyntheticHost::small(), &tmp.path().join("host"));
+    let cfg = config(&srv.url, PCI);
+    let node = Uuid::new_v4();
+    let d = DesiredState::build(&inv, &cfg, node, "cmp-unchanged", false, &[]).unwrap();
+    let mut r = reporter(&cfg);
+
+    let t0 = Instant::now();
+    let first = r.report(&d).await.unwrap();
+    eprintln!(
+        "MEASURE first registration: {} requests in {:?}: {}",
+        first.requests.total(),
+        t0.elapsed(),
+        first.requests
+    );
+    assert!(first.refreshed);
+    assert!(first.requests.get("create_provider") >= 4);
+    let raw = srv.client();
+    assert_placement_matches(&raw, &d).await;
+
+    let logged = srv.logged_requests();
+    let cycles = 5;
+    for _ in 0..cycles {
+        let o = r.report(&d).await.unwrap();
+        assert_eq!(o.requests.total(), 0, "{}", o.requests);
+        assert!(!o.refreshed);
+    }
+    let after = srv.logged_requests();
+    eprintln!(
+        "MEASURE unchanged: {} requests in Placement's access log over {cycles} cycles",
+        after - logged
+    );
+    assert_eq!(
+        after, logged,
+        "Placement saw requests while nothing changed"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn inventory_follows_memory_and_hot_plugged_pci() {
+    let Some(srv) = server("changes") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let mut host = SyntheticHost::small();
+    let cfg = config(&srv.url, PCI);
+    let node = Uuid::new_v4();
+    let raw = srv.client();
+    let mut r = reporter(&cfg);
+    let inv = probe(&host, &tmp.path().join("h1"));
+    let d = DesiredState::build(&inv, &cfg, node, "cmp-changes", false, &[]).unwrap();
+    r.report(&d).await.unwrap();
+
+    // More memory.
+    host.memory_mb_per_node = 32768;
+    let inv = probe(&host, &tmp.path().join("h2"));
+    let d = DesiredState::build(&inv, &cfg, node, "cmp-changes", false, &[]).unwrap();
+    let before = srv.logged_requests();
+    let o = r.report(&d).await.unwrap();
+    let seen = srv.logged_requests() - before;
+    eprintln!(
+        "MEASURE one change (memory): {} requests ({}); access log {seen}",
+        o.requests.total(),
+        o.requests
+    );
+    assert_eq!(o.requests.total(), 1);
+    assert_eq!(o.requests.get("put_inventories"), 1);
+    assert_eq!(seen, 1);
+    let held = raw
+        .get(&format!("/resource_providers/{node}/inventories"))
+        .await;
+    assert_eq!(held["inventories"]["MEMORY_MB"]["total"], json!(32768));
+    assert_placement_matches(&raw, &d).await;
+
+    // A hot-plugged NVMe drive (matches the second device spec).
+    host.plain.push(PlainFunction {
+        address: "0000:02:00.0".into(),
+        vendor_id: 0x144d,
+        device_id: 0xa808,
+        class: 0x010802,
+        numa_node: 0,
+        driver: Some("nvme".into()),
+    });
+    let inv = probe(&host, &tmp.path().join("h3"));
+    let d = DesiredState::build(&inv, &cfg, node, "cmp-changes", false, &[]).unwrap();
+    let o = r.report(&d).await.unwrap();
+    eprintln!(
+        "MEASURE one change (hot-plugged PCI device): {} requests ({})",
+        o.requests.total(),
+        o.requests
+    );
+    assert_eq!(o.requests.get("create_provider"), 1);
+    assert!(tree_names(&raw, node)
+        .await
+        .contains("cmp-changes_0000:02:00.0"));
+    assert_placement_matches(&raw, &d).await;
+
+    // Unplugged again: its provider goes, the others stay.
+    host.plain.pop();
+    let inv = probe(&host, &tmp.path().join("h4"));
+    let d = DesiredState::build(&inv, &cfg, node, "cmp-changes", false, &[]).unwrap();
+    let o = r.report(&d).await.unwrap();
+    assert_eq!(o.requests.total(), 1, "{}", o.requests);
+    assert_eq!(o.requests.get("delete_provider"), 1);
+    assert!(!tree_names(&raw, node)
+        .await
+        .contains("cmp-changes_0000:02:00.0"));
+    assert_placement_matches(&raw, &d).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn traits_sync_and_foreign_traits_survive_a_concurrent_writer() {
+    let Some(srv) = server("traits") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let inv = probe(&SyntheticHost::small(), &tmp.path().join("host"));
+    let cfg = config(&srv.url, "");
+    let node = Uuid::new_v4();
+    let raw = srv.client();
+    let mut r = reporter(&cfg);
+    let d = DesiredState::build(&inv, &cfg, node, "cmp-traits", false, &[]).unwrap();
+    r.report(&d).await.unwrap();
+    let traits = raw.get(&format!("/resource_providers/{node}/traits")).await;
+    let set: BTreeSet<String> = serde_json::from_value(traits["traits"].clone()).unwrap();
+    for t in [
+        "COMPUTE_NODE",
+        "HW_ARCH_X86_64",
+        "HW_CPU_X86_AVX2",
+        "HW_CPU_X86_SSE41",
+        "HW_CPU_X86_AESNI",
+        "HW_CPU_X86_VMX",
+        "HW_CPU_HYPERTHREADING",
+    ] {
+        assert!(set.contains(t), "{t} missing: {set:?}");
+    }
+    assert!(!set.contains("COMPUTE_STATUS_DISABLED"));
+
+    // An operator adds a trait of their own behind rtrack's back: the generation moves on.
+    let (s, _) = raw.put("/traits/CUSTOM_OPERATOR_RACK_7", json!(null)).await;
+    assert!(s == 201 || s == 204);
+    let mut with_foreign: Vec<String> = set.iter().cloned().collect();
+    with_foreign.push("CUSTOM_OPERATOR_RACK_7".into());
+    let (s, v) = raw
+        .put(
+            &format!("/resource_providers/{node}/traits"),
+            json!({"resource_provider_generation": traits["resource_provider_generation"], "traits": with_foreign}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+
+    // The service is disabled: rtrack's cached generation is stale, so its first write gets
+    // 409 placement.concurrent_update; it re-reads the provider and retries.
+    let d = DesiredState::build(&inv, &cfg, node, "cmp-traits", true, &[]).unwrap();
+    let o = r.report(&d).await.unwrap();
+    eprintln!(
+        "MEASURE trait change after a concurrent writer: {} requests ({}), {} conflict(s)",
+        o.requests.total(),
+        o.requests,
+        o.conflicts
+    );
+    assert_eq!(o.conflicts, 1);
+    let set: BTreeSet<String> = serde_json::from_value(
+        raw.get(&format!("/resource_providers/{node}/traits")).await["traits"].clone(),
+    )
+    .unwrap();
+    assert!(set.contains("COMPUTE_STATUS_DISABLED"));
+    assert!(set.contains("CUSTOM_OPERATOR_RACK_7"), "foreign trait lost");
+    assert_placement_matches(&raw, &d).await;
+
+    // Enabled again: only rtrack's trait goes.
+    let d = DesiredState::build(&inv, &cfg, node, "cmp-traits", false, &[]).unwrap();
+    let o = r.report(&d).await.unwrap();
+    assert_eq!(o.requests.total(), 1);
+    let set: BTreeSet<String> = serde_json::from_value(
+        raw.get(&format!("/resource_providers/{node}/traits")).await["traits"].clone(),
+    )
+    .unwrap();
+    assert!(!set.contains("COMPUTE_STATUS_DISABLED"));
+    assert!(set.contains("CUSTOM_OPERATOR_RACK_7"));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn inventory_conflict_from_a_concurrent_writer_is_retried() {
+    let Some(srv) = server("conflict") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let mut host = SyntheticHost::small();
+    let cfg = config(&srv.url, "");
+    let node = Uuid::new_v4();
+    let raw = srv.client();
+    let mut r = reporter(&cfg);
+    let d = DesiredState::build(
+        &probe(&host, &tmp.path().join("a")),
+        &cfg,
+        node,
+        "cmp-conflict",
+        false,
+        &[],
+    )
+    .unwrap();
+    r.report(&d).await.unwrap();
+    // Someone else changes the VCPU ratio (rtrack keeps it: no ratio is configured) and so
+    // bumps the generation.
+    let held = raw
+        .get(&format!("/resource_providers/{node}/inventories"))
+        .await;
+    let mut inv = held["inventories"].clone();
+    inv["VCPU"]["allocation_ratio"] = json!(8.0);
+    let (s, v) = raw
+        .put(
+            &format!("/resource_providers/{node}/inventories"),
+            json!({"resource_provider_generation": held["resource_provider_generation"], "inventories": inv}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    host.memory_mb_per_node = 20480;
+    let d = DesiredState::build(
+        &probe(&host, &tmp.path().join("b")),
+        &cfg,
+        node,
+        "cmp-conflict",
+        false,
+        &[],
+    )
+    .unwrap();
+    let o = r.report(&d).await.unwrap();
+    eprintln!(
+        "MEASURE inventory change with a stale generation: {} requests ({}), {} conflict(s)",
+        o.requests.total(),
+        o.requests,
+        o.conflicts
+    );
+    assert_eq!(o.conflicts, 1);
+    let held = raw
+        .get(&format!("/resource_providers/{node}/inventories"))
+        .await;
+    assert_eq!(held["inventories"]["MEMORY_MB"]["total"], json!(20480));
+    assert_eq!(
+        held["inventories"]["VCPU"]["allocation_ratio"],
+        json!(8.0),
+        "the operator's ratio is kept when none is configured"
+    );
+    assert_placement_matches(&raw, &d).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn pci_children_name_class_traits() {
+    let Some(srv) = server("pci") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let inv = probe(&SyntheticHost::small(), &tmp.path().join("host"));
+    let cfg = config(&srv.url, PCI);
+    let node = Uuid::new_v4();
+    let raw = srv.client();
+    let mut r = reporter(&cfg);
+    let d = DesiredState::build(&inv, &cfg, node, "cmp-pci", false, &[]).unwrap();
+    r.report(&d).await.unwrap();
+    let names = tree_names(&raw, node).await;
+    let want: BTreeSet<String> = [
+        "cmp-pci",
+        "cmp-pci_0000:01:00.0",
+        "cmp-pci_0000:3B:00.0",
+        "cmp-pci_0000:3B:00.1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    assert_eq!(names, want);
+    let by_name = |n: &str| d.providers.iter().find(|p| p.name == n).unwrap().uuid;
+    let vfs = raw
+        .get(&format!(
+            "/resource_providers/{}/inventories",
+            by_name("cmp-pci_0000:3B:00.0")
+        ))
+        .await;
+    // PF 3b:00.0 has 8 tracked VFs: the PF itself is not reported, its VFs are (class from ids).
+    assert_eq!(
+        vfs["inventories"]["CUSTOM_PCI_8086_1889"]["total"],
+        json!(8)
+    );
+    let nvme = raw
+        .get(&format!(
+            "/resource_providers/{}/inventories",
+            by_name("cmp-pci_0000:01:00.0")
+        ))
+        .await;
+    assert_eq!(nvme["inventories"]["CUSTOM_NVME"]["total"], json!(1));
+    let t = raw
+        .get(&format!(
+            "/resource_providers/{}/traits",
+            by_name("cmp-pci_0000:3B:00.1")
+        ))
+        .await;
+    let t: BTreeSet<String> = serde_json::from_value(t["traits"].clone()).unwrap();
+    let want: BTreeSet<String> = [
+        "COMPUTE_MANAGED_PCI_DEVICE",
+        "CUSTOM_FAST_PATH",
+        "HW_NIC_SRIOV",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    assert_eq!(t, want);
+    assert_placement_matches(&raw, &d).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn reconverges_after_placement_restarts_with_same_or_empty_database() {
+    let Some(srv) = server("restart") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let inv = probe(&SyntheticHost::small(), &tmp.path().join("host"));
+    let cfg = config(&srv.url, &format!("refresh_interval_s = 2\n{PCI}"));
+    let node = Uuid::new_v4();
+    let raw = srv.client();
+    let mut r = reporter(&cfg);
+    let d = DesiredState::build(&inv, &cfg, node, "cmp-restart", false, &[]).unwrap();
+    r.report(&d).await.unwrap();
+
+    let mut disabled = false;
+    let mut d = d;
+    for fresh in [false, true] {
+        srv.stop();
+        // While Placement is away the service gets disabled (or enabled): there is something
+        // to send, so reports fail fast and then back off. (With nothing to send, nothing is
+        // sent and the outage goes unnoticed until the next refresh.)
+        disabled = !disabled;
+        d = DesiredState::build(&inv, &cfg, node, "cmp-restart", disabled, &[]).unwrap();
+        let e = r.report(&d).await;
+        match &e {
+            Err(e @ UpstreamError::Transport { .. }) => assert!(e.is_outage()),
+            other => panic!("expected a transport error, got {other:?}"),
+        }
+        let o = r.report(&d).await.unwrap();
+        assert!(
+            o.backing_off.is_some(),
+            "a report right after a failure waits"
+        );
+        assert_eq!(o.requests.total(), 0);
+        // Away for a while: a few failed attempts.
+        let away_until = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < away_until {
+            let _ = r.report(&d).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        srv.start_again(fresh);
+        let t0 = Instant::now();
+        let pending = r.backoff_remaining();
+        let mut requests = 0;
+        loop {
+            match r.report(&d).await {
+                Ok(o) if o.backing_off.is_none() => {
+                    requests += o.requests.total();
+                    break;
+                }
+                Ok(_) => {}
+                Err(e) => eprintln!("still failing: {e}"),
+            }
+            assert!(t0.elapsed() < Duration::from_secs(30), "did not reconverge");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let took = t0.elapsed();
+        eprintln!(
+            "MEASURE reconvergence after a Placement restart ({} database): {took:?} from the server answering (backoff left then: {pending:?}; base 200 ms, cap 2 s), {requests} requests",
+            if fresh { "empty" } else { "same" }
+        );
+        assert_placement_matches(&raw, &d).await;
+        assert_eq!(tree_names(&raw, node).await.len(), 4);
+        let o = r.report(&d).await.unwrap();
+        assert_eq!(o.requests.total(), 0, "settled again: {}", o.requests);
+    }
+
+    // Placement loses its database between two reports and nothing changes here: the next
+    // periodic refresh (refresh_interval_s = 2) notices and registers everything again.
+    srv.stop();
+    srv.start_again(true);
+    assert_eq!(tree_names(&raw, node).await.len(), 0);
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let o = r.report(&d).await.unwrap();
+    assert!(o.refreshed);
+    eprintln!(
+        "MEASURE re-registration found by the periodic refresh: {} requests ({})",
+        o.requests.total(),
+        o.requests
+    );
+    assert_placement_matches(&raw, &d).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn allocations_mode_mirrors_claims_and_moves() {
+    let Some(srv) = server("allocations") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let inv = probe(&SyntheticHost::small(), &tmp.path().join("host"));
+    let cfg = config(&srv.url, &format!("report_allocations = true\n{PCI}"));
+    let node = Uuid::new_v4();
+    let raw = srv.client();
+    let mut r = reporter(&cfg);
+    let vf = inv
+        .pci_devices
+        .iter()
+        .find(|d| d.parent_addr.is_some())
+        .unwrap()
+        .address;
+    let instance = Uuid::new_v4();
+    let project = Uuid::new_v4().simple().to_string();
+    let user = Uuid::new_v4().simple().to_string();
+    let claim = Consumer {
+        uuid: instance,
+        project_id: project.clone(),
+        user_id: user.clone(),
+        consumer_type: CONSUMER_INSTANCE.into(),
+        resources: BTreeMap::from([
+            (ResourceKey::Host("VCPU".into()), 2),
+            (ResourceKey::Host("MEMORY_MB".into()), 1024),
+            (ResourceKey::PciDevice(vf), 1),
+        ]),
+    };
+    let d = DesiredState::build(
+        &inv,
+        &cfg,
+        node,
+        "cmp-alloc",
+        false,
+        std::slice::from_ref(&claim),
+    )
+    .unwrap();
+    let o = r.report(&d).await.unwrap();
+    assert_eq!(o.requests.get("put_allocation"), 1, "{}", o.requests);
+    assert_placement_matches(&raw, &d).await;
+    for _ in 0..3 {
+        assert_eq!(r.report(&d).await.unwrap().requests.total(), 0);
+    }
+
+    // A resize on the same host: the migration holds the old flavor, the instance the new one.
+    let migration = Uuid::new_v4();
+    let source = Consumer {
+        uuid: migration,
+        consumer_type: CONSUMER_MIGRATION.into(),
+        ..claim.clone()
+    };
+    let mut bigger = claim.clone();
+    bigger.resources.insert(ResourceKey::Host("VCPU".into()), 4);
+    let d = DesiredState::build(
+        &inv,
+        &cfg,
+        node,
+        "cmp-alloc",
+        false,
+        &[bigger.clone(), source],
+    )
+    .unwrap();
+    let o = r.report(&d).await.unwrap();
+    eprintln!(
+        "MEASURE move (instance grows, migration holds the source): {} requests ({}), {} conflict(s)",
+        o.requests.total(),
+        o.requests,
+        o.conflicts
+    );
+    assert_placement_matches(&raw, &d).await;
+    let usages = raw.get(&format!("/resource_providers/{node}/usages")).await;
+    assert_eq!(usages["usages"]["VCPU"], json!(6));
+
+    // Confirmed: the migration's allocation goes. Then the instance is deleted.
+    let d = DesiredState::build(&inv, &cfg, node, "cmp-alloc", false, &[bigger]).unwrap();
+    r.report(&d).await.unwrap();
+    assert_placement_matches(&raw, &d).await;
+    let gone = raw.get(&format!("/allocations/{migration}")).await;
+    assert_eq!(gone["allocations"], json!({}));
+    // An inventory change right after allocation writes needs no conflict round trip.
+    let d = DesiredState::build(&inv, &cfg, node, "cmp-alloc", true, &[]).unwrap();
+    let o = r.report(&d).await.unwrap();
+    assert_eq!(o.conflicts, 0, "{}", o.requests);
+    let gone = raw.get(&format!("/allocations/{instance}")).await;
+    assert_eq!(gone["allocations"], json!({}));
+    let usages = raw.get(&format!("/resource_providers/{node}/usages")).await;
+    assert_eq!(usages["usages"]["VCPU"], json!(0));
+
+    // A fresh reporter (a restarted daemon) reads the allocations back and sends nothing.
+    let claim2 = Consumer {
+        uuid: Uuid::new_v4(),
+        ..claim
+    };
+    let d = DesiredState::build(&inv, &cfg, node, "cmp-alloc", false, &[claim2]).unwrap();
+    r.report(&d).await.unwrap();
+    let mut again = reporter(&cfg);
+    let o = again.report(&d).await.unwrap();
+    assert!(o.refreshed);
+    assert_eq!(o.changes, 0, "{}", o.requests);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn shared_storage_goes_to_the_sharing_provider() {
+    let Some(srv) = server("shared") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("host");
+    SyntheticHost::small().write(&dir);
+    let instances = tmp.path().join("instances");
+    std::fs::create_dir_all(&instances).unwrap();
+    let inv = probes::probe_host(
+        &HostRoot::under(&dir),
+        &probes::ProbeOptions {
+            disk: probes::disk::DiskOptions {
+                instances_path: Some(instances),
+                include_virtual: false,
+            },
+        },
+    )
+    .unwrap();
+    let shared = Uuid::new_v4();
+    let cfg = config(
+        &srv.url,
+        &format!(
+            "[resources]\nshared_storage_provider = \"{shared}\"\nreserved_host_disk_mb = 1500\n"
+        ),
+    );
+    let node = Uuid::new_v4();
+    let raw = srv.client();
+    let mut r = reporter(&cfg);
+    let d = DesiredState::build(&inv, &cfg, node, "cmp-shared", false, &[]).unwrap();
+    r.report(&d).await.unwrap();
+    assert_placement_matches(&raw, &d).await;
+    let root = raw
+        .get(&format!("/resource_providers/{node}/inventories"))
+        .await;
+    assert!(root["inventories"].get("DISK_GB").is_none());
+    let sp = raw
+        .get(&format!("/resource_providers/{shared}/inventories"))
+        .await;
+    assert_eq!(sp["inventories"]["DISK_GB"]["reserved"], json!(2));
+    let aggs = raw
+        .get(&format!("/resource_providers/{node}/aggregates"))
+        .await;
+    assert_eq!(aggs["aggregates"], json!([shared.to_string()]));
+    let sharing = raw
+        .get(&format!(
+            "/resource_providers?member_of={shared}&required=MISC_SHARES_VIA_AGGREGATE"
+        ))
+        .await;
+    assert_eq!(
+        sharing["resource_providers"][0]["uuid"],
+        json!(shared.to_string())
+    );
+    assert_eq!(r.report(&d).await.unwrap().requests.total(), 0);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn name_clash_names_both_uuids() {
+    let Some(srv) = server("clash") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let inv = probe(&SyntheticHost::small(), &tmp.path().join("host"));
+    let cfg = config(&srv.url, "");
+    let raw = srv.client();
+    let theirs = Uuid::new_v4();
+    let (s, v) = raw
+        .send(
+            reqwest::Method::POST,
+            "/resource_providers",
+            Some(json!({"name": "cmp-clash", "uuid": theirs})),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let ours = Uuid::new_v4();
+    let d = DesiredState::build(&inv, &cfg, ours, "cmp-clash", false, &[]).unwrap();
+    let e = reporter(&cfg).report(&d).await.unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, UpstreamError::NameClash { .. }), "{msg}");
+    assert!(
+        msg.contains(&ours.to_string()) && msg.contains(&theirs.to_string()),
+        "{msg}"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn every_cpu_trait_in_the_table_exists_in_placement() {
+    let Some(srv) = server("traitlist") else {
+        return;
+    };
+    let mut api = HttpPlacement::new(
+        &rtrack::upstream::validate_placement(&config(&srv.url, "").placement)
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(api.negotiate().await.unwrap(), (1, 39));
+    let raw = srv.client();
+    let v = raw.get("/traits").await;
+    let served: BTreeSet<String> = serde_json::from_value(v["traits"].clone()).unwrap();
+    for row in rtrack::upstream::traits::cpu_flag_table() {
+        assert!(served.contains(&row.trait_name), "{}", row.trait_name);
+    }
+    assert_eq!(&served, rtrack::upstream::traits::standard_traits());
+}
+
+/// A stand-in for Keystone's `POST /v3/auth/tokens`: issues the token "admin" (which Placement's
+/// noauth2 accepts) valid for `lifetime_s`, or refuses every request with 401 when `refuse`.
+/// Returns the URL and a counter of token requests.
+async fn fake_keystone(
+    lifetime_s: i64,
+    refuse: bool,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v3", listener.local_addr().unwrap());
+    let count = std::sync::Arc::new(AtomicUsize::new(0));
+    let c = count.clone();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            // Read the head, then as many body bytes as Content-Length says.
+            loop {
+                let n = sock.read(&mut chunk).await.unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                let text = String::from_utf8_lossy(&buf).to_string();
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let len = text[..end]
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                        })
+                        .unwrap_or(0);
+                    if buf.len() >= end + 4 + len {
+                        break;
+                    }
+                }
+            }
+            let text = String::from_utf8_lossy(&buf).to_string();
+            assert!(text.starts_with("POST /v3/auth/tokens "), "{text}");
+            c.fetch_add(1, Ordering::SeqCst);
+            let resp = if refuse {
+                let body = r#"{"error": {"code": 401, "title": "Unauthorized", "message": "The request you have made requires authentication."}}"#;
+                format!("HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len())
+            } else {
+                let expires = (time::OffsetDateTime::now_utc()
+                    + time::Duration::seconds(lifetime_s))
+                .format(&time::format_description::well_known::Rfc3339)
+                .unwrap();
+                let body = format!(
+                    r#"{{"token": {{"expires_at": "{expires}", "methods": ["password"]}}}}"#
+                );
+                format!("HTTP/1.1 201 Created\r\nx-subject-token: admin\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len())
+            };
+            let _ = sock.write_all(resp.as_bytes()).await;
+            let _ = sock.shutdown().await;
+        }
+    });
+    (url, count)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn keystone_token_is_cached_renewed_and_never_shown() {
+    use std::sync::atomic::Ordering;
+    let Some(srv) = server("keystone") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let mut host = SyntheticHost::small();
+    let node = Uuid::new_v4();
+    let secret = "Pa55-w0rd-never-shown";
+    let auth = |url: &str| {
+        format!("auth = \"password\"\nauth_url = \"{url}\"\nusername = \"rtrack\"\npassword = \"{secret}\"\nproject_name = \"service\"\n")
+    };
+
+    // A token valid for 61 s is renewed 60 s before it expires, i.e. after about 1 s.
+    let (url, issued) = fake_keystone(61, false).await;
+    let cfg = config(&srv.url, &auth(&url));
+    let mut r = reporter(&cfg);
+    let d = DesiredState::build(
+        &probe(&host, &tmp.path().join("a")),
+        &cfg,
+        node,
+        "cmp-ks",
+        false,
+        &[],
+    )
+    .unwrap();
+    r.report(&d).await.unwrap();
+    assert_eq!(
+        issued.load(Ordering::SeqCst),
+        1,
+        "one token for the whole first report"
+    );
+    host.memory_mb_per_node = 12288;
+    let d = DesiredState::build(
+        &probe(&host, &tmp.path().join("b")),
+        &cfg,
+        node,
+        "cmp-ks",
+        false,
+        &[],
+    )
+    .unwrap();
+    r.report(&d).await.unwrap();
+    assert_eq!(issued.load(Ordering::SeqCst), 1, "cached");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    host.memory_mb_per_node = 14336;
+    let d = DesiredState::build(
+        &probe(&host, &tmp.path().join("c")),
+        &cfg,
+        node,
+        "cmp-ks",
+        false,
+        &[],
+    )
+    .unwrap();
+    r.report(&d).await.unwrap();
+    assert_eq!(issued.load(Ordering::SeqCst), 2, "renewed before expiry");
+    assert_eq!(r.api().keystone_requests(), 2);
+    assert_placement_matches(&srv.client(), &d).await;
+
+    // Keystone refuses: the error says so and names the user, never the password.
+    let (url, _) = fake_keystone(3600, true).await;
+    let cfg = config(&srv.url, &auth(&url));
+    let e = reporter(&cfg).report(&d).await.unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, UpstreamError::Auth { .. }), "{msg}");
+    assert!(msg.contains("401") && msg.contains("rtrack"), "{msg}");
+    assert!(
+        !msg.contains(secret) && !format!("{e:?}").contains(secret),
+        "{msg}"
+    );
+    // A logged configuration does not show it either.
+    assert!(!format!("{cfg:?}").contains(secret), "{cfg:?}");
+    let settings = rtrack::upstream::validate_placement(&cfg.placement);
+    assert!(!format!("{settings:?}").contains(secret));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn report_once_registers_the_host() {
+    let Some(srv) = server("once") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let inv = probe(&SyntheticHost::small(), &tmp.path().join("host"));
+    let cfg = config(&srv.url, PCI);
+    let node = Uuid::new_v4();
+    let o = rtrack::upstream::report_once(&cfg, &inv, node, "cmp-once", false, &[], None)
+        .await
+        .unwrap();
+    assert!(o.changes > 0);
+    let d = DesiredState::build(&inv, &cfg, node, "cmp-once", false, &[]).unwrap();
+    assert_placement_matches(&srv.client(), &d).await;
+    // Reporting off: a clear error naming the key.
+    let off = {
+        let f = Path::new("test.toml");
+        Config::parse("", f).unwrap().validate(f).unwrap()
+    };
+    let e = rtrack::upstream::report_once(&off, &inv, node, "cmp-once", false, &[], None)
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().starts_with("placement.endpoint = (unset)"),
+        "{e}"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn in_use_class_is_kept_and_retried_next_cycle() {
+    let Some(srv) = server("inuse") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let inv = probe(&SyntheticHost::small(), &tmp.path().join("host"));
+    let cfg = config(&srv.url, "");
+    let node = Uuid::new_v4();
+    let raw = srv.client();
+    let mut r = reporter(&cfg);
+    let d = DesiredState::build(&inv, &cfg, node, "cmp-inuse", false, &[]).unwrap();
+    r.report(&d).await.unwrap();
+    // The scheduler places an instance on 2 VCPUs.
+    let (s, v) = raw
+        .put(
+            &format!("/allocations/{}", Uuid::new_v4()),
+            json!({"allocations": {node.to_string(): {"resources": {"VCPU": 2}}},
+                   "project_id": "p", "user_id": "u", "consumer_generation": null,
+                   "consumer_type": "INSTANCE"}),
+        )
+        .await;
+    assert_eq!(s, 204, "{v}");
+    // Every CPU becomes dedicated: VCPU would go, PCPU comes. VCPU is in use.
+    let pinned = config(&srv.url, "[resources]\ncpu_dedicated_set = \"0-7\"\n");
+    let d = DesiredState::build(&inv, &pinned, node, "cmp-inuse", false, &[]).unwrap();
+    assert!(!d.providers[0].inventories.contains_key("VCPU"));
+    let o = r.report(&d).await.unwrap();
+    eprintln!(
+        "MEASURE removal of an in-use class: {} requests ({}), in use {}",
+        o.requests.total(),
+        o.requests,
+        o.inventory_in_use
+    );
+    assert_eq!(o.inventory_in_use, 1);
+    let held = raw
+        .get(&format!("/resource_providers/{node}/inventories"))
+        .await;
+    assert_eq!(
+        held["inventories"]["VCPU"]["total"],
+        json!(8),
+        "old VCPU kept"
+    );
+    assert_eq!(
+        held["inventories"]["PCPU"]["total"],
+        json!(8),
+        "PCPU written"
+    );
+    // Next cycle tries again (and keeps it again while the allocation lasts).
+    let o = r.report(&d).await.unwrap();
+    assert_eq!(o.inventory_in_use, 1);
+    assert_eq!(o.requests.get("put_inventories"), 2, "{}", o.requests);
+}
