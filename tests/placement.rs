@@ -118,11 +118,14 @@ impl Server {
     fn client(&self) -> Raw {
         Raw {
             // No idle connections: the server is restarted under some tests.
-            http: reqwest::Client::builder()
-                .no_proxy()
-                .pool_max_idle_per_host(0)
-                .build()
-                .unwrap(),
+            http: {
+                rtrack::upstream::install_crypto_provider();
+                reqwest::Client::builder()
+            }
+            .no_proxy()
+            .pool_max_idle_per_host(0)
+            .build()
+            .unwrap(),
             url: self.url.clone(),
         }
     }

@@ -296,6 +296,7 @@ struct ConsumerEntry {
 impl HttpPlacement {
     /// A client for `settings.endpoint`. Makes no request.
     pub fn new(settings: &PlacementSettings) -> Result<HttpPlacement, UpstreamError> {
+        super::install_crypto_provider();
         let http = reqwest::Client::builder()
             // Proxies from the environment would send loopback or management traffic
             // elsewhere; Placement is reached directly.

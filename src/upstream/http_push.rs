@@ -22,6 +22,7 @@ pub struct HttpPush {
 impl HttpPush {
     /// A pusher; makes no request.
     pub fn new(settings: HttpPushSettings) -> Result<HttpPush, UpstreamError> {
+        super::install_crypto_provider();
         let http = reqwest::Client::builder()
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())

@@ -201,3 +201,13 @@ pub async fn report_once(
     }
     Ok(outcome)
 }
+
+/// Makes rustls use the ring crypto provider (once per process). reqwest is built without a
+/// default provider so that no CMake/C++ toolchain (aws-lc) is needed to build rtrack.
+pub fn install_crypto_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // Err means another provider was installed first, which is as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
