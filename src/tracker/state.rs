@@ -546,7 +546,8 @@ impl Tracker {
             .map(|(id, _)| *id);
         match move_id {
             Some(id) => {
-                self.drop_move_claim(id, "error", &mut changes);
+                // The move did not happen: the migration ends, holding nothing.
+                self.drop_move_claim(id, "failed", &mut changes);
                 Ok(changes)
             }
             None => Err(ClaimError::NotFound {
@@ -692,6 +693,36 @@ impl Tracker {
                         m.instance_uuid
                     ),
                 });
+            }
+        }
+        if let Some(existing) = self.state.instances.get(&uuid) {
+            // What the tracker knows about the instance must agree with the move.
+            if on_node(existing, &names) && !outgoing {
+                return Err(ClaimError::Conflict {
+                    id: uuid.clone(),
+                    message: format!(
+                        "instance {uuid} is on this host; a move to this host must come from it (a same-node resize), not from {}/{}",
+                        source_compute.as_deref().unwrap_or("?"),
+                        source_node.as_deref().unwrap_or("?")
+                    ),
+                });
+            }
+            if let Some(ctx) = &existing.migration_context {
+                let other_in_progress = ctx.migration_id != id
+                    && self
+                        .state
+                        .migrations
+                        .get(&ctx.migration_id)
+                        .is_some_and(MigrationRecord::in_progress);
+                if other_in_progress {
+                    return Err(ClaimError::Conflict {
+                        id: uuid.clone(),
+                        message: format!(
+                            "instance {uuid} is already moving (migration {}); confirm or revert it first",
+                            ctx.migration_id
+                        ),
+                    });
+                }
             }
         }
 
@@ -1013,6 +1044,28 @@ impl Tracker {
         let inst = inst.clone();
         let mut changes = Changes::default();
         if inst.releases_resources() {
+            // Deleted (or offloaded) while moving: its moves here end too.
+            let moves: Vec<i64> = self
+                .state
+                .move_claims
+                .iter()
+                .filter(|(_, c)| c.instance_uuid == uuid)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in moves {
+                self.state.move_claims.remove(&id);
+                changes.move_claims.insert(id, None);
+            }
+            let in_progress: Vec<i64> = self
+                .state
+                .migrations
+                .values()
+                .filter(|m| m.instance_uuid == uuid && m.in_progress())
+                .map(|m| m.id)
+                .collect();
+            for id in in_progress {
+                self.set_migration_status(id, "error", &mut changes);
+            }
             self.free_devices(uuid, None, &mut changes);
             if self.state.claims.remove(uuid).is_some() {
                 changes.claims.insert(uuid.to_string(), None);

@@ -142,12 +142,14 @@ pub fn compute_usage(
         if !inst.in_resize_state() && !inst.live_migrating() {
             continue;
         }
+        // Newest by update (else creation) time; on a tie, the higher id (created later).
         let time = |x: &MigrationRecord| {
-            if x.updated_at > 0 {
+            let t = if x.updated_at > 0 {
                 x.updated_at
             } else {
                 x.created_at
-            }
+            };
+            (t, x.id)
         };
         match newest.get(m.instance_uuid.as_str()) {
             Some(other) if time(other) >= time(m) => {}

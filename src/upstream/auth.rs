@@ -192,6 +192,7 @@ mod tests {
             user: Secret::new("admin"),
             roles: Some("service".into()),
         });
+        crate::upstream::install_crypto_provider();
         let h = a.headers(&reqwest::Client::new()).await.unwrap();
         assert_eq!(h["x-roles"], "service");
         assert!(h["x-auth-token"].is_sensitive());

@@ -1,0 +1,639 @@
+//! The tracker's state in SQLite (`<state_dir>/rtrack.sqlite`): WAL journal, `synchronous=FULL`,
+//! one transaction per batch of changes. A claim is acknowledged only after the transaction
+//! holding it has committed, so an acknowledged claim survives a crash and a half-applied one
+//! cannot exist.
+//!
+//! Schema versions (table `meta`, key `schema_version`):
+//! - 1: the whole state as one JSON document (table `state`), rewritten on every change.
+//! - 2 (current): one row per device, instance, migration and claim, each holding a JSON record
+//!   and the layout version of that record.
+//!
+//! Opening a version-1 database reads the state the old way, writes it the new way and drops
+//! the old table, in one transaction. A record in an older layout is read the old way and
+//! rewritten; a database or record from a newer rtrack is an error naming the file, never
+//! silently overwritten.
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::tracker::state::{Changes, TrackerState};
+
+/// Current schema version.
+pub const SCHEMA_VERSION: i64 = 2;
+/// Current layout of the JSON records.
+pub const RECORD_LAYOUT: i64 = 1;
+
+/// A store error, naming the database file.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// SQLite failed.
+    #[error("{path}: {message}")]
+    Sqlite {
+        /// The database.
+        path: PathBuf,
+        /// What failed.
+        message: String,
+    },
+    /// The database was written by a newer rtrack.
+    #[error("{path}: {what} {found} was written by a newer rtrack (this one knows up to {supported}); refusing to touch it")]
+    TooNew {
+        /// The database.
+        path: PathBuf,
+        /// "schema version" or "record layout".
+        what: &'static str,
+        /// Found.
+        found: i64,
+        /// Supported.
+        supported: i64,
+    },
+    /// A record cannot be decoded.
+    #[error("{path}: {table} row {key}: {message}")]
+    Corrupt {
+        /// The database.
+        path: PathBuf,
+        /// Table.
+        table: &'static str,
+        /// Row key.
+        key: String,
+        /// What was wrong.
+        message: String,
+    },
+}
+
+/// A row read: its key, and the record with whether it was in an older layout.
+type Row<T> = (String, (T, bool));
+
+/// The SQLite store.
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+const TABLES: &[(&str, &str)] = &[
+    ("devices", "address TEXT PRIMARY KEY"),
+    ("instances", "uuid TEXT PRIMARY KEY"),
+    ("migrations", "id INTEGER PRIMARY KEY"),
+    ("claims", "uuid TEXT PRIMARY KEY"),
+    ("move_claims", "migration_id INTEGER PRIMARY KEY"),
+];
+
+impl Store {
+    /// Opens (or creates) the database, applying forward migrations.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let err = |e: rusqlite::Error| StoreError::Sqlite {
+            path: path.to_path_buf(),
+            message: describe(&e),
+        };
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| StoreError::Sqlite {
+                path: path.to_path_buf(),
+                message: format!("cannot create the directory: {e}"),
+            })?;
+        }
+        let conn = Connection::open(path).map_err(err)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(err)?;
+        // journal_mode answers with the mode in force; a file that is not a database fails here.
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .map_err(err)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Sqlite {
+                path: path.to_path_buf(),
+                message: format!("cannot use the WAL journal (got {mode})"),
+            });
+        }
+        conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")
+            .map_err(err)?;
+        let mut store = Store {
+            conn,
+            path: path.to_path_buf(),
+        };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn sql(&self, e: rusqlite::Error) -> StoreError {
+        StoreError::Sqlite {
+            path: self.path.clone(),
+            message: describe(&e),
+        }
+    }
+
+    fn migrate(&mut self) -> Result<(), StoreError> {
+        let path = self.path.clone();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| StoreError::Sqlite {
+                path: path.clone(),
+                message: describe(&e),
+            })?;
+        let sql = |e: rusqlite::Error| StoreError::Sqlite {
+            path: path.clone(),
+            message: describe(&e),
+        };
+        tx.execute_batch(
+            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        )
+        .map_err(sql)?;
+        let version: Option<String> = tx
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'schema_version'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(sql)?;
+        let version: i64 = match version {
+            None => 0,
+            Some(v) => v.parse().map_err(|_| StoreError::Corrupt {
+                path: path.clone(),
+                table: "meta",
+                key: "schema_version".into(),
+                message: format!("{v:?} is not a version number"),
+            })?,
+        };
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::TooNew {
+                path,
+                what: "schema version",
+                found: version,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        let mut old_state: Option<TrackerState> = None;
+        if version == 1 {
+            // Version 1 kept everything in one JSON document.
+            let doc: Option<String> = tx
+                .query_row("SELECT json FROM state WHERE id = 1", [], |r| r.get(0))
+                .optional()
+                .map_err(sql)?;
+            old_state = Some(match doc {
+                Some(d) => serde_json::from_str(&d).map_err(|e| StoreError::Corrupt {
+                    path: path.clone(),
+                    table: "state",
+                    key: "1".into(),
+                    message: format!("not a tracker state: {e}"),
+                })?,
+                None => TrackerState::default(),
+            });
+            tx.execute_batch("DROP TABLE state").map_err(sql)?;
+        }
+        if version < SCHEMA_VERSION {
+            for (table, key) in TABLES {
+                tx.execute_batch(&format!(
+                    "CREATE TABLE IF NOT EXISTS {table} ({key}, layout INTEGER NOT NULL, record TEXT NOT NULL)"
+                ))
+                .map_err(sql)?;
+            }
+            tx.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?1)",
+                params![SCHEMA_VERSION.to_string()],
+            )
+            .map_err(sql)?;
+        }
+        tx.commit().map_err(sql)?;
+        if let Some(state) = old_state {
+            self.commit(&[full_changes(&state)])?;
+        }
+        Ok(())
+    }
+
+    /// Loads the whole state. Records in older layouts are rewritten in the current one.
+    pub fn load(&mut self) -> Result<TrackerState, StoreError> {
+        let mut state = TrackerState::default();
+        let mut upgraded = Changes::default();
+        for (addr, d) in self.rows::<crate::tracker::pci::TrackedDevice>("devices", "address")? {
+            let addr = crate::probes::pci::PciAddress::parse(&addr).ok_or_else(|| {
+                StoreError::Corrupt {
+                    path: self.path.clone(),
+                    table: "devices",
+                    key: addr.clone(),
+                    message: "key is not a PCI address".into(),
+                }
+            })?;
+            if d.1 {
+                upgraded.devices.insert(addr, Some(d.0.clone()));
+            }
+            state.devices.insert(addr, d.0);
+        }
+        for (k, v) in self.rows::<crate::tracker::model::InstanceRecord>("instances", "uuid")? {
+            if v.1 {
+                upgraded.instances.insert(k.clone(), Some(v.0.clone()));
+            }
+            state.instances.insert(k, v.0);
+        }
+        for (k, v) in self.rows::<crate::tracker::model::MigrationRecord>("migrations", "id")? {
+            let id = parse_id(&k, "migrations", &self.path)?;
+            if v.1 {
+                upgraded.migrations.insert(id, Some(v.0.clone()));
+            }
+            state.migrations.insert(id, v.0);
+        }
+        for (k, v) in self.rows::<crate::tracker::state::ClaimRecord>("claims", "uuid")? {
+            if v.1 {
+                upgraded.claims.insert(k.clone(), Some(v.0.clone()));
+            }
+            state.claims.insert(k, v.0);
+        }
+        for (k, v) in
+            self.rows::<crate::tracker::state::ClaimRecord>("move_claims", "migration_id")?
+        {
+            let id = parse_id(&k, "move_claims", &self.path)?;
+            if v.1 {
+                upgraded.move_claims.insert(id, Some(v.0.clone()));
+            }
+            state.move_claims.insert(id, v.0);
+        }
+        let counters: Option<String> = self
+            .conn
+            .query_row("SELECT value FROM meta WHERE key = 'counters'", [], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(|e| self.sql(e))?;
+        if let Some(c) = counters {
+            let (fb, next): (u64, i64) =
+                serde_json::from_str(&c).map_err(|e| StoreError::Corrupt {
+                    path: self.path.clone(),
+                    table: "meta",
+                    key: "counters".into(),
+                    message: format!("expected [failed_builds, next_migration_id]: {e}"),
+                })?;
+            state.failed_builds = fb;
+            state.next_migration_id = next;
+        }
+        if !upgraded.is_empty() {
+            self.commit(&[upgraded])?;
+        }
+        Ok(state)
+    }
+
+    /// Reads every row of a table: key, record, and whether it was in an older layout.
+    fn rows<T: DeserializeOwned>(
+        &self,
+        table: &'static str,
+        key: &str,
+    ) -> Result<Vec<Row<T>>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!(
+                "SELECT CAST({key} AS TEXT), layout, record FROM {table} ORDER BY {key}"
+            ))
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })
+            .map_err(|e| self.sql(e))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (k, layout, text) = row.map_err(|e| self.sql(e))?;
+            if layout > RECORD_LAYOUT {
+                return Err(StoreError::TooNew {
+                    path: self.path.clone(),
+                    what: "record layout",
+                    found: layout,
+                    supported: RECORD_LAYOUT,
+                });
+            }
+            let value: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| StoreError::Corrupt {
+                    path: self.path.clone(),
+                    table,
+                    key: k.clone(),
+                    message: format!("record is not JSON: {e}"),
+                })?;
+            let value =
+                upgrade_record(table, layout, value).map_err(|message| StoreError::Corrupt {
+                    path: self.path.clone(),
+                    table,
+                    key: k.clone(),
+                    message,
+                })?;
+            let rec: T = serde_json::from_value(value).map_err(|e| StoreError::Corrupt {
+                path: self.path.clone(),
+                table,
+                key: k.clone(),
+                message: format!("record does not fit: {e}"),
+            })?;
+            out.push((k, (rec, layout < RECORD_LAYOUT)));
+        }
+        Ok(out)
+    }
+
+    /// Commits a batch of changes in one transaction, in order.
+    pub fn commit(&mut self, batch: &[Changes]) -> Result<(), StoreError> {
+        let path = self.path.clone();
+        let sql = |e: rusqlite::Error| StoreError::Sqlite {
+            path: path.clone(),
+            message: describe(&e),
+        };
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        for changes in batch {
+            write_rows(
+                &tx,
+                "devices",
+                "address",
+                changes
+                    .devices
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.as_ref())),
+            )
+            .map_err(sql)?;
+            write_rows(
+                &tx,
+                "instances",
+                "uuid",
+                changes
+                    .instances
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.as_ref())),
+            )
+            .map_err(sql)?;
+            write_rows(
+                &tx,
+                "migrations",
+                "id",
+                changes
+                    .migrations
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.as_ref())),
+            )
+            .map_err(sql)?;
+            write_rows(
+                &tx,
+                "claims",
+                "uuid",
+                changes.claims.iter().map(|(k, v)| (k.clone(), v.as_ref())),
+            )
+            .map_err(sql)?;
+            write_rows(
+                &tx,
+                "move_claims",
+                "migration_id",
+                changes
+                    .move_claims
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.as_ref())),
+            )
+            .map_err(sql)?;
+            if let Some(c) = changes.counters {
+                tx.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('counters', ?1)",
+                    params![serde_json::json!([c.0, c.1]).to_string()],
+                )
+                .map_err(sql)?;
+            }
+        }
+        tx.commit().map_err(sql)
+    }
+}
+
+fn write_rows<'a, T: Serialize + 'a>(
+    tx: &rusqlite::Transaction<'_>,
+    table: &str,
+    key: &str,
+    rows: impl Iterator<Item = (String, Option<&'a T>)>,
+) -> Result<(), rusqlite::Error> {
+    let mut put = tx.prepare_cached(&format!(
+        "INSERT OR REPLACE INTO {table} ({key}, layout, record) VALUES (?1, ?2, ?3)"
+    ))?;
+    let mut del = tx.prepare_cached(&format!("DELETE FROM {table} WHERE {key} = ?1"))?;
+    for (k, v) in rows {
+        match v {
+            Some(rec) => {
+                // Serializing plain records cannot fail; an error would be a bug, reported as such.
+                let text = serde_json::to_string(rec)
+                    .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
+                put.execute(params![k, RECORD_LAYOUT, text])?;
+            }
+            None => {
+                del.execute(params![k])?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Upgrades a record from an older layout. Layout 1 is the first; this is where a layout 2
+/// would convert layout-1 records.
+fn upgrade_record(
+    table: &str,
+    layout: i64,
+    value: serde_json::Value,
+) -> Result<serde_json::Value, String> {
+    match layout {
+        RECORD_LAYOUT => Ok(value),
+        other => Err(format!(
+            "{table} record layout {other} is unknown (this rtrack writes layout {RECORD_LAYOUT})"
+        )),
+    }
+}
+
+fn parse_id(k: &str, table: &'static str, path: &Path) -> Result<i64, StoreError> {
+    k.parse().map_err(|_| StoreError::Corrupt {
+        path: path.to_path_buf(),
+        table,
+        key: k.to_string(),
+        message: "key is not an integer id".into(),
+    })
+}
+
+fn describe(e: &rusqlite::Error) -> String {
+    match e {
+        rusqlite::Error::SqliteFailure(f, msg) if f.code == rusqlite::ErrorCode::NotADatabase => {
+            format!(
+                "not an rtrack database (or corrupted): {}",
+                msg.as_deref().unwrap_or("file is not a database")
+            )
+        }
+        rusqlite::Error::SqliteFailure(f, msg)
+            if f.code == rusqlite::ErrorCode::DatabaseCorrupt =>
+        {
+            format!(
+                "the database is corrupted: {}",
+                msg.as_deref().unwrap_or("malformed")
+            )
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Changes that write a whole state (used by the schema migration).
+pub fn full_changes(state: &TrackerState) -> Changes {
+    Changes {
+        devices: state
+            .devices
+            .iter()
+            .map(|(k, v)| (*k, Some(v.clone())))
+            .collect(),
+        instances: state
+            .instances
+            .iter()
+            .map(|(k, v)| (k.clone(), Some(v.clone())))
+            .collect(),
+        migrations: state
+            .migrations
+            .iter()
+            .map(|(k, v)| (*k, Some(v.clone())))
+            .collect(),
+        claims: state
+            .claims
+            .iter()
+            .map(|(k, v)| (k.clone(), Some(v.clone())))
+            .collect(),
+        move_claims: state
+            .move_claims
+            .iter()
+            .map(|(k, v)| (*k, Some(v.clone())))
+            .collect(),
+        counters: Some((state.failed_builds, state.next_migration_id)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_state() -> TrackerState {
+        let mut s = TrackerState {
+            failed_builds: 2,
+            next_migration_id: 9,
+            ..TrackerState::default()
+        };
+        let rec: crate::tracker::model::MigrationRecord = serde_json::from_value(serde_json::json!({
+            "id": 4, "uuid": "00000000-0000-4000-8000-000000000004", "instance_uuid": "00000000-0000-4000-8000-000000000001",
+            "source_compute": "a", "source_node": "a", "dest_compute": "b", "dest_node": "b", "status": "pre-migrating",
+            "migration_type": "resize", "old_instance_type_id": 1, "new_instance_type_id": 2, "created_at": 1, "updated_at": 2
+        }))
+        .unwrap();
+        s.migrations.insert(4, rec);
+        s
+    }
+
+    #[test]
+    fn commits_survive_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rtrack.sqlite");
+        let state = sample_state();
+        {
+            let mut s = Store::open(&path).unwrap();
+            s.commit(&[full_changes(&state)]).unwrap();
+        }
+        let mut s = Store::open(&path).unwrap();
+        assert_eq!(s.load().unwrap(), state);
+        // Deletions too.
+        let mut del = Changes::default();
+        del.migrations.insert(4, None);
+        s.commit(&[del]).unwrap();
+        assert!(Store::open(&path)
+            .unwrap()
+            .load()
+            .unwrap()
+            .migrations
+            .is_empty());
+    }
+
+    #[test]
+    fn a_version_1_database_is_migrated_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rtrack.sqlite");
+        let state = sample_state();
+        {
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch(
+                "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+                 INSERT INTO meta VALUES ('schema_version', '1');
+                 CREATE TABLE state (id INTEGER PRIMARY KEY, json TEXT NOT NULL);",
+            )
+            .unwrap();
+            c.execute(
+                "INSERT INTO state VALUES (1, ?1)",
+                params![serde_json::to_string(&state).unwrap()],
+            )
+            .unwrap();
+        }
+        let mut s = Store::open(&path).unwrap();
+        assert_eq!(s.load().unwrap(), state);
+        let v: String = s
+            .conn
+            .query_row(
+                "SELECT value FROM meta WHERE key='schema_version'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(v, "2");
+        let old: Option<String> = s
+            .conn
+            .query_row(
+                "SELECT name FROM sqlite_master WHERE name='state'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .unwrap();
+        assert_eq!(old, None);
+    }
+
+    #[test]
+    fn newer_schema_and_garbage_files_are_refused_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rtrack.sqlite");
+        {
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL); INSERT INTO meta VALUES ('schema_version', '3');")
+                .unwrap();
+        }
+        let e = Store::open(&path).err().unwrap().to_string();
+        assert!(
+            e.contains("rtrack.sqlite")
+                && e.contains("schema version 3")
+                && e.contains("newer rtrack"),
+            "{e}"
+        );
+        let junk = dir.path().join("junk.sqlite");
+        std::fs::write(&junk, vec![b'x'; 8192]).unwrap();
+        let e = Store::open(&junk).err().unwrap().to_string();
+        assert!(
+            e.contains("junk.sqlite") && e.contains("not an rtrack database"),
+            "{e}"
+        );
+        // The garbage file is left as it was.
+        assert_eq!(std::fs::read(&junk).unwrap(), vec![b'x'; 8192]);
+    }
+
+    #[test]
+    fn corrupt_and_newer_records_name_the_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rtrack.sqlite");
+        let mut s = Store::open(&path).unwrap();
+        s.conn
+            .execute("INSERT INTO instances VALUES ('x', 1, '{not json')", [])
+            .unwrap();
+        let e = s.load().unwrap_err().to_string();
+        assert!(e.contains("instances row x: record is not JSON"), "{e}");
+        s.conn
+            .execute("UPDATE instances SET layout = 7", [])
+            .unwrap();
+        let e = s.load().unwrap_err().to_string();
+        assert!(e.contains("record layout 7"), "{e}");
+    }
+}

@@ -1,0 +1,443 @@
+//! Property tests of claim accounting: random sequences of claims, aborts, incoming moves,
+//! confirms, reverts, deletes, audits with hot-plugged and unplugged devices, applied to the
+//! tracker and, change by change, to a real SQLite store.
+//!
+//! After every step:
+//! - usage equals a separate, naive model of what should be counted;
+//! - used <= capacity for every class;
+//! - PF/VF states are consistent (an allocated VF's PF is unavailable, an allocated PF's VFs are
+//!   unavailable, nothing else is unavailable) and every allocated device belongs to a claim;
+//! - pool counts add up to the available devices;
+//! - a refused operation changed nothing.
+//!
+//! At the end, reopening the store gives the tracker's state back, and an audit rebuilds the
+//! same usage.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use proptest::prelude::*;
+use rtrack::config::Config;
+use rtrack::inventory::resources::ResourceClass;
+use rtrack::probes::pci::{PciAddress, PciDevType};
+use rtrack::probes::{probe_host, HostInventory, HostRoot, ProbeOptions};
+use rtrack::store::Store;
+use rtrack::tracker::model::{FlavorUsage, HostNames, InstanceRequest, PciRequest};
+use rtrack::tracker::pci::{DeviceStatus, NumaPolicy};
+use rtrack::tracker::{
+    InstanceInfo, InstanceUpdate, MoveRequest, Tracker, TrackerSettings, TrackerState,
+};
+use rtrack_fixtures::real::scratch_dir;
+use rtrack_fixtures::synthetic::{SyntheticHost, SyntheticPf};
+
+const CONFIG: &str = r#"
+[resources]
+cpu_allocation_ratio = 1.5
+reserved_host_memory_mb = 512
+
+[[pci.device_spec]]
+vendor_id = "8086"
+"#;
+
+/// Three host variants the audit switches between: the small SR-IOV host, the same with PF
+/// 3b:00.0's VFs gone, and with an extra PF.
+fn hosts() -> Vec<HostInventory> {
+    let mut variants = Vec::new();
+    let mut a = SyntheticHost::small();
+    a.pfs
+        .push(SyntheticPf::e810("0000:86:00.0", 3, 0, Some("iavf")));
+    let mut b = SyntheticHost::small();
+    b.pfs[0].num_vfs = 2;
+    for h in [SyntheticHost::small(), a, b] {
+        let dir = scratch_dir();
+        h.write(dir.path());
+        let mut opts = ProbeOptions::default();
+        opts.disk.instances_path = Some(dir.path().to_path_buf());
+        let mut inv = probe_host(&HostRoot::under(dir.path()), &opts).unwrap();
+        let fs = inv.disks.instances.as_mut().unwrap();
+        fs.total_gb = 200;
+        fs.free_gb = 200;
+        variants.push(inv);
+    }
+    variants
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Claim {
+        n: u8,
+        vcpus: i64,
+        mem: i64,
+        disk: i64,
+        vfs: u32,
+        pfs: u32,
+        policy: u8,
+    },
+    Abort {
+        n: u8,
+    },
+    MoveIn {
+        n: u8,
+        vcpus: i64,
+        vfs: u32,
+    },
+    Confirm {
+        n: u8,
+    },
+    Revert {
+        n: u8,
+    },
+    Delete {
+        n: u8,
+    },
+    Audit {
+        host: usize,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0u8..12, 1i64..5, 256i64..4096, 0i64..40, 0u32..4, 0u32..2, 0u8..4)
+            .prop_map(|(n, vcpus, mem, disk, vfs, pfs, policy)| Op::Claim { n, vcpus, mem, disk, vfs, pfs, policy }),
+        1 => (0u8..12).prop_map(|n| Op::Abort { n }),
+        2 => (0u8..12, 1i64..5, 0u32..3).prop_map(|(n, vcpus, vfs)| Op::MoveIn { n, vcpus, vfs }),
+        1 => (0u8..12).prop_map(|n| Op::Confirm { n }),
+        1 => (0u8..12).prop_map(|n| Op::Revert { n }),
+        1 => (0u8..12).prop_map(|n| Op::Delete { n }),
+        1 => (0usize..3).prop_map(|host| Op::Audit { host }),
+    ]
+}
+
+fn uuid(n: u8) -> String {
+    format!("00000000-0000-4000-8000-{n:012}")
+}
+
+fn flavor(id: i64, vcpus: i64, mem: i64, disk: i64) -> FlavorUsage {
+    FlavorUsage {
+        id,
+        flavorid: format!("f{id}"),
+        name: None,
+        vcpus,
+        memory_mb: mem,
+        root_gb: disk,
+        ephemeral_gb: 0,
+        swap_mb: 0,
+        extra_specs: BTreeMap::new(),
+    }
+}
+
+fn pci(n: u8, kind: &str, count: u32, policy: NumaPolicy) -> PciRequest {
+    let (product, dev_type) = if kind == "pf" {
+        ("1592", "type-PF")
+    } else {
+        ("1889", "type-VF")
+    };
+    PciRequest {
+        request_id: format!("{}-{kind}", uuid(n)),
+        count,
+        specs: vec![[
+            ("vendor_id", "8086"),
+            ("product_id", product),
+            ("dev_type", dev_type),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()],
+        alias_name: Some(kind.into()),
+        numa_policy: policy,
+        requester_id: None,
+    }
+}
+
+/// The naive model: what should be counted, per instance (flavor vcpus, memory, disk).
+#[derive(Debug, Default, Clone)]
+struct Model {
+    here: BTreeMap<String, (i64, i64, i64)>,
+    incoming: BTreeMap<i64, (String, (i64, i64, i64))>,
+}
+
+impl Model {
+    fn used(&self) -> (i64, i64, i64) {
+        let mut t = (0, 0, 0);
+        for v in self
+            .here
+            .values()
+            .chain(self.incoming.values().map(|(_, v)| v))
+        {
+            t.0 += v.0;
+            t.1 += v.1;
+            t.2 += v.2;
+        }
+        t
+    }
+}
+
+fn check_invariants(t: &Tracker, model: &Model) {
+    let usage = t.usage();
+    let (v, m, d) = model.used();
+    assert_eq!(usage.used(ResourceClass::Vcpu), v, "VCPU usage");
+    assert_eq!(usage.used(ResourceClass::MemoryMb), m, "MEMORY_MB usage");
+    assert_eq!(usage.used(ResourceClass::DiskGb), d, "DISK_GB usage");
+    for (class, inv) in t.inventory() {
+        assert!(
+            usage.used(*class) <= inv.capacity(),
+            "{class} over capacity"
+        );
+    }
+    let devs = &t.state().devices;
+    let busy = |s: DeviceStatus| matches!(s, DeviceStatus::Allocated | DeviceStatus::Claimed);
+    let busy_pfs: BTreeSet<PciAddress> = devs
+        .values()
+        .filter(|d| d.dev_type == PciDevType::Pf && busy(d.status))
+        .map(|d| d.address)
+        .collect();
+    let pfs_of_busy_vfs: BTreeSet<PciAddress> = devs
+        .values()
+        .filter(|d| d.dev_type == PciDevType::Vf && busy(d.status))
+        .filter_map(|d| d.parent_addr)
+        .collect();
+    for d in devs.values() {
+        match d.status {
+            DeviceStatus::Allocated | DeviceStatus::Claimed => {
+                assert!(d.owner.is_some(), "{} busy without owner", d.address);
+                let owner = &d.owner.as_ref().unwrap().instance_uuid;
+                assert!(
+                    t.state().instances.contains_key(owner),
+                    "{} owned by unknown {owner}",
+                    d.address
+                );
+            }
+            DeviceStatus::Unavailable => {
+                assert!(d.owner.is_none());
+                let blocked = match d.dev_type {
+                    PciDevType::Pf => pfs_of_busy_vfs.contains(&d.address),
+                    PciDevType::Vf => d.parent_addr.is_some_and(|p| busy_pfs.contains(&p)),
+                    PciDevType::Pci => false,
+                };
+                assert!(blocked, "{} unavailable for no reason", d.address);
+            }
+            DeviceStatus::Available => {
+                assert!(d.owner.is_none());
+                assert!(
+                    !pfs_of_busy_vfs.contains(&d.address),
+                    "PF {} available while a VF is busy",
+                    d.address
+                );
+                assert!(
+                    !d.parent_addr.is_some_and(|p| busy_pfs.contains(&p)),
+                    "VF {} available while its PF is busy",
+                    d.address
+                );
+            }
+            DeviceStatus::Unclaimable => panic!("{} unclaimable outside a claim", d.address),
+        }
+    }
+    let available = devs
+        .values()
+        .filter(|d| d.status == DeviceStatus::Available)
+        .count();
+    let pooled: usize = t.pools().iter().map(|p| p.count()).sum();
+    assert_eq!(pooled, available, "pool counts vs available devices");
+    // Every claim's devices are owned by its instance.
+    for c in t
+        .state()
+        .claims
+        .values()
+        .chain(t.state().move_claims.values())
+    {
+        for a in &c.assignments {
+            let d = &devs[&a.address];
+            assert_eq!(
+                d.owner.as_ref().map(|o| o.instance_uuid.as_str()),
+                Some(c.instance_uuid.as_str())
+            );
+        }
+    }
+}
+
+fn run(ops: Vec<Op>, hosts: &[HostInventory]) {
+    let f = std::path::Path::new("props.toml");
+    let settings = TrackerSettings {
+        config: Config::parse(CONFIG, f).unwrap().validate(f).unwrap(),
+        names: HostNames {
+            host: "cmp1".into(),
+            node: "cmp1".into(),
+        },
+        node_uuid: "11111111-2222-3333-4444-555555555555".into(),
+        node_created_at: time::OffsetDateTime::UNIX_EPOCH,
+    };
+    let mut t = Tracker::new(settings, hosts[0].clone(), TrackerState::default());
+    let db_dir = scratch_dir();
+    let db = db_dir.path().join("rtrack.sqlite");
+    let mut store = Store::open(&db).unwrap();
+    let (_, changes) = t.audit(hosts[0].clone(), time::OffsetDateTime::UNIX_EPOCH);
+    store.commit(&[changes]).unwrap();
+    let mut model = Model::default();
+    let mut next_migration = 100;
+    let now = 1_000;
+    for op in ops {
+        let before = t.state().clone();
+        let result = match op {
+            Op::Claim {
+                n,
+                vcpus,
+                mem,
+                disk,
+                vfs,
+                pfs,
+                policy,
+            } => {
+                let mut pci_reqs = Vec::new();
+                let policy = [
+                    NumaPolicy::Legacy,
+                    NumaPolicy::Required,
+                    NumaPolicy::Preferred,
+                    NumaPolicy::Socket,
+                ][policy as usize];
+                if pfs > 0 {
+                    pci_reqs.push(pci(n, "pf", pfs, policy));
+                }
+                if vfs > 0 {
+                    pci_reqs.push(pci(n, "vf", vfs, policy));
+                }
+                let req = InstanceRequest {
+                    flavor: flavor(1, vcpus, mem, disk),
+                    is_bfv: false,
+                    pci_requests: pci_reqs,
+                    numa_cells: vec![0],
+                };
+                let info = InstanceInfo {
+                    uuid: uuid(n),
+                    vm_state: Some("active".into()),
+                    ..Default::default()
+                };
+                t.instance_claim(&info, &req, now, false).map(|(o, c)| {
+                    if !o.existing {
+                        model.here.insert(uuid(n), (vcpus, mem, disk));
+                    }
+                    c
+                })
+            }
+            Op::Abort { n } => {
+                let moving = t
+                    .state()
+                    .move_claims
+                    .iter()
+                    .find(|(_, c)| c.instance_uuid == uuid(n))
+                    .map(|(id, _)| *id);
+                t.abort(&uuid(n)).inspect(|_| {
+                    if model.here.remove(&uuid(n)).is_none() {
+                        if let Some(id) = moving {
+                            model.incoming.remove(&id);
+                        }
+                    }
+                })
+            }
+            Op::MoveIn { n, vcpus, vfs } => {
+                let id = next_migration;
+                next_migration += 1;
+                let current = InstanceRequest {
+                    flavor: flavor(1, 1, 512, 10),
+                    is_bfv: false,
+                    pci_requests: vec![],
+                    numa_cells: vec![],
+                };
+                let new = InstanceRequest {
+                    flavor: flavor(2, vcpus, 1024, 20),
+                    is_bfv: false,
+                    pci_requests: if vfs > 0 {
+                        vec![pci(n, "vf", vfs, NumaPolicy::Legacy)]
+                    } else {
+                        vec![]
+                    },
+                    numa_cells: vec![],
+                };
+                let mv = MoveRequest {
+                    instance: InstanceInfo {
+                        uuid: uuid(n),
+                        host: Some("cmp0".into()),
+                        node: Some("cmp0".into()),
+                        vm_state: Some("active".into()),
+                        ..Default::default()
+                    },
+                    current,
+                    new,
+                    move_type: None,
+                    migration_id: Some(id),
+                    migration_uuid: None,
+                    source_compute: None,
+                    source_node: None,
+                    dest_compute: None,
+                    dest_node: None,
+                };
+                t.move_claim(&mv, now, false).map(|(_, c)| {
+                    model.incoming.insert(id, (uuid(n), (vcpus, 1024, 20)));
+                    c
+                })
+            }
+            Op::Confirm { n } | Op::Revert { n } => {
+                let id = model
+                    .incoming
+                    .iter()
+                    .find(|(_, (u, _))| *u == uuid(n))
+                    .map(|(id, _)| *id)
+                    .unwrap_or(99);
+                let confirm = matches!(op, Op::Confirm { .. });
+                let r = if confirm {
+                    t.confirm_move(id, now)
+                } else {
+                    t.revert_move(id, now)
+                };
+                r.inspect(|_| {
+                    if let Some((u, usage)) = model.incoming.remove(&id) {
+                        if confirm {
+                            model.here.insert(u, usage);
+                        }
+                    }
+                })
+            }
+            Op::Delete { n } => t
+                .update_instance(
+                    &uuid(n),
+                    &InstanceUpdate {
+                        vm_state: Some("deleted".into()),
+                        ..Default::default()
+                    },
+                )
+                .inspect(|_| {
+                    model.here.remove(&uuid(n));
+                    model.incoming.retain(|_, (u, _)| *u != uuid(n));
+                }),
+            Op::Audit { host } => Ok(t
+                .audit(hosts[host].clone(), time::OffsetDateTime::UNIX_EPOCH)
+                .1),
+        };
+        match result {
+            Ok(changes) => store.commit(&[changes]).unwrap(),
+            Err(_) => assert_eq!(t.state(), &before, "a refused operation changed the state"),
+        }
+        check_invariants(&t, &model);
+    }
+    // What was committed change by change is the state.
+    drop(store);
+    let reloaded = Store::open(&db).unwrap().load().unwrap();
+    assert_eq!(
+        &reloaded,
+        t.state(),
+        "store and tracker disagree after reopening"
+    );
+    // An audit on the same host rebuilds the same usage.
+    let usage = t.usage();
+    let host = t.host().clone();
+    t.audit(host, time::OffsetDateTime::UNIX_EPOCH);
+    assert_eq!(t.usage().used, usage.used);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn accounting_holds_under_random_operations(ops in proptest::collection::vec(op(), 1..60)) {
+        thread_local!(static HOSTS: Vec<HostInventory> = hosts());
+        HOSTS.with(|h| run(ops, h));
+    }
+}
