@@ -222,7 +222,7 @@ pub struct AuditOutcome {
 
 /// A claim that passed its test: the device states after it, the devices given, the resources.
 type TestedClaim = (
-    Vec<TrackedDevice>,
+    Option<Vec<TrackedDevice>>,
     Vec<Assignment>,
     BTreeMap<ResourceClass, i64>,
 );
@@ -254,6 +254,9 @@ pub struct Tracker {
     inventory: BTreeMap<ResourceClass, ResourceInventory>,
     sockets: CellSockets,
     state: TrackerState,
+    /// Usage per class, kept between operations: a claim adds to it; anything else clears it
+    /// and the next read derives it again from the records.
+    used_cache: std::cell::RefCell<Option<BTreeMap<ResourceClass, i64>>>,
 }
 
 fn cell_sockets(host: &HostInventory) -> CellSockets {
@@ -289,6 +292,7 @@ impl Tracker {
             settings,
             host,
             state,
+            used_cache: std::cell::RefCell::new(None),
         };
         t.refresh_inventory();
         t
@@ -321,6 +325,7 @@ impl Tracker {
 
     /// Replaces the settings (a reloaded configuration). Claims already granted stay.
     pub fn set_settings(&mut self, settings: TrackerSettings) {
+        self.invalidate_usage();
         self.settings = settings;
         self.refresh_inventory();
     }
@@ -340,6 +345,25 @@ impl Tracker {
         )
     }
 
+    /// Usage per class (cached; see `used_cache`).
+    pub fn used(&self) -> BTreeMap<ResourceClass, i64> {
+        if let Some(u) = self.used_cache.borrow().as_ref() {
+            debug_assert_eq!(
+                u,
+                &self.usage().used,
+                "cached usage drifted from the records"
+            );
+            return u.clone();
+        }
+        let u = self.usage().used;
+        *self.used_cache.borrow_mut() = Some(u.clone());
+        u
+    }
+
+    fn invalidate_usage(&mut self) {
+        *self.used_cache.get_mut() = None;
+    }
+
     /// Current PCI pools.
     pub fn pools(&self) -> Vec<Pool> {
         let devices: Vec<TrackedDevice> = self.state.devices.values().cloned().collect();
@@ -350,14 +374,14 @@ impl Tracker {
     fn shortfalls(
         &self,
         resources: &BTreeMap<ResourceClass, i64>,
-        usage: &Usage,
+        usage: &BTreeMap<ResourceClass, i64>,
     ) -> Vec<ResourceShortfall> {
         let mut out = Vec::new();
         for (class, requested) in resources {
             if *requested == 0 {
                 continue;
             }
-            let used = usage.used(*class);
+            let used = *usage.get(class).unwrap_or(&0);
             let (capacity, max_unit) = match self.inventory.get(class) {
                 Some(inv) => (inv.capacity(), inv.max_unit),
                 None => (0, 0),
@@ -385,24 +409,31 @@ impl Tracker {
         uuid: &str,
         req: &InstanceRequest,
         claim_pci: bool,
+        cache_usage: bool,
     ) -> Result<TestedClaim, ClaimError> {
         let resources = req
             .flavor
             .resources(req.is_bfv, self.settings.shared_disk());
-        let usage = self.usage();
+        // Only an instance claim keeps the cache up to date as it changes the records; a move
+        // claim changes them in ways only a full derivation follows.
+        let usage = if cache_usage {
+            self.used()
+        } else {
+            self.usage().used
+        };
         let shortfalls = self.shortfalls(&resources, &usage);
-        let devices = self.device_vec();
         let pci = if claim_pci && !req.pci_requests.is_empty() {
             claim_devices(
-                &devices,
+                &self.device_vec(),
                 &self.settings.config.device_specs,
                 &req.pci_requests,
                 &req.numa_cells,
                 &self.sockets,
                 uuid,
             )
+            .map(|(d, a)| (Some(d), a))
         } else {
-            Ok((devices, Vec::new()))
+            Ok((None, Vec::new()))
         };
         match (shortfalls.is_empty(), pci) {
             (true, Ok((devs, assigned))) => Ok((devs, assigned, resources)),
@@ -414,8 +445,8 @@ impl Tracker {
         }
     }
 
-    fn replace_devices(&mut self, new: Vec<TrackedDevice>, changes: &mut Changes) {
-        for d in new {
+    fn replace_devices(&mut self, new: Option<Vec<TrackedDevice>>, changes: &mut Changes) {
+        for d in new.into_iter().flatten() {
             if self.state.devices.get(&d.address) != Some(&d) {
                 changes.devices.insert(d.address, Some(d.clone()));
                 self.state.devices.insert(d.address, d);
@@ -431,7 +462,7 @@ impl Tracker {
     ) -> Vec<PciAddress> {
         let mut devs = self.device_vec();
         let freed = free_owner(&mut devs, owner, request_ids);
-        self.replace_devices(devs, changes);
+        self.replace_devices(Some(devs), changes);
         freed
     }
 
@@ -475,7 +506,7 @@ impl Tracker {
                 ),
             });
         }
-        let (devices, assignments, resources) = self.test_claim(uuid, req, true)?;
+        let (devices, assignments, resources) = self.test_claim(uuid, req, true, true)?;
         let claim = ClaimRecord {
             instance_uuid: uuid.clone(),
             migration_id: None,
@@ -517,6 +548,11 @@ impl Tracker {
         changes.instances.insert(uuid.clone(), Some(record));
         self.state.claims.insert(uuid.clone(), claim.clone());
         changes.claims.insert(uuid.clone(), Some(claim.clone()));
+        if let Some(used) = self.used_cache.get_mut().as_mut() {
+            for (class, amount) in &claim.resources {
+                *used.entry(*class).or_default() += amount;
+            }
+        }
         Ok((
             ClaimOutcome {
                 claim,
@@ -530,6 +566,7 @@ impl Tracker {
     /// Aborts a claim: an instance claim (`abort_instance_claim`: the instance leaves this node
     /// and its devices are freed) or, failing that, the instance's move claim here.
     pub fn abort(&mut self, uuid: &str) -> Result<Changes, ClaimError> {
+        self.invalidate_usage();
         let mut changes = Changes::default();
         if self.state.claims.contains_key(uuid) {
             self.free_devices(uuid, None, &mut changes);
@@ -621,6 +658,7 @@ impl Tracker {
         now: i64,
         dry_run: bool,
     ) -> Result<(ClaimOutcome, Changes), ClaimError> {
+        self.invalidate_usage();
         let uuid = mv.instance.uuid.clone();
         validate_uuid(&uuid, "instance.uuid")?;
         let names = self.settings.names.clone();
@@ -728,9 +766,9 @@ impl Tracker {
 
         let (devices, assignments, resources) = if incoming {
             let claim_pci = move_type != MoveType::LiveMigration;
-            self.test_claim(&uuid, &mv.new, claim_pci)?
+            self.test_claim(&uuid, &mv.new, claim_pci, false)?
         } else {
-            (self.device_vec(), Vec::new(), BTreeMap::new())
+            (None, Vec::new(), BTreeMap::new())
         };
         let claim = ClaimRecord {
             instance_uuid: uuid.clone(),
@@ -883,6 +921,7 @@ impl Tracker {
     /// dropped; at the destination the instance now lives here with its new flavor and keeps the
     /// devices claimed for it.
     pub fn confirm_move(&mut self, id: i64, now: i64) -> Result<Changes, ClaimError> {
+        self.invalidate_usage();
         let m = self.migration(id)?;
         if !m.in_progress() {
             return Err(ClaimError::Conflict {
@@ -964,6 +1003,7 @@ impl Tracker {
     /// `reverted`; at the destination the new flavor's usage and devices are dropped; at the
     /// source the instance is back with its old flavor.
     pub fn revert_move(&mut self, id: i64, now: i64) -> Result<Changes, ClaimError> {
+        self.invalidate_usage();
         let m = self.migration(id)?;
         if !m.in_progress() {
             return Err(ClaimError::Conflict {
@@ -1014,6 +1054,7 @@ impl Tracker {
         uuid: &str,
         up: &InstanceUpdate,
     ) -> Result<Changes, ClaimError> {
+        self.invalidate_usage();
         let Some(inst) = self.state.instances.get_mut(uuid) else {
             return Err(ClaimError::NotFound {
                 what: "instance",
@@ -1101,6 +1142,7 @@ impl Tracker {
         host: HostInventory,
         now: time::OffsetDateTime,
     ) -> (AuditOutcome, Changes) {
+        self.invalidate_usage();
         self.sockets = cell_sockets(&host);
         self.host = host;
         self.refresh_inventory();
@@ -1222,6 +1264,7 @@ impl Tracker {
 
     /// Replaces the whole state: after a failed commit the service reloads what the store holds.
     pub fn replace_state(&mut self, state: TrackerState) {
+        self.invalidate_usage();
         self.state = state;
     }
 }
