@@ -258,3 +258,58 @@ fn acknowledged_claims_survive_sigkill() {
         "too few claims to mean anything: {acked_total}"
     );
 }
+
+#[test]
+fn a_dropped_guard_aborts_its_claim() {
+    if std::env::var("RTRACK_CRASH_CHILD").is_ok() {
+        return;
+    }
+    let dir = scratch_dir();
+    SyntheticHost::small().write(&dir.path().join("host"));
+    let f = std::path::Path::new("crash.toml");
+    let settings = TrackerSettings {
+        config: Config::parse(CONFIG, f).unwrap().validate(f).unwrap(),
+        names: HostNames {
+            host: "cmp1".into(),
+            node: "cmp1".into(),
+        },
+        node_uuid: "11111111-2222-3333-4444-555555555555".into(),
+        node_created_at: time::OffsetDateTime::UNIX_EPOCH,
+    };
+    let host = probe_host(
+        &HostRoot::under(&dir.path().join("host")),
+        &ProbeOptions::default(),
+    )
+    .unwrap();
+    let svc = TrackerService::open(settings, host, &dir.path().join("db.sqlite")).unwrap();
+    let req = InstanceRequest {
+        flavor: FlavorUsage {
+            id: 1,
+            flavorid: "t".into(),
+            name: None,
+            vcpus: 1,
+            memory_mb: 64,
+            root_gb: 0,
+            ephemeral_gb: 0,
+            swap_mb: 0,
+            extra_specs: Default::default(),
+        },
+        is_bfv: true,
+        pci_requests: vec![],
+        numa_cells: vec![],
+    };
+    let info = |n| InstanceInfo {
+        uuid: uuid(0, 0, n),
+        ..Default::default()
+    };
+    {
+        let _g = svc.guarded_claim(&info(1), &req).unwrap();
+        assert!(svc.state().claims.contains_key(&uuid(0, 0, 1)));
+    }
+    assert!(
+        !svc.state().claims.contains_key(&uuid(0, 0, 1)),
+        "dropped guard must abort"
+    );
+    svc.guarded_claim(&info(2), &req).unwrap().commit();
+    assert!(svc.state().claims.contains_key(&uuid(0, 0, 2)));
+}

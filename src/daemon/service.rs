@@ -176,6 +176,21 @@ impl TrackerService {
         self.mutate(|t| t.instance_claim(info, req, now, dry_run))
     }
 
+    /// An instance claim held by a guard: dropped without [`ClaimGuard::commit`] (the build
+    /// failed, the caller returned early), it is aborted.
+    pub fn guarded_claim(
+        &self,
+        info: &InstanceInfo,
+        req: &crate::tracker::model::InstanceRequest,
+    ) -> Result<ClaimGuard<'_>, ServiceError> {
+        let outcome = self.instance_claim(info, req, false)?;
+        Ok(ClaimGuard {
+            service: self,
+            outcome,
+            committed: false,
+        })
+    }
+
     /// Move claim (or dry run).
     pub fn move_claim(
         &self,
@@ -234,6 +249,32 @@ impl TrackerService {
         self.tx.lock().take();
         if let Some(h) = self.writer.lock().take() {
             let _ = h.join();
+        }
+    }
+}
+
+/// A claim that is aborted when dropped unless committed (Nova's `with rt.instance_claim(...)`).
+pub struct ClaimGuard<'a> {
+    service: &'a TrackerService,
+    /// The claim.
+    pub outcome: ClaimOutcome,
+    committed: bool,
+}
+
+impl ClaimGuard<'_> {
+    /// Keeps the claim.
+    pub fn commit(mut self) -> ClaimOutcome {
+        self.committed = true;
+        self.outcome.clone()
+    }
+}
+
+impl Drop for ClaimGuard<'_> {
+    fn drop(&mut self) {
+        if !self.committed && !self.outcome.existing {
+            if let Err(e) = self.service.abort(&self.outcome.claim.instance_uuid) {
+                tracing::error!(instance = %self.outcome.claim.instance_uuid, error = %e, "aborting a dropped claim failed");
+            }
         }
     }
 }

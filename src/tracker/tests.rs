@@ -761,3 +761,39 @@ fn failed_claims_keep_state_and_changes_empty() {
         Err(ClaimError::NotFound { .. })
     ));
 }
+
+#[test]
+fn the_first_matching_device_spec_gives_the_tags() {
+    // Both specs match the VFs; the first one's physical_network must be the pools'.
+    let extra = r#"
+[[pci.device_spec]]
+vendor_id = "8086"
+product_id = "1889"
+physical_network = "physnet9"
+"#;
+    let mut cfg_text = CONFIG.to_string();
+    cfg_text.push_str(extra);
+    let f = std::path::Path::new("t.toml");
+    let cfg = Config::parse(&cfg_text, f).unwrap().validate(f).unwrap();
+    let settings = TrackerSettings {
+        config: cfg,
+        names: HostNames {
+            host: "cmp1".into(),
+            node: "cmp1".into(),
+        },
+        node_uuid: "11111111-2222-3333-4444-555555555555".into(),
+        node_created_at: time::OffsetDateTime::UNIX_EPOCH,
+    };
+    let inv = host(SyntheticHost::small());
+    let mut t = Tracker::new(settings, inv.clone(), TrackerState::default());
+    t.audit(inv, time::OffsetDateTime::UNIX_EPOCH);
+    let vf_pools: Vec<_> = t
+        .pools()
+        .into_iter()
+        .filter(|p| p.key.tags["dev_type"] == "type-VF")
+        .collect();
+    assert!(!vf_pools.is_empty());
+    assert!(vf_pools
+        .iter()
+        .all(|p| p.key.tags["physical_network"] == "physnet1"));
+}
