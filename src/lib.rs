@@ -4,6 +4,8 @@
 //! report `rtrackd --once` prints and the resource inventory, [`tracker`] accounts claims
 //! against it. [`config`] is the configuration file every part reads.
 
+pub mod api;
+pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod inventory;

@@ -19,7 +19,7 @@ use crate::read::{
 use crate::HostRoot;
 
 /// What the host's processors are and how they are arranged.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct CpuInfo {
     /// Machine architecture as the kernel names it (`x86_64`, `aarch64`, `ppc64le`, `s390x`).
     pub arch: Option<String>,
@@ -61,7 +61,7 @@ pub struct CpuInfo {
 }
 
 /// One online logical CPU.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct LogicalCpu {
     /// Kernel CPU number.
     pub id: u32,

@@ -174,6 +174,13 @@ impl Serialize for CpuSet {
     }
 }
 
+impl<'de> serde::Deserialize<'de> for CpuSet {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<CpuSet, D::Error> {
+        let s = String::deserialize(d)?;
+        CpuSet::parse_list(&s).map_err(serde::de::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,7 +17,7 @@ use crate::HostRoot;
 const GIB: u64 = 1024 * 1024 * 1024;
 
 /// Disk inventory.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct DiskInfo {
     /// The filesystem holding the instances path; null when not probed or unreadable.
     pub instances: Option<InstancesFilesystem>,
@@ -26,7 +26,7 @@ pub struct DiskInfo {
 }
 
 /// Capacity of the filesystem that holds instance disks.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct InstancesFilesystem {
     /// The configured instances path.
     pub path: String,
@@ -46,7 +46,7 @@ pub struct InstancesFilesystem {
 }
 
 /// One block device.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct BlockDevice {
     /// Kernel name (`nvme0n1`, `sda`, `vda`).
     pub name: String,

@@ -9,7 +9,7 @@ use crate::read::{read_optional, Warnings};
 use crate::HostRoot;
 
 /// Who the host is.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct HostIdentity {
     /// Kernel hostname (`proc/sys/kernel/hostname`).
     pub hostname: Option<String>,

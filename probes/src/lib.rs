@@ -42,7 +42,7 @@ pub enum ProbeError {
 }
 
 /// Everything the probes found.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct HostInventory {
     /// Hostname, architecture, kernel.
     pub host: host::HostIdentity,

@@ -13,7 +13,7 @@ use crate::read::{parse_int, read_text, ReadFailure, Warnings, PROCFS_CAP};
 use crate::HostRoot;
 
 /// Host memory.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct MemoryInfo {
     /// `MemTotal` in MiB (0 when unknown, with a warning).
     pub total_mb: u64,

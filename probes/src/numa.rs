@@ -17,7 +17,7 @@ use crate::read::{list_dir, parse_int, read_optional, Warnings};
 use crate::HostRoot;
 
 /// One NUMA node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct NumaNode {
     /// Node id (`node<id>`).
     pub id: u32,
@@ -38,7 +38,7 @@ pub struct NumaNode {
 }
 
 /// A hugepage pool of one page size.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct HugePages {
     /// Page size in KiB (2048, 1048576...).
     pub size_kb: u64,

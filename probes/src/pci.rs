@@ -119,7 +119,7 @@ impl PciDevType {
 }
 
 /// Where a device's NUMA node came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NumaSource {
     /// The device's `numa_node` file.
@@ -129,7 +129,7 @@ pub enum NumaSource {
 }
 
 /// One PCI function.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct PciDevice {
     /// `domain:bus:device.function`.
     pub address: PciAddress,

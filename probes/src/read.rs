@@ -17,7 +17,7 @@ pub const SYSFS_CAP: usize = 64 * 1024;
 pub const PROCFS_CAP: usize = 32 * 1024 * 1024;
 
 /// Something a probe could not read or understand; the report carries these.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, PartialOrd, Ord)]
 pub struct Warning {
     /// The file or directory concerned.
     pub path: String,

@@ -5,6 +5,7 @@
 //!
 //! The commented default is `packaging/rtrack.toml`; the README lists every key.
 
+pub mod diff;
 mod pci;
 
 use std::collections::BTreeMap;

@@ -1,4 +1,15 @@
-//! The edge of rtrack: the one-shot inventory (`rtrackd --once`) and, later, the daemon.
+//! The edge of rtrack: the one-shot inventory (`rtrackd --once`) and the daemon around the
+//! tracker (audit loop, API socket, reload, metrics, upstream reporting, systemd).
 
+pub mod audit;
+pub mod config_file;
+pub mod logging;
+pub mod metrics;
 pub mod once;
+pub mod peer;
+pub mod report;
+pub mod run;
 pub mod service;
+pub mod shared;
+pub mod socket;
+pub mod systemd;

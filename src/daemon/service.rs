@@ -48,15 +48,15 @@ enum Job {
     Reloaded,
 }
 
-/// Timing of commits, for metrics.
+/// Counts of commits, and where their latency goes.
 #[derive(Debug, Default, Clone)]
 pub struct CommitStats {
     /// Transactions committed.
     pub transactions: u64,
     /// Changes committed.
     pub changes: u64,
-    /// Seconds spent committing, each transaction.
-    pub latencies: Vec<f64>,
+    /// Observes each transaction's time, seconds (the daemon's metrics).
+    pub latency: Option<prometheus_client::metrics::histogram::Histogram>,
 }
 
 /// The tracker behind a lock, and its store writer.
@@ -234,6 +234,14 @@ impl TrackerService {
         self.tracker.lock().set_settings(settings);
     }
 
+    /// Puts a reloaded configuration in force; names and node identity stay.
+    pub fn update_config(&self, config: crate::config::ValidConfig) {
+        let mut t = self.tracker.lock();
+        let mut settings = t.settings().clone();
+        settings.config = config;
+        t.set_settings(settings);
+    }
+
     /// A copy of the state.
     pub fn state(&self) -> TrackerState {
         self.tracker.lock().state().clone()
@@ -242,6 +250,11 @@ impl TrackerService {
     /// Commit statistics.
     pub fn commit_stats(&self) -> CommitStats {
         self.stats.lock().clone()
+    }
+
+    /// Observes every transaction's latency in `h` from now on.
+    pub fn observe_commits(&self, h: prometheus_client::metrics::histogram::Histogram) {
+        self.stats.lock().latency = Some(h);
     }
 
     /// Stops the writer after everything queued is committed.
@@ -333,8 +346,8 @@ fn writer_loop(
                 let mut s = stats.lock();
                 s.transactions += 1;
                 s.changes += batch.len() as u64;
-                if s.latencies.len() < 100_000 {
-                    s.latencies.push(start.elapsed().as_secs_f64());
+                if let Some(h) = &s.latency {
+                    h.observe(start.elapsed().as_secs_f64());
                 }
                 r
             }

@@ -13,10 +13,10 @@ use time::OffsetDateTime;
 use crate::probes::HostInventory;
 
 /// The report. Top-level keys are fixed: tools read them.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct InventoryReport {
     /// Version of rtrack that made the report.
-    pub rtrack_version: &'static str,
+    pub rtrack_version: String,
     /// When the probe ran, UTC, `YYYY-MM-DDTHH:MM:SSZ`.
     pub probed_at: String,
     /// host, cpu, numa_nodes, memory, disks, pci_devices, warnings.
@@ -31,7 +31,7 @@ impl InventoryReport {
     /// Wraps a probe result taken at `probed_at`.
     pub fn new(inventory: HostInventory, probed_at: OffsetDateTime) -> InventoryReport {
         InventoryReport {
-            rtrack_version: env!("CARGO_PKG_VERSION"),
+            rtrack_version: env!("CARGO_PKG_VERSION").to_string(),
             probed_at: format_utc(probed_at),
             inventory,
             compute_node: None,

@@ -203,6 +203,23 @@ pub struct InstanceUpdate {
     pub apply_new_flavor: bool,
 }
 
+/// A PCI pool's size and free count (for `/v1/usage` and metrics).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PoolUsage {
+    /// Vendor id.
+    pub vendor_id: String,
+    /// Product id.
+    pub product_id: String,
+    /// NUMA node.
+    pub numa_node: Option<u32>,
+    /// Other pool keys: dev_type, address (the PF's, or the device's), physical_network...
+    pub tags: BTreeMap<String, String>,
+    /// Devices in the pool.
+    pub total: u32,
+    /// Devices available.
+    pub free: u32,
+}
+
 /// What an audit found.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AuditOutcome {
@@ -368,6 +385,31 @@ impl Tracker {
     pub fn pools(&self) -> Vec<Pool> {
         let devices: Vec<TrackedDevice> = self.state.devices.values().cloned().collect();
         build_pools(&devices, &self.settings.config.device_specs)
+    }
+
+    /// Every PCI pool with how many devices it has in all and how many are free. Devices in
+    /// use count in the pool they belong to when free.
+    pub fn pool_usage(&self) -> Vec<PoolUsage> {
+        let specs = &self.settings.config.device_specs;
+        let mut by_key: BTreeMap<super::pci::devices::PoolKey, (u32, u32)> = BTreeMap::new();
+        for d in self.state.devices.values() {
+            let e = by_key.entry(d.pool_key(specs)).or_default();
+            e.0 += 1;
+            if d.status == super::pci::devices::DeviceStatus::Available {
+                e.1 += 1;
+            }
+        }
+        by_key
+            .into_iter()
+            .map(|(key, (total, free))| PoolUsage {
+                vendor_id: key.vendor_id,
+                product_id: key.product_id,
+                numa_node: key.numa_node,
+                tags: key.tags,
+                total,
+                free,
+            })
+            .collect()
     }
 
     /// Checks `resources` against the inventory and current usage.

@@ -1,0 +1,430 @@
+//! Request bodies of the local API and their translation into tracker requests. Unknown fields
+//! are errors (a misspelt `dry_run` must not claim for real); every message names the field.
+//!
+//! A claim carries what the instance asks for in one of two forms, as Nova's RPC API does:
+//!
+//! - `"request_spec"`: a RequestSpec primitive (`nova_object.name` = `RequestSpec`), or
+//! - `"legacy": {"request_spec": {...}, "filter_properties": {...}}`: the dicts older Nova
+//!   services send (`RequestSpec.from_primitives`).
+//!
+//! and optionally `"instance"` with who the instance is (uuid, project, user, states, host).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::error::ApiError;
+use crate::objects::request_spec::RequestSpec;
+use crate::objects::Versioned;
+use crate::tracker::model::InstanceRequest;
+use crate::tracker::pci::AliasTable;
+use crate::tracker::request::from_request_spec;
+use crate::tracker::state::{InstanceInfo, MoveType};
+
+/// The legacy dicts.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LegacyBody {
+    /// The legacy `request_spec` dict.
+    pub request_spec: Value,
+    /// The legacy `filter_properties` dict (default `{}`).
+    #[serde(default)]
+    pub filter_properties: Option<Value>,
+}
+
+/// Who the instance is.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstanceBody {
+    /// Uuid (default: the request spec's `instance_uuid`; both given must agree).
+    pub uuid: Option<String>,
+    /// Project (default: the request spec's).
+    pub project_id: Option<String>,
+    /// User (default: the request spec's).
+    pub user_id: Option<String>,
+    /// Guest OS type.
+    pub os_type: Option<String>,
+    /// VM state (default `building`).
+    pub vm_state: Option<String>,
+    /// Task state.
+    pub task_state: Option<String>,
+    /// Host the instance is on now (for a move: the source).
+    pub host: Option<String>,
+    /// Node the instance is on now (for a move: the source).
+    pub node: Option<String>,
+}
+
+/// What an instance asks for, in either form.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpecBody {
+    /// RequestSpec primitive.
+    pub request_spec: Option<Value>,
+    /// Legacy dicts.
+    pub legacy: Option<LegacyBody>,
+}
+
+/// `POST /v1/claims`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimBody {
+    /// The instance.
+    pub instance: Option<InstanceBody>,
+    /// RequestSpec primitive.
+    pub request_spec: Option<Value>,
+    /// Legacy dicts.
+    pub legacy: Option<LegacyBody>,
+}
+
+/// `POST /v1/migrations`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigrationBody {
+    /// The instance as it is now (host/node = the source).
+    pub instance: Option<InstanceBody>,
+    /// What the instance asks for at the destination: RequestSpec primitive.
+    pub request_spec: Option<Value>,
+    /// ... or legacy dicts.
+    pub legacy: Option<LegacyBody>,
+    /// What it has now (default: what this host records for it, else the same as the new).
+    pub current: Option<SpecBody>,
+    /// `resize`, `migration`, `live-migration` or `evacuation` (default: resize when the flavor
+    /// changes, else migration).
+    pub move_type: Option<MoveType>,
+    /// Nova's migration id (default: rtrack assigns one).
+    pub migration_id: Option<i64>,
+    /// The migration's uuid (default: derived from the id).
+    pub migration_uuid: Option<String>,
+    /// Source host (default: the instance's host).
+    pub source_compute: Option<String>,
+    /// Source node (default: the instance's node).
+    pub source_node: Option<String>,
+    /// Destination host (default: this host).
+    pub dest_compute: Option<String>,
+    /// Destination node (default: this node).
+    pub dest_node: Option<String>,
+}
+
+/// Parses a JSON body into `T`, naming what was wrong.
+pub fn parse_body<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::new(
+            axum::http::StatusCode::BAD_REQUEST,
+            "malformed_json",
+            format!("the body is empty; expected a JSON object ({what})"),
+        ));
+    }
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::new(
+            axum::http::StatusCode::BAD_REQUEST,
+            "malformed_json",
+            format!("the body is not valid JSON: {e}"),
+        )
+    })?;
+    if !value.is_object() {
+        return Err(ApiError::new(
+            axum::http::StatusCode::BAD_REQUEST,
+            "invalid_request",
+            format!(
+                "the body is {}; expected a JSON object ({what})",
+                crate::objects::base::describe(&value)
+            ),
+        ));
+    }
+    serde_json::from_value(value).map_err(|e| {
+        ApiError::new(
+            axum::http::StatusCode::BAD_REQUEST,
+            "invalid_request",
+            format!("{what}: {e}"),
+        )
+    })
+}
+
+/// The RequestSpec in either form; `field` prefixes messages.
+fn request_spec(
+    primitive: Option<&Value>,
+    legacy: Option<&LegacyBody>,
+    field: &str,
+) -> Result<Versioned<RequestSpec>, ApiError> {
+    match (primitive, legacy) {
+        (Some(p), None) => Versioned::<RequestSpec>::from_primitive(p).map_err(|e| {
+            ApiError::invalid(
+                &format!("{field}request_spec"),
+                format!("{}: {}", e.path, e.message),
+            )
+        }),
+        (None, Some(l)) => {
+            let empty = Value::Object(Map::new());
+            RequestSpec::from_legacy(&l.request_spec, l.filter_properties.as_ref().unwrap_or(&empty))
+                .map_err(|e| ApiError::invalid(&format!("{field}legacy.{}", e.path), &e.message))
+        }
+        (Some(_), Some(_)) => Err(ApiError::invalid(
+            &format!("{field}request_spec"),
+            "give either request_spec (a RequestSpec primitive) or legacy (request_spec and filter_properties dicts), not both",
+        )),
+        (None, None) => Err(ApiError::invalid(
+            &format!("{field}request_spec"),
+            "is missing; give request_spec (a RequestSpec primitive) or legacy ({\"request_spec\": {...}, \"filter_properties\": {...}})",
+        )),
+    }
+}
+
+/// An instance's request and identity, checked.
+pub struct ParsedClaim {
+    /// Who.
+    pub info: InstanceInfo,
+    /// What.
+    pub request: InstanceRequest,
+}
+
+fn instance_info(
+    body: Option<&InstanceBody>,
+    spec: &Versioned<RequestSpec>,
+    spec_uuid: String,
+) -> Result<InstanceInfo, ApiError> {
+    let b = body.cloned().unwrap_or_default();
+    let uuid = match b.uuid {
+        Some(u) if !u.eq_ignore_ascii_case(&spec_uuid) => {
+            return Err(ApiError::invalid(
+                "instance.uuid",
+                format!("{u} differs from the request spec's instance_uuid {spec_uuid}"),
+            ))
+        }
+        Some(u) => u.to_ascii_lowercase(),
+        None => spec_uuid.to_ascii_lowercase(),
+    };
+    if uuid::Uuid::parse_str(&uuid).is_err() {
+        return Err(ApiError::invalid(
+            "instance.uuid",
+            format!("{uuid:?} is not a UUID"),
+        ));
+    }
+    Ok(InstanceInfo {
+        uuid,
+        project_id: b.project_id.or_else(|| spec.obj.project_id.get().cloned()),
+        user_id: b.user_id.or_else(|| spec.obj.user_id.get().cloned()),
+        os_type: b.os_type,
+        vm_state: b.vm_state,
+        task_state: b.task_state,
+        host: b.host,
+        node: b.node,
+    })
+}
+
+/// Splits a spec into (instance uuid, request).
+fn instance_request(
+    primitive: Option<&Value>,
+    legacy: Option<&LegacyBody>,
+    field: &str,
+    instance_uuid: Option<&str>,
+    aliases: &AliasTable,
+) -> Result<(Versioned<RequestSpec>, String, InstanceRequest), ApiError> {
+    let mut spec = request_spec(primitive, legacy, field)?;
+    // The instance uuid may come from "instance" alone (the legacy dicts often lack it).
+    if spec.obj.instance_uuid.get().is_none() {
+        if let Some(u) = instance_uuid {
+            spec.obj.instance_uuid = u.to_string().into();
+        }
+    }
+    let (uuid, request) = from_request_spec(&spec, aliases).map_err(|e| match e {
+        crate::tracker::ClaimError::Invalid { field: f, message } => {
+            ApiError::invalid(&format!("{field}{f}"), message)
+        }
+        other => other.into(),
+    })?;
+    Ok((spec, uuid, request))
+}
+
+impl ClaimBody {
+    /// The instance and what it asks for.
+    pub fn parse(&self, aliases: &AliasTable) -> Result<ParsedClaim, ApiError> {
+        let given_uuid = self.instance.as_ref().and_then(|i| i.uuid.as_deref());
+        let (spec, uuid, request) = instance_request(
+            self.request_spec.as_ref(),
+            self.legacy.as_ref(),
+            "",
+            given_uuid,
+            aliases,
+        )?;
+        Ok(ParsedClaim {
+            info: instance_info(self.instance.as_ref(), &spec, uuid)?,
+            request,
+        })
+    }
+}
+
+/// A move, parsed (the current request may still have to come from the tracker).
+pub struct ParsedMove {
+    /// Who (host/node = source).
+    pub info: InstanceInfo,
+    /// What it asks for at the destination.
+    pub new: InstanceRequest,
+    /// What it has now, when given.
+    pub current: Option<InstanceRequest>,
+}
+
+impl MigrationBody {
+    /// The instance and its requests.
+    pub fn parse(&self, aliases: &AliasTable) -> Result<ParsedMove, ApiError> {
+        let given_uuid = self.instance.as_ref().and_then(|i| i.uuid.as_deref());
+        let (spec, uuid, new) = instance_request(
+            self.request_spec.as_ref(),
+            self.legacy.as_ref(),
+            "",
+            given_uuid,
+            aliases,
+        )?;
+        let info = instance_info(self.instance.as_ref(), &spec, uuid)?;
+        let current = match &self.current {
+            None => None,
+            Some(c) => {
+                let (_, cur_uuid, req) = instance_request(
+                    c.request_spec.as_ref(),
+                    c.legacy.as_ref(),
+                    "current.",
+                    Some(&info.uuid),
+                    aliases,
+                )?;
+                if !cur_uuid.eq_ignore_ascii_case(&info.uuid) {
+                    return Err(ApiError::invalid(
+                        "current.request_spec.instance_uuid",
+                        format!("{cur_uuid} differs from the instance {}", info.uuid),
+                    ));
+                }
+                Some(req)
+            }
+        };
+        Ok(ParsedMove { info, new, current })
+    }
+}
+
+/// `?dry_run=...`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DryRunQuery {
+    /// Answer whether it fits, claim nothing.
+    #[serde(default)]
+    pub dry_run: Option<String>,
+}
+
+impl DryRunQuery {
+    /// The flag, checked.
+    pub fn flag(&self) -> Result<bool, ApiError> {
+        match self.dry_run.as_deref() {
+            None | Some("false") | Some("0") => Ok(false),
+            Some("true") | Some("1") | Some("") => Ok(true),
+            Some(other) => Err(ApiError::invalid(
+                "dry_run",
+                format!("{other:?} is not a boolean; expected true or false"),
+            )),
+        }
+    }
+}
+
+/// `?version=X.Y`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VersionQuery {
+    /// ComputeNode version to backport to.
+    pub version: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn flavor() -> Value {
+        json!({
+            "nova_object.name": "Flavor", "nova_object.namespace": "nova",
+            "nova_object.version": "1.2",
+            "nova_object.data": {"id": 7, "flavorid": "m1", "name": "m1", "vcpus": 2,
+                "memory_mb": 1024, "root_gb": 10, "ephemeral_gb": 0, "swap": 0,
+                "extra_specs": {}}
+        })
+    }
+
+    fn spec(uuid: &str) -> Value {
+        json!({
+            "nova_object.name": "RequestSpec", "nova_object.namespace": "nova",
+            "nova_object.version": "1.14",
+            "nova_object.data": {"instance_uuid": uuid, "project_id": "p", "user_id": "u",
+                "flavor": flavor(), "num_instances": 1}
+        })
+    }
+
+    const U: &str = "6f8b1f5e-3c6a-4e0b-9a57-2b1f1d0c0a11";
+
+    #[test]
+    fn a_claim_takes_the_spec_primitive_or_the_legacy_dicts() {
+        let body: ClaimBody = parse_body(
+            json!({"request_spec": spec(U)}).to_string().as_bytes(),
+            "claim",
+        )
+        .unwrap();
+        let p = body.parse(&AliasTable::new()).unwrap();
+        assert_eq!(p.info.uuid, U);
+        assert_eq!(p.info.project_id.as_deref(), Some("p"));
+        assert_eq!(p.request.flavor.vcpus, 2);
+
+        let legacy = json!({"legacy": {
+            "request_spec": {"instance_type": flavor(), "instance_properties": {"uuid": U, "project_id": "p"}, "num_instances": 1},
+            "filter_properties": {}
+        }});
+        let body: ClaimBody = parse_body(legacy.to_string().as_bytes(), "claim").unwrap();
+        let p = body.parse(&AliasTable::new()).unwrap();
+        assert_eq!(p.info.uuid, U);
+        assert_eq!(p.request.flavor.memory_mb, 1024);
+    }
+
+    #[test]
+    fn bad_bodies_name_what_is_wrong() {
+        let e = parse_body::<ClaimBody>(b"{\"request_spec\": ", "claim").unwrap_err();
+        assert_eq!(e.code, "malformed_json");
+        let e = parse_body::<ClaimBody>(b"[]", "claim").unwrap_err();
+        assert!(e.message.contains("expected a JSON object"), "{e}");
+        let e = parse_body::<ClaimBody>(b"{\"dry_rn\": true}", "claim").unwrap_err();
+        assert!(e.message.contains("unknown field `dry_rn`"), "{e}");
+        let e = parse_body::<ClaimBody>(b"", "claim").unwrap_err();
+        assert!(e.message.contains("empty"), "{e}");
+
+        let body: ClaimBody = parse_body(b"{}", "claim").unwrap();
+        let e = body.parse(&AliasTable::new()).err().unwrap();
+        assert!(e.message.starts_with("request_spec: is missing"), "{e}");
+
+        let mut s = spec(U);
+        s["nova_object.data"]["flavor"]["nova_object.data"]["vcpus"] = json!("two");
+        let body = ClaimBody {
+            request_spec: Some(s),
+            ..ClaimBody::default()
+        };
+        let e = body.parse(&AliasTable::new()).err().unwrap();
+        assert!(
+            e.message
+                .starts_with("request_spec: RequestSpec.data.flavor"),
+            "{e}"
+        );
+        assert!(e.message.contains("vcpus"), "{e}");
+
+        let body = ClaimBody {
+            request_spec: Some(spec(U)),
+            instance: Some(InstanceBody {
+                uuid: Some("11111111-1111-1111-1111-111111111111".into()),
+                ..InstanceBody::default()
+            }),
+            ..ClaimBody::default()
+        };
+        let e = body.parse(&AliasTable::new()).err().unwrap();
+        assert!(e.message.contains("differs"), "{e}");
+    }
+
+    #[test]
+    fn dry_run_flags_are_checked() {
+        let q = |s: Option<&str>| DryRunQuery {
+            dry_run: s.map(str::to_string),
+        };
+        assert!(!q(None).flag().unwrap());
+        assert!(q(Some("true")).flag().unwrap());
+        assert!(!q(Some("false")).flag().unwrap());
+        assert!(q(Some("yes please")).flag().is_err());
+    }
+}

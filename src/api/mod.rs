@@ -1,0 +1,169 @@
+//! The local API: HTTP/1.1 and JSON over a Unix socket, for the hypervisor driver or
+//! orchestrator on the same host. Routes are listed in [`openapi::ROUTES`] and described in the
+//! OpenAPI document served at `/v1/openapi.json`; `docs/api.md` shows examples.
+//!
+//! Every request runs through, in order: the peer check (SO_PEERCRED, [`crate::daemon::peer`]),
+//! a request timeout, a body size limit, then the route. Tracker operations run on the blocking
+//! pool: they wait for their commit (fsync), and must not stall the runtime.
+
+pub mod bodies;
+pub mod error;
+pub mod openapi;
+pub mod routes;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::connect_info::Connected;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::serve::IncomingStream;
+use axum::Router;
+
+use crate::daemon::peer::Peer;
+use crate::daemon::shared::DaemonState;
+pub use error::ApiError;
+
+/// The peer of a socket connection, taken when it connects.
+#[derive(Debug, Clone)]
+pub struct PeerInfo(pub Arc<Peer>);
+
+impl Connected<IncomingStream<'_, tokio::net::UnixListener>> for PeerInfo {
+    fn connect_info(stream: IncomingStream<'_, tokio::net::UnixListener>) -> PeerInfo {
+        PeerInfo(Arc::new(Peer::of(stream.io())))
+    }
+}
+
+/// Limits applied to every request.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Largest body accepted, bytes.
+    pub max_body_bytes: usize,
+    /// Longest a request may take.
+    pub timeout: Duration,
+}
+
+/// The socket API.
+pub fn router(state: Arc<DaemonState>, limits: Limits) -> Router {
+    Router::new()
+        .route("/healthz", get(routes::healthz))
+        .route("/metrics", get(routes::metrics))
+        .route("/v1/openapi.json", get(routes::openapi))
+        .route("/v1/inventory", get(routes::inventory))
+        .route("/v1/compute-node", get(routes::compute_node))
+        .route("/v1/usage", get(routes::usage))
+        .route(
+            "/v1/claims",
+            get(routes::list_claims).post(routes::create_claim),
+        )
+        .route(
+            "/v1/claims/{instance_uuid}",
+            get(routes::show_claim).delete(routes::delete_claim),
+        )
+        .route(
+            "/v1/migrations",
+            get(routes::list_migrations).post(routes::create_migration),
+        )
+        .route("/v1/migrations/{id}", get(routes::show_migration))
+        .route(
+            "/v1/migrations/{id}/confirm",
+            post(routes::confirm_migration),
+        )
+        .route("/v1/migrations/{id}/revert", post(routes::revert_migration))
+        .route("/v1/instances/{uuid}/state", post(routes::update_instance))
+        .fallback(routes::no_route)
+        .method_not_allowed_fallback(routes::wrong_method)
+        .layer(DefaultBodyLimit::max(limits.max_body_bytes))
+        .layer(middleware::from_fn_with_state(limits.timeout, timeout))
+        .layer(middleware::from_fn_with_state(state.clone(), check_peer))
+        .with_state(state)
+}
+
+/// The TCP metrics listener: `/metrics` and nothing else.
+pub fn metrics_router(state: Arc<DaemonState>) -> Router {
+    Router::new()
+        .route("/metrics", get(routes::metrics))
+        .fallback(routes::no_route)
+        .with_state(state)
+}
+
+async fn check_peer(
+    State(state): State<Arc<DaemonState>>,
+    ConnectInfo(peer): ConnectInfo<PeerInfo>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if !state.access().allows(&peer.0) {
+        state.metrics.forbidden_peers.inc();
+        let group = state
+            .access()
+            .group
+            .map(|(_, name)| name)
+            .unwrap_or_else(|| "(none: the configured group does not exist)".into());
+        tracing::warn!(peer = %peer.0.describe(), method = %req.method(), path = %req.uri().path(), %group,
+            "API request refused: the peer is neither root nor in the socket group");
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "{} may not use rtrackd: only root and members of group {group} may",
+                peer.0.describe()
+            ),
+        )
+        .into_response();
+    }
+    if state.stopping() {
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            "rtrackd is shutting down; retry once it is back",
+        )
+        .into_response();
+    }
+    let route = req
+        .uri()
+        .path()
+        .split('/')
+        .take(3)
+        .collect::<Vec<_>>()
+        .join("/");
+    let method = req.method().to_string();
+    let response = next.run(req).await;
+    let route = if openapi::ROUTES.iter().any(|(_, p)| p.starts_with(&route)) {
+        route
+    } else {
+        "other".to_string()
+    };
+    state
+        .metrics
+        .api_requests
+        .get_or_create(&vec![
+            ("method", method),
+            ("route", route),
+            ("status", response.status().as_u16().to_string()),
+        ])
+        .inc();
+    response
+}
+
+async fn timeout(State(limit): State<Duration>, req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_string();
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(r) => r,
+        Err(_) => {
+            tracing::warn!(%path, limit_s = limit.as_secs_f64(), "API request timed out");
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "timeout",
+                format!(
+                    "the request took longer than {} s and was abandoned; a claim it made was aborted",
+                    limit.as_secs_f64()
+                ),
+            )
+            .into_response()
+        }
+    }
+}

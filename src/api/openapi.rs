@@ -1,0 +1,262 @@
+//! The OpenAPI 3 description of the local API, served at `/v1/openapi.json`. [`ROUTES`] is the
+//! list the router is built to; the end-to-end tests call every documented operation on a live
+//! daemon and check that no route is missing from either side.
+
+use serde_json::{json, Value};
+
+/// Every route: method and path template.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/healthz"),
+    ("GET", "/metrics"),
+    ("GET", "/v1/openapi.json"),
+    ("GET", "/v1/inventory"),
+    ("GET", "/v1/compute-node"),
+    ("GET", "/v1/usage"),
+    ("GET", "/v1/claims"),
+    ("POST", "/v1/claims"),
+    ("GET", "/v1/claims/{instance_uuid}"),
+    ("DELETE", "/v1/claims/{instance_uuid}"),
+    ("GET", "/v1/migrations"),
+    ("POST", "/v1/migrations"),
+    ("GET", "/v1/migrations/{id}"),
+    ("POST", "/v1/migrations/{id}/confirm"),
+    ("POST", "/v1/migrations/{id}/revert"),
+    ("POST", "/v1/instances/{uuid}/state"),
+];
+
+/// True when a concrete path matches a template (`{x}` matches one segment).
+pub fn path_matches(template: &str, path: &str) -> bool {
+    let t: Vec<&str> = template.split('/').collect();
+    let p: Vec<&str> = path.split('/').collect();
+    t.len() == p.len()
+        && t.iter()
+            .zip(&p)
+            .all(|(a, b)| (a.starts_with('{') && !b.is_empty()) || a == b)
+}
+
+fn err_responses(codes: &[u16]) -> serde_json::Map<String, Value> {
+    let mut m = serde_json::Map::new();
+    for c in codes {
+        let what = match c {
+            400 => "Malformed JSON, unknown field or bad value (the message names the field)",
+            403 => "The peer is neither root nor in the socket group",
+            404 => "No such claim, migration or instance",
+            409 => "Refused: does not fit (code claim_refused, details say why) or conflicts with what is tracked",
+            413 => "Body larger than [api] max_body_bytes",
+            415 => "Content-Type is not application/json",
+            500 => "The store failed; nothing was changed",
+            503 => "Shutting down, not ready, or the request timed out",
+            _ => "Error",
+        };
+        m.insert(
+            c.to_string(),
+            json!({"description": what, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}),
+        );
+    }
+    m
+}
+
+fn ok(description: &str, schema: Value) -> Value {
+    json!({"description": description, "content": {"application/json": {"schema": schema}}})
+}
+
+fn with_errors(mut responses: serde_json::Map<String, Value>, codes: &[u16]) -> Value {
+    responses.extend(err_responses(codes));
+    Value::Object(responses)
+}
+
+fn responses(pairs: &[(&str, Value)], codes: &[u16]) -> Value {
+    let m = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    with_errors(m, codes)
+}
+
+fn schema_ref(name: &str) -> Value {
+    json!({"$ref": format!("#/components/schemas/{name}")})
+}
+
+fn body(name: &str) -> Value {
+    json!({"required": true, "content": {"application/json": {"schema": schema_ref(name)}}})
+}
+
+fn path_param(name: &str, schema: Value, description: &str) -> Value {
+    json!({"name": name, "in": "path", "required": true, "schema": schema, "description": description})
+}
+
+fn dry_run_param() -> Value {
+    json!({"name": "dry_run", "in": "query", "required": false, "schema": {"type": "boolean"},
+           "description": "Answer whether it fits (200, or 409 with the reason) without claiming"})
+}
+
+/// The document.
+pub fn document() -> Value {
+    let uuid = json!({"type": "string", "format": "uuid"});
+    let id = json!({"type": "integer", "format": "int64", "minimum": 1});
+    let std_errors = [403, 503];
+    json!({
+        "openapi": "3.0.3",
+        "info": {
+            "title": "rtrackd local API",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Claims and inventory of one compute host, over HTTP/1.1 on the Unix socket /run/rtrack/rtrack.sock (root and the socket group only). Errors are {\"error\": {\"code\", \"message\", \"details\"}}.",
+        },
+        "servers": [{"url": "http://localhost", "description": "the Unix socket ([api] socket)"}],
+        "paths": {
+            "/healthz": {"get": {"operationId": "healthz", "summary": "Liveness and audit health",
+                "responses": responses(&[("200", ok("ok, or degraded when audits fail", schema_ref("Health")))], &std_errors)}},
+            "/metrics": {"get": {"operationId": "metrics", "summary": "Prometheus metrics (OpenMetrics text)",
+                "responses": responses(&[("200", json!({"description": "metrics", "content": {"application/openmetrics-text": {"schema": {"type": "string"}}}}))], &std_errors)}},
+            "/v1/openapi.json": {"get": {"operationId": "openapi", "summary": "This document",
+                "responses": responses(&[("200", ok("OpenAPI 3 document", json!({"type": "object"})))], &std_errors)}},
+            "/v1/inventory": {"get": {"operationId": "getInventory", "summary": "The rtrackd --once report from the last audit, with the ComputeNode as it is now",
+                "responses": responses(&[("200", ok("report (docs/inventory.md)", json!({"type": "object"})))], &std_errors)}},
+            "/v1/compute-node": {"get": {"operationId": "getComputeNode", "summary": "The ComputeNode primitive (oslo.versionedobjects JSON)",
+                "parameters": [{"name": "version", "in": "query", "required": false, "schema": {"type": "string", "pattern": "^1\\.[0-9]+$"}, "description": "Backport to this ComputeNode version, e.g. 1.16"}],
+                "responses": responses(&[("200", ok("primitive", json!({"type": "object"})))], &[400, 403, 503])}},
+            "/v1/usage": {"get": {"operationId": "getUsage", "summary": "Per resource class: total, reserved, capacity, used, free; PCI pools",
+                "responses": responses(&[("200", ok("usage", schema_ref("Usage")))], &std_errors)}},
+            "/v1/claims": {
+                "get": {"operationId": "listClaims", "summary": "Every claim held (instance claims, then move claims)",
+                    "responses": responses(&[("200", ok("claims", json!({"type": "array", "items": schema_ref("Claim")})))], &std_errors)},
+                "post": {"operationId": "createClaim", "summary": "Claim resources for an instance (Nova's instance_claim); idempotent for the same request",
+                    "parameters": [dry_run_param()], "requestBody": body("ClaimRequest"),
+                    "responses": responses(&[("201", ok("claimed", schema_ref("Claim"))), ("200", ok("already held (same request), or a dry run that fits", json!({"oneOf": [schema_ref("Claim"), schema_ref("DryRun")]})))], &[400, 403, 409, 413, 415, 500, 503])}},
+            "/v1/claims/{instance_uuid}": {
+                "parameters": [path_param("instance_uuid", uuid.clone(), "Instance")],
+                "get": {"operationId": "getClaim", "summary": "The instance's claim (or its move claim here)",
+                    "responses": responses(&[("200", ok("claim", schema_ref("Claim")))], &[400, 403, 404, 503])},
+                "delete": {"operationId": "abortClaim", "summary": "Abort the claim (Nova's abort_instance_claim); frees its devices",
+                    "responses": responses(&[("200", ok("aborted", json!({"type": "object", "properties": {"instance_uuid": uuid, "aborted": {"type": "boolean"}}})))], &[400, 403, 404, 500, 503])}},
+            "/v1/migrations": {
+                "get": {"operationId": "listMigrations", "summary": "Migrations known to this host",
+                    "responses": responses(&[("200", ok("migrations", json!({"type": "array", "items": schema_ref("Migration")})))], &std_errors)},
+                "post": {"operationId": "createMigration", "summary": "Resize, migrate, live-migrate or evacuate: the destination claims, the source records the outgoing move",
+                    "parameters": [dry_run_param()], "requestBody": body("MigrationRequest"),
+                    "responses": responses(&[("201", ok("claimed", schema_ref("MoveClaim"))), ("200", ok("already held, or a dry run that fits", schema_ref("MoveClaim")))], &[400, 403, 409, 413, 415, 500, 503])}},
+            "/v1/migrations/{id}": {
+                "parameters": [path_param("id", id.clone(), "Migration id")],
+                "get": {"operationId": "getMigration", "summary": "One migration",
+                    "responses": responses(&[("200", ok("migration", schema_ref("Migration")))], &[400, 403, 404, 503])}},
+            "/v1/migrations/{id}/confirm": {
+                "parameters": [path_param("id", id.clone(), "Migration id")],
+                "post": {"operationId": "confirmMigration", "summary": "Confirm: the source frees the old side",
+                    "responses": responses(&[("200", ok("confirmed", json!({"type": "object", "properties": {"migration": schema_ref("Migration")}})))], &[400, 403, 404, 409, 500, 503])}},
+            "/v1/migrations/{id}/revert": {
+                "parameters": [path_param("id", id, "Migration id")],
+                "post": {"operationId": "revertMigration", "summary": "Revert: the destination frees the new side",
+                    "responses": responses(&[("200", ok("reverted", json!({"type": "object", "properties": {"migration": schema_ref("Migration")}})))], &[400, 403, 404, 409, 500, 503])}},
+            "/v1/instances/{uuid}/state": {
+                "parameters": [path_param("uuid", uuid.clone(), "Instance")],
+                "post": {"operationId": "updateInstance", "summary": "Change an instance's vm/task state or host (Nova's update_usage)",
+                    "requestBody": body("InstanceUpdate"),
+                    "responses": responses(&[("200", ok("updated", json!({"type": "object", "properties": {"instance": {"type": "object"}}})))], &[400, 403, 404, 409, 413, 415, 500, 503])}},
+        },
+        "components": {"schemas": {
+            "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "object", "required": ["code", "message", "details"], "properties": {
+                "code": {"type": "string", "enum": ["invalid_request", "malformed_json", "bad_body", "payload_too_large", "unsupported_media_type", "forbidden", "not_found", "no_such_route", "method_not_allowed", "conflict", "claim_refused", "store_failed", "shutting_down", "not_ready", "timeout", "internal_error"]},
+                "message": {"type": "string"},
+                "details": {"description": "claim_refused: {instance_uuid, resources: [{class, requested, used, capacity, max_unit}], pci: {request_id, alias_name, requested, usable, pools: [{pool, count, rejected}]}}; others: the field or id"}}}}},
+            "Health": {"type": "object", "properties": {"status": {"type": "string", "enum": ["ok", "degraded", "stopping"]}, "version": {"type": "string"},
+                "audits_succeeded": {"type": "integer"}, "audits_failing_in_a_row": {"type": "integer"}, "last_audit_at": {"type": "string", "nullable": true},
+                "last_audit_seconds": {"type": "number", "nullable": true}, "last_audit_error": {"type": "string", "nullable": true}}},
+            "LegacyRequest": {"type": "object", "additionalProperties": false, "required": ["request_spec"], "properties": {
+                "request_spec": {"type": "object", "description": "legacy request_spec dict (instance_type, instance_properties, num_instances, image)"},
+                "filter_properties": {"type": "object", "description": "legacy filter_properties dict"}}},
+            "Instance": {"type": "object", "additionalProperties": false, "properties": {
+                "uuid": uuid, "project_id": {"type": "string"}, "user_id": {"type": "string"}, "os_type": {"type": "string"},
+                "vm_state": {"type": "string"}, "task_state": {"type": "string"}, "host": {"type": "string"}, "node": {"type": "string"}}},
+            "ClaimRequest": {"type": "object", "additionalProperties": false, "description": "request_spec or legacy, not both", "properties": {
+                "instance": schema_ref("Instance"),
+                "request_spec": {"type": "object", "description": "RequestSpec primitive (nova_object.name = RequestSpec)"},
+                "legacy": schema_ref("LegacyRequest")}},
+            "MigrationRequest": {"type": "object", "additionalProperties": false, "properties": {
+                "instance": schema_ref("Instance"),
+                "request_spec": {"type": "object", "description": "RequestSpec primitive for the destination (new flavor)"},
+                "legacy": schema_ref("LegacyRequest"),
+                "current": {"type": "object", "additionalProperties": false, "properties": {"request_spec": {"type": "object"}, "legacy": schema_ref("LegacyRequest")}},
+                "move_type": {"type": "string", "enum": ["resize", "migration", "live-migration", "evacuation"]},
+                "migration_id": {"type": "integer"}, "migration_uuid": {"type": "string", "format": "uuid"},
+                "source_compute": {"type": "string"}, "source_node": {"type": "string"},
+                "dest_compute": {"type": "string"}, "dest_node": {"type": "string"}}},
+            "InstanceUpdate": {"type": "object", "additionalProperties": false, "properties": {
+                "vm_state": {"type": "string"}, "task_state": {"type": "string", "description": "\"\" clears it"},
+                "host": {"type": "string"}, "node": {"type": "string"}, "apply_new_flavor": {"type": "boolean"}}},
+            "Claim": {"type": "object", "properties": {
+                "instance_uuid": {"type": "string"}, "migration_id": {"type": "integer", "nullable": true},
+                "resources": {"type": "object", "additionalProperties": {"type": "integer"}},
+                "pci_devices": {"type": "array", "items": {"type": "object", "properties": {"address": {"type": "string"}, "request_id": {"type": "string"}}}},
+                "flavor": {"type": "object"}, "is_bfv": {"type": "boolean"}, "numa_cells": {"type": "array", "items": {"type": "integer"}},
+                "claimed_at": {"type": "string"}, "existing": {"type": "boolean"}, "dry_run": {"type": "boolean"}}},
+            "DryRun": {"type": "object", "properties": {"fits": {"type": "boolean"}, "claim": schema_ref("Claim")}},
+            "MoveClaim": {"type": "object", "properties": {"migration": schema_ref("Migration"), "claim": schema_ref("Claim"), "fits": {"type": "boolean"}}},
+            "Migration": {"type": "object", "properties": {
+                "id": {"type": "integer"}, "uuid": {"type": "string"}, "instance_uuid": {"type": "string"},
+                "source_compute": {"type": "string", "nullable": true}, "source_node": {"type": "string", "nullable": true},
+                "dest_compute": {"type": "string", "nullable": true}, "dest_node": {"type": "string", "nullable": true},
+                "status": {"type": "string"}, "migration_type": {"type": "string"},
+                "old_instance_type_id": {"type": "integer", "nullable": true}, "new_instance_type_id": {"type": "integer", "nullable": true},
+                "created_at": {"type": "integer"}, "updated_at": {"type": "integer"}}},
+            "Usage": {"type": "object", "properties": {
+                "resources": {"type": "object", "additionalProperties": {"type": "object", "properties": {
+                    "total": {"type": "integer"}, "reserved": {"type": "integer"}, "allocation_ratio": {"type": "number"},
+                    "capacity": {"type": "integer"}, "used": {"type": "integer"}, "free": {"type": "integer"}, "max_unit": {"type": "integer"}}}},
+                "pci_pools": {"type": "array", "items": {"type": "object", "properties": {
+                    "vendor_id": {"type": "string"}, "product_id": {"type": "string"}, "numa_node": {"type": "integer", "nullable": true},
+                    "tags": {"type": "object"}, "total": {"type": "integer"}, "free": {"type": "integer"}}}},
+                "instances": {"type": "integer"}, "claims": {"type": "integer"}, "migrations_in_progress": {"type": "integer"}}},
+        }},
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_route_is_documented_and_nothing_else() {
+        let doc = document();
+        let paths = doc["paths"].as_object().unwrap();
+        let mut documented = Vec::new();
+        for (path, item) in paths {
+            for (method, _) in item.as_object().unwrap() {
+                if method != "parameters" {
+                    documented.push((method.to_uppercase(), path.clone()));
+                }
+            }
+        }
+        let mut routes: Vec<(String, String)> = ROUTES
+            .iter()
+            .map(|(m, p)| (m.to_string(), p.to_string()))
+            .collect();
+        documented.sort();
+        routes.sort();
+        assert_eq!(documented, routes);
+    }
+
+    #[test]
+    fn every_reference_resolves() {
+        let doc = document();
+        let text = doc.to_string();
+        let schemas = doc["components"]["schemas"].as_object().unwrap();
+        for part in text.split("#/components/schemas/").skip(1) {
+            let name: String = part.chars().take_while(|c| c.is_alphanumeric()).collect();
+            assert!(
+                schemas.contains_key(&name),
+                "{name} is referenced, not defined"
+            );
+        }
+    }
+
+    #[test]
+    fn templates_match_concrete_paths() {
+        assert!(path_matches("/v1/claims/{instance_uuid}", "/v1/claims/abc"));
+        assert!(!path_matches("/v1/claims/{instance_uuid}", "/v1/claims/"));
+        assert!(!path_matches("/v1/claims/{instance_uuid}", "/v1/claims"));
+        assert!(path_matches(
+            "/v1/migrations/{id}/confirm",
+            "/v1/migrations/3/confirm"
+        ));
+    }
+}

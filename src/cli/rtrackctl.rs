@@ -1,0 +1,952 @@
+//! `rtrackctl`: the operator's and script's client of rtrackd's socket. Human tables by
+//! default, `--json` for scripts.
+//!
+//! Exit codes: 0 done; 3 claim refused (or would be, with `--dry-run`): the reason on stderr,
+//! or the error document on stdout with `--json`; 2 usage error (bad flags, an unreadable
+//! `--file`, or rtrackd found the request malformed); 1 any other error (rtrackd unreachable,
+//! not found, store failure...).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use serde_json::{json, Value};
+
+use super::client::{self, Response};
+use crate::objects::flavor::Flavor;
+use crate::objects::request_spec::RequestSpec;
+use crate::objects::NovaObject;
+
+/// Default socket path (rtrackd's default).
+pub const DEFAULT_SOCKET: &str = "/run/rtrack/rtrack.sock";
+
+/// Exit code: a claim was refused.
+pub const EXIT_REFUSED: u8 = 3;
+/// Exit code: usage error.
+pub const EXIT_USAGE: u8 = 2;
+/// Exit code: any other error.
+pub const EXIT_ERROR: u8 = 1;
+
+/// Client of rtrackd's local API: claims, migrations, usage and inventory of this host.
+///
+/// Exit codes: 0 done, 3 claim refused, 2 usage error, 1 other error.
+#[derive(Debug, Parser)]
+#[command(name = "rtrackctl", version, about, long_about = None)]
+pub struct Cli {
+    /// rtrackd's socket. Default: $RTRACK_SOCKET, else /run/rtrack/rtrack.sock.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+
+    /// Print rtrackd's JSON answer instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// Seconds to wait for an answer.
+    #[arg(long, global = true, default_value_t = 60, value_name = "SECONDS")]
+    pub timeout: u64,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// The host's inventory (the rtrackd --once report, with the ComputeNode as it is now).
+    Inventory,
+    /// Per resource class: total, reserved, capacity, used, free; PCI pools.
+    Usage,
+    /// The ComputeNode primitive (JSON), optionally backported.
+    ComputeNode {
+        /// ComputeNode version, e.g. 1.16.
+        #[arg(long, value_name = "X.Y")]
+        version: Option<String>,
+    },
+    /// Claim resources for an instance.
+    Claim(ClaimArgs),
+    /// List claims, or show one instance's.
+    Claims {
+        /// Instance uuid.
+        instance: Option<String>,
+    },
+    /// Abort an instance's claim (frees its resources and devices).
+    Abort {
+        /// Instance uuid.
+        instance: String,
+    },
+    /// Claim (destination) or record (source) a resize, migration, live migration or evacuation.
+    Migrate(MigrateArgs),
+    /// List migrations known to this host.
+    Migrations,
+    /// Confirm a migration (the source frees the old side).
+    Confirm {
+        /// Migration id.
+        id: i64,
+    },
+    /// Revert a migration (the destination frees the new side).
+    Revert {
+        /// Migration id.
+        id: i64,
+    },
+    /// Change an instance's state (e.g. --vm-state deleted when it is gone).
+    State(StateArgs),
+    /// rtrackd's health.
+    Health,
+}
+
+/// What an instance asks for.
+#[derive(Debug, Args)]
+pub struct RequestArgs {
+    /// JSON file with the whole API body (see docs/api.md); "-" reads stdin. Excludes the
+    /// sizing flags.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["vcpus", "memory_mb", "disk_gb", "pci_alias"])]
+    pub file: Option<PathBuf>,
+    /// Instance uuid.
+    #[arg(long, value_name = "UUID")]
+    pub instance: Option<String>,
+    /// VCPUs.
+    #[arg(long, value_name = "N")]
+    pub vcpus: Option<i64>,
+    /// Memory, MiB.
+    #[arg(long, value_name = "N")]
+    pub memory_mb: Option<i64>,
+    /// Root disk, GiB.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub disk_gb: i64,
+    /// Ephemeral disk, GiB.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub ephemeral_gb: i64,
+    /// Swap, MiB.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub swap_mb: i64,
+    /// PCI devices through a [pci] alias, NAME:COUNT; repeatable.
+    #[arg(long, value_name = "NAME:COUNT")]
+    pub pci_alias: Vec<String>,
+    /// Pinned CPUs (hw:cpu_policy=dedicated: counted as PCPU).
+    #[arg(long)]
+    pub dedicated_cpus: bool,
+    /// Booted from volume (no root disk here).
+    #[arg(long)]
+    pub boot_from_volume: bool,
+    /// Project id.
+    #[arg(long, value_name = "ID")]
+    pub project: Option<String>,
+    /// User id.
+    #[arg(long, value_name = "ID")]
+    pub user: Option<String>,
+    /// Flavor id (default: derived from the sizes, so the same sizes give the same flavor).
+    #[arg(long, value_name = "N")]
+    pub flavor_id: Option<i64>,
+}
+
+/// `claim`.
+#[derive(Debug, Args)]
+pub struct ClaimArgs {
+    /// The request.
+    #[command(flatten)]
+    pub request: RequestArgs,
+    /// Only say whether it fits.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// `migrate`.
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// The request at the destination.
+    #[command(flatten)]
+    pub request: RequestArgs,
+    /// resize, migration, live-migration or evacuation.
+    #[arg(long = "type", value_name = "TYPE")]
+    pub move_type: Option<String>,
+    /// Nova's migration id (default: rtrackd assigns one).
+    #[arg(long, value_name = "ID")]
+    pub migration_id: Option<i64>,
+    /// Source host (default: this host's instance record).
+    #[arg(long, value_name = "HOST")]
+    pub source_host: Option<String>,
+    /// Source node.
+    #[arg(long, value_name = "NODE")]
+    pub source_node: Option<String>,
+    /// Destination host (default: this host).
+    #[arg(long, value_name = "HOST")]
+    pub dest_host: Option<String>,
+    /// Destination node (default: this node).
+    #[arg(long, value_name = "NODE")]
+    pub dest_node: Option<String>,
+    /// Only say whether it fits.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// `state`.
+#[derive(Debug, Args)]
+pub struct StateArgs {
+    /// Instance uuid.
+    pub instance: String,
+    /// New VM state (active, stopped, deleted, shelved_offloaded...).
+    #[arg(long, value_name = "STATE")]
+    pub vm_state: Option<String>,
+    /// New task state ("" clears it).
+    #[arg(long, value_name = "STATE")]
+    pub task_state: Option<String>,
+    /// New host.
+    #[arg(long, value_name = "HOST")]
+    pub host: Option<String>,
+    /// New node.
+    #[arg(long, value_name = "NODE")]
+    pub node: Option<String>,
+    /// Switch to the new flavor (after a resize).
+    #[arg(long)]
+    pub apply_new_flavor: bool,
+}
+
+/// A failure with its exit code.
+#[derive(Debug)]
+pub struct Failure {
+    /// Exit code.
+    pub code: u8,
+    /// Message for stderr (empty: already printed).
+    pub message: String,
+}
+
+fn usage(message: impl Into<String>) -> Failure {
+    Failure {
+        code: EXIT_USAGE,
+        message: message.into(),
+    }
+}
+
+fn failure(message: impl Into<String>) -> Failure {
+    Failure {
+        code: EXIT_ERROR,
+        message: message.into(),
+    }
+}
+
+/// Entry point of the `rtrackctl` binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(out) => {
+            print!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(f) => {
+            if !f.message.is_empty() {
+                eprintln!("rtrackctl: {}", f.message);
+            }
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+struct Ctx<'a> {
+    socket: PathBuf,
+    timeout: Duration,
+    cli: &'a Cli,
+}
+
+impl Ctx<'_> {
+    fn call(&self, method: &str, target: &str, body: Option<&Value>) -> Result<Value, Failure> {
+        let bytes = body.map(|b| b.to_string().into_bytes());
+        let r = client::request(&self.socket, method, target, bytes.as_deref(), self.timeout)
+            .map_err(|e| failure(e.to_string()))?;
+        self.answer(r)
+    }
+
+    fn answer(&self, r: Response) -> Result<Value, Failure> {
+        let v = r.json();
+        if (200..300).contains(&r.status) {
+            return v.ok_or_else(|| {
+                failure(format!(
+                    "rtrackd answered {} with a body that is not JSON",
+                    r.status
+                ))
+            });
+        }
+        let (code, message) = v
+            .as_ref()
+            .map(|v| {
+                (
+                    v["error"]["code"].as_str().unwrap_or("").to_string(),
+                    v["error"]["message"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .unwrap_or_default();
+        let exit = match (r.status, code.as_str()) {
+            (409, "claim_refused") => EXIT_REFUSED,
+            (400, _) | (413, _) | (415, _) => EXIT_USAGE,
+            _ => EXIT_ERROR,
+        };
+        if self.cli.json {
+            if let Some(v) = &v {
+                println!("{}", pretty(v));
+                return Err(Failure {
+                    code: exit,
+                    message: String::new(),
+                });
+            }
+        }
+        let text = if message.is_empty() {
+            String::from_utf8_lossy(&r.body).into_owned()
+        } else {
+            message
+        };
+        let prefix = if exit == EXIT_REFUSED {
+            "refused: "
+        } else {
+            ""
+        };
+        Err(Failure {
+            code: exit,
+            message: format!(
+                "{prefix}{text} (HTTP {}{})",
+                r.status,
+                if code.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {code}")
+                }
+            ),
+        })
+    }
+}
+
+fn pretty(v: &Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
+}
+
+/// Runs the command; returns what to print.
+pub fn run(cli: &Cli) -> Result<String, Failure> {
+    let socket = cli
+        .socket
+        .clone()
+        .or_else(|| std::env::var_os("RTRACK_SOCKET").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET));
+    let ctx = Ctx {
+        socket,
+        timeout: Duration::from_secs(cli.timeout.max(1)),
+        cli,
+    };
+    let json_out = |v: &Value| Ok(pretty(v) + "\n");
+    match &cli.command {
+        Command::Inventory => {
+            let v = ctx.call("GET", "/v1/inventory", None)?;
+            if cli.json {
+                return json_out(&v);
+            }
+            let report: crate::inventory::InventoryReport =
+                serde_json::from_value(v).map_err(|e| {
+                    failure(format!(
+                        "rtrackd's inventory is not in the expected form: {e}"
+                    ))
+                })?;
+            Ok(crate::inventory::table::render(&report))
+        }
+        Command::Usage => {
+            let v = ctx.call("GET", "/v1/usage", None)?;
+            if cli.json {
+                return json_out(&v);
+            }
+            Ok(usage_table(&v))
+        }
+        Command::ComputeNode { version } => {
+            let target = match version {
+                Some(v) => format!("/v1/compute-node?version={}", encode_query(v)),
+                None => "/v1/compute-node".to_string(),
+            };
+            json_out(&ctx.call("GET", &target, None)?)
+        }
+        Command::Claim(a) => {
+            let body = claim_body(&a.request)?;
+            let target = if a.dry_run {
+                "/v1/claims?dry_run=true"
+            } else {
+                "/v1/claims"
+            };
+            let v = ctx.call("POST", target, Some(&body))?;
+            if cli.json {
+                return json_out(&v);
+            }
+            if a.dry_run {
+                return Ok(format!("fits: {}\n", claim_line(&v["claim"])));
+            }
+            let verb = if v["existing"].as_bool() == Some(true) {
+                "already claimed"
+            } else {
+                "claimed"
+            };
+            Ok(format!("{verb}: {}\n", claim_line(&v)))
+        }
+        Command::Claims { instance } => {
+            let v = match instance {
+                Some(u) => ctx.call("GET", &format!("/v1/claims/{}", path_segment(u)?), None)?,
+                None => ctx.call("GET", "/v1/claims", None)?,
+            };
+            if cli.json {
+                return json_out(&v);
+            }
+            let list = match &v {
+                Value::Array(a) => a.clone(),
+                other => vec![other.clone()],
+            };
+            Ok(claims_table(&list))
+        }
+        Command::Abort { instance } => {
+            let v = ctx.call(
+                "DELETE",
+                &format!("/v1/claims/{}", path_segment(instance)?),
+                None,
+            )?;
+            if cli.json {
+                return json_out(&v);
+            }
+            Ok(format!("aborted the claim of {instance}\n"))
+        }
+        Command::Migrate(a) => {
+            let mut body = claim_body(&a.request)?;
+            if let Some(obj) = body.as_object_mut() {
+                let mut set = |k: &str, v: Option<Value>| {
+                    if let Some(v) = v {
+                        obj.insert(k.to_string(), v);
+                    }
+                };
+                set("move_type", a.move_type.clone().map(Value::from));
+                set("migration_id", a.migration_id.map(Value::from));
+                set("source_compute", a.source_host.clone().map(Value::from));
+                set("source_node", a.source_node.clone().map(Value::from));
+                set("dest_compute", a.dest_host.clone().map(Value::from));
+                set("dest_node", a.dest_node.clone().map(Value::from));
+            }
+            let target = if a.dry_run {
+                "/v1/migrations?dry_run=true"
+            } else {
+                "/v1/migrations"
+            };
+            let v = ctx.call("POST", target, Some(&body))?;
+            if cli.json {
+                return json_out(&v);
+            }
+            let m = &v["migration"];
+            let prefix = if a.dry_run { "fits" } else { "migration" };
+            Ok(format!(
+                "{prefix} {} ({}, {}): {}\n",
+                m["id"],
+                m["migration_type"].as_str().unwrap_or("?"),
+                m["status"].as_str().unwrap_or("?"),
+                claim_line(&v["claim"])
+            ))
+        }
+        Command::Migrations => {
+            let v = ctx.call("GET", "/v1/migrations", None)?;
+            if cli.json {
+                return json_out(&v);
+            }
+            Ok(migrations_table(
+                v.as_array().map(Vec::as_slice).unwrap_or(&[]),
+            ))
+        }
+        Command::Confirm { id } | Command::Revert { id } => {
+            let verb = if matches!(cli.command, Command::Confirm { .. }) {
+                "confirm"
+            } else {
+                "revert"
+            };
+            let v = ctx.call("POST", &format!("/v1/migrations/{id}/{verb}"), None)?;
+            if cli.json {
+                return json_out(&v);
+            }
+            Ok(format!(
+                "migration {id}: {}\n",
+                v["migration"]["status"].as_str().unwrap_or("?")
+            ))
+        }
+        Command::State(a) => {
+            let mut body = serde_json::Map::new();
+            for (k, v) in [
+                ("vm_state", &a.vm_state),
+                ("task_state", &a.task_state),
+                ("host", &a.host),
+                ("node", &a.node),
+            ] {
+                if let Some(v) = v {
+                    body.insert(k.into(), v.clone().into());
+                }
+            }
+            if a.apply_new_flavor {
+                body.insert("apply_new_flavor".into(), true.into());
+            }
+            if body.is_empty() {
+                return Err(usage("state: nothing to change; give --vm-state, --task-state, --host, --node or --apply-new-flavor"));
+            }
+            let v = ctx.call(
+                "POST",
+                &format!("/v1/instances/{}/state", path_segment(&a.instance)?),
+                Some(&Value::Object(body)),
+            )?;
+            if cli.json {
+                return json_out(&v);
+            }
+            let i = &v["instance"];
+            Ok(format!(
+                "{}: vm_state {}, task_state {}, host {}\n",
+                a.instance,
+                i["vm_state"].as_str().unwrap_or("?"),
+                i["task_state"].as_str().unwrap_or("-"),
+                i["host"].as_str().unwrap_or("-")
+            ))
+        }
+        Command::Health => {
+            let v = ctx.call("GET", "/healthz", None)?;
+            if cli.json {
+                return json_out(&v);
+            }
+            Ok(format!(
+                "{} (rtrackd {}; {} audits, last at {}{})\n",
+                v["status"].as_str().unwrap_or("?"),
+                v["version"].as_str().unwrap_or("?"),
+                v["audits_succeeded"],
+                v["last_audit_at"].as_str().unwrap_or("never"),
+                v["last_audit_error"]
+                    .as_str()
+                    .map(|e| format!("; last error: {e}"))
+                    .unwrap_or_default()
+            ))
+        }
+    }
+}
+
+fn encode_query(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b'_' {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+fn path_segment(s: &str) -> Result<String, Failure> {
+    if s.is_empty() || s.contains('/') || s.contains('?') || s.contains('#') {
+        return Err(usage(format!("{s:?} is not an id (no '/', '?' or '#')")));
+    }
+    Ok(encode_query(s))
+}
+
+/// A stable flavor id from the sizes: the same flags give the same flavor (a retry is the same
+/// claim), other sizes another (a move with other sizes is a resize).
+fn derived_flavor_id(a: &RequestArgs, extra: &BTreeMap<String, String>) -> i64 {
+    // FNV-1a, 63 bits.
+    let mut h: u64 = 0xcbf29ce484222325;
+    let text = format!(
+        "{}/{}/{}/{}/{}/{:?}",
+        a.vcpus.unwrap_or(0),
+        a.memory_mb.unwrap_or(0),
+        a.disk_gb,
+        a.ephemeral_gb,
+        a.swap_mb,
+        extra
+    );
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    ((h >> 1) % 1_000_000_000) as i64 + 1
+}
+
+/// The API body for a claim or a move from the flags (a RequestSpec primitive) or a file.
+pub fn claim_body(a: &RequestArgs) -> Result<Value, Failure> {
+    if let Some(f) = &a.file {
+        let text = if f.as_os_str() == "-" {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+                .map_err(|e| usage(format!("stdin: {e}")))?;
+            s
+        } else {
+            std::fs::read_to_string(f).map_err(|e| usage(format!("{}: {e}", f.display())))?
+        };
+        let mut v: Value = serde_json::from_str(&text)
+            .map_err(|e| usage(format!("{}: not JSON: {e}", f.display())))?;
+        if let (Some(u), Some(obj)) = (&a.instance, v.as_object_mut()) {
+            obj.entry("instance")
+                .or_insert_with(|| json!({}))
+                .as_object_mut()
+                .map(|i| i.insert("uuid".into(), u.clone().into()));
+        }
+        return Ok(v);
+    }
+    let uuid = a
+        .instance
+        .as_deref()
+        .ok_or_else(|| usage("--instance UUID is required (or --file)"))?;
+    if uuid::Uuid::parse_str(uuid).is_err() {
+        return Err(usage(format!("--instance {uuid:?}: not a UUID")));
+    }
+    let vcpus = a
+        .vcpus
+        .ok_or_else(|| usage("--vcpus N is required (or --file)"))?;
+    let memory_mb = a
+        .memory_mb
+        .ok_or_else(|| usage("--memory-mb N is required (or --file)"))?;
+    let mut extra = BTreeMap::new();
+    let mut aliases = Vec::new();
+    for p in &a.pci_alias {
+        match p.split_once(':') {
+            Some((name, count))
+                if !name.is_empty() && count.parse::<u32>().is_ok_and(|c| c > 0) =>
+            {
+                aliases.push(format!("{name}:{count}"))
+            }
+            _ => {
+                return Err(usage(format!(
+                    "--pci-alias {p:?}: expected NAME:COUNT with COUNT at least 1, e.g. vf:2"
+                )))
+            }
+        }
+    }
+    if !aliases.is_empty() {
+        extra.insert("pci_passthrough:alias".to_string(), aliases.join(","));
+    }
+    if a.dedicated_cpus {
+        extra.insert("hw:cpu_policy".to_string(), "dedicated".to_string());
+    }
+    let flavor_id = a.flavor_id.unwrap_or_else(|| derived_flavor_id(a, &extra));
+    let name = format!("rtrackctl-{vcpus}c-{memory_mb}m-{}g", a.disk_gb);
+    let flavor = json!({
+        "nova_object.name": Flavor::NAME,
+        "nova_object.namespace": "nova",
+        "nova_object.version": Flavor::VERSION.to_string(),
+        "nova_object.data": {
+            "id": flavor_id, "flavorid": name, "name": name, "vcpus": vcpus,
+            "memory_mb": memory_mb, "root_gb": a.disk_gb, "ephemeral_gb": a.ephemeral_gb,
+            "swap": a.swap_mb, "extra_specs": extra,
+        },
+    });
+    let mut data = json!({
+        "instance_uuid": uuid,
+        "num_instances": 1,
+        "is_bfv": a.boot_from_volume,
+        "flavor": flavor,
+    });
+    if let Some(p) = &a.project {
+        data["project_id"] = p.clone().into();
+    }
+    if let Some(u) = &a.user {
+        data["user_id"] = u.clone().into();
+    }
+    Ok(json!({
+        "request_spec": {
+            "nova_object.name": RequestSpec::NAME,
+            "nova_object.namespace": "nova",
+            "nova_object.version": RequestSpec::VERSION.to_string(),
+            "nova_object.data": data,
+        }
+    }))
+}
+
+fn resources_text(v: &Value) -> String {
+    v.as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
+fn claim_line(c: &Value) -> String {
+    let devices: Vec<&str> = c["pci_devices"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|d| d["address"].as_str()).collect())
+        .unwrap_or_default();
+    let mut s = format!(
+        "{} {}",
+        c["instance_uuid"].as_str().unwrap_or("?"),
+        resources_text(&c["resources"])
+    );
+    if !devices.is_empty() {
+        let _ = write!(s, " PCI {}", devices.join(","));
+    }
+    s
+}
+
+/// Columns of numbers are right-aligned, the others left-aligned.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    let numeric: Vec<bool> = (0..header.len())
+        .map(|i| {
+            rows.iter().all(|r| {
+                r.get(i)
+                    .is_none_or(|c| c == "-" || c.parse::<f64>().is_ok())
+            })
+        })
+        .collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            if i < widths.len() {
+                widths[i] = widths[i].max(c.len());
+            }
+        }
+    }
+    let mut out = String::new();
+    let line = |cells: Vec<&str>, out: &mut String| {
+        let parts: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if numeric[i] {
+                    format!("{c:>w$}", w = widths[i])
+                } else {
+                    format!("{c:<w$}", w = widths[i])
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "{}", parts.join("  ").trim_end());
+    };
+    line(header.to_vec(), &mut out);
+    for r in rows {
+        line(r.iter().map(String::as_str).collect(), &mut out);
+    }
+    out
+}
+
+fn num(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn usage_table(v: &Value) -> String {
+    let rows: Vec<Vec<String>> = v["resources"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, r)| {
+                    vec![
+                        k.clone(),
+                        num(&r["total"]),
+                        num(&r["reserved"]),
+                        num(&r["allocation_ratio"]),
+                        num(&r["capacity"]),
+                        num(&r["used"]),
+                        num(&r["free"]),
+                    ]
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut out = table(
+        &[
+            "RESOURCE", "TOTAL", "RESERVED", "RATIO", "CAPACITY", "USED", "FREE",
+        ],
+        &rows,
+    );
+    let pools: Vec<Vec<String>> = v["pci_pools"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|p| {
+                    vec![
+                        format!(
+                            "{}:{}",
+                            p["vendor_id"].as_str().unwrap_or("?"),
+                            p["product_id"].as_str().unwrap_or("?")
+                        ),
+                        p["tags"]["dev_type"].as_str().unwrap_or("-").to_string(),
+                        num(&p["numa_node"]),
+                        p["tags"]["address"].as_str().unwrap_or("-").to_string(),
+                        num(&p["total"]),
+                        num(&p["free"]),
+                    ]
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if !pools.is_empty() {
+        out.push('\n');
+        out.push_str(&table(
+            &["PCI POOL", "TYPE", "NUMA", "ADDRESS", "TOTAL", "FREE"],
+            &pools,
+        ));
+    }
+    let _ = writeln!(
+        out,
+        "\n{} instance(s), {} claim(s), {} migration(s) in progress",
+        num(&v["instances"]),
+        num(&v["claims"]),
+        num(&v["migrations_in_progress"])
+    );
+    out
+}
+
+fn claims_table(list: &[Value]) -> String {
+    if list.is_empty() {
+        return "no claims\n".into();
+    }
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .map(|c| {
+            let r = &c["resources"];
+            vec![
+                c["instance_uuid"].as_str().unwrap_or("?").to_string(),
+                num(&c["migration_id"]),
+                num(&r["VCPU"]),
+                num(&r["PCPU"]),
+                num(&r["MEMORY_MB"]),
+                num(&r["DISK_GB"]),
+                c["pci_devices"]
+                    .as_array()
+                    .map(|a| a.len().to_string())
+                    .unwrap_or_else(|| "0".into()),
+                c["claimed_at"].as_str().unwrap_or("-").to_string(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "INSTANCE",
+            "MIGRATION",
+            "VCPU",
+            "PCPU",
+            "MEMORY_MB",
+            "DISK_GB",
+            "PCI",
+            "CLAIMED_AT",
+        ],
+        &rows,
+    )
+}
+
+fn migrations_table(list: &[Value]) -> String {
+    if list.is_empty() {
+        return "no migrations\n".into();
+    }
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .map(|m| {
+            vec![
+                num(&m["id"]),
+                m["instance_uuid"].as_str().unwrap_or("?").to_string(),
+                m["migration_type"].as_str().unwrap_or("?").to_string(),
+                m["status"].as_str().unwrap_or("?").to_string(),
+                format!(
+                    "{}/{}",
+                    m["source_compute"].as_str().unwrap_or("-"),
+                    m["source_node"].as_str().unwrap_or("-")
+                ),
+                format!(
+                    "{}/{}",
+                    m["dest_compute"].as_str().unwrap_or("-"),
+                    m["dest_node"].as_str().unwrap_or("-")
+                ),
+            ]
+        })
+        .collect();
+    table(
+        &["ID", "INSTANCE", "TYPE", "STATUS", "SOURCE", "DESTINATION"],
+        &rows,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> ClaimArgs {
+        let mut argv = vec!["rtrackctl", "claim"];
+        argv.extend_from_slice(extra);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Claim(a) => a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn flags_become_a_request_spec_the_tracker_reads() {
+        let a = args(&[
+            "--instance",
+            "6f8b1f5e-3c6a-4e0b-9a57-2b1f1d0c0a11",
+            "--vcpus",
+            "4",
+            "--memory-mb",
+            "8192",
+            "--disk-gb",
+            "40",
+            "--pci-alias",
+            "vf:2",
+        ]);
+        let body = claim_body(&a.request).unwrap();
+        let parsed: crate::api::bodies::ClaimBody = serde_json::from_value(body).unwrap();
+        let mut aliases = crate::tracker::pci::AliasTable::new();
+        crate::tracker::pci::alias::add_alias(
+            &mut aliases,
+            [
+                ("name", "vf"),
+                ("vendor_id", "8086"),
+                ("product_id", "1889"),
+            ]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        )
+        .unwrap();
+        let p = parsed.parse(&aliases).map_err(|e| e.to_string()).unwrap();
+        assert_eq!(p.request.flavor.vcpus, 4);
+        assert_eq!(p.request.flavor.memory_mb, 8192);
+        assert_eq!(p.request.flavor.root_gb, 40);
+        assert_eq!(p.request.pci_requests.len(), 1);
+        assert_eq!(p.request.pci_requests[0].count, 2);
+        // Same flags, same flavor id (a retry is the same claim); other sizes, another.
+        let again = claim_body(&a.request).unwrap();
+        assert_eq!(
+            again["request_spec"]["nova_object.data"]["flavor"]["nova_object.data"]["id"],
+            claim_body(&a.request).unwrap()["request_spec"]["nova_object.data"]["flavor"]
+                ["nova_object.data"]["id"]
+        );
+    }
+
+    #[test]
+    fn bad_flags_are_usage_errors() {
+        let e = claim_body(&args(&["--vcpus", "1", "--memory-mb", "1"]).request).unwrap_err();
+        assert_eq!(e.code, EXIT_USAGE);
+        let e = claim_body(
+            &args(&[
+                "--instance",
+                "6f8b1f5e-3c6a-4e0b-9a57-2b1f1d0c0a11",
+                "--vcpus",
+                "1",
+                "--memory-mb",
+                "1",
+                "--pci-alias",
+                "vf",
+            ])
+            .request,
+        )
+        .unwrap_err();
+        assert!(e.message.contains("NAME:COUNT"), "{}", e.message);
+        assert!(path_segment("a/b").is_err());
+        assert!(Cli::try_parse_from(["rtrackctl", "claim", "--vcpus", "x"]).is_err());
+    }
+
+    #[test]
+    fn tables_align() {
+        let t = table(
+            &["A", "NUM"],
+            &[
+                vec!["x".into(), "1".into()],
+                vec!["long".into(), "100".into()],
+            ],
+        );
+        assert_eq!(t, "A     NUM\nx       1\nlong  100\n");
+    }
+}

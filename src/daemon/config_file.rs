@@ -1,0 +1,158 @@
+//! Loading the configuration file with the command line's overrides on top, for `--once`,
+//! `--check-config` and the daemon (at start and on every SIGHUP).
+
+use std::path::{Path, PathBuf};
+
+use crate::config::{Config, ConfigError, ValidConfig};
+use crate::probes::HostRoot;
+
+/// Where the configuration lives by default (read when present).
+pub const DEFAULT_CONFIG: &str = "/etc/rtrack/rtrack.toml";
+
+/// Command-line values that win over the file.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `--root`: sysfs is DIR/sys, procfs DIR/proc.
+    pub root: Option<PathBuf>,
+    /// `--sysfs`.
+    pub sysfs: Option<PathBuf>,
+    /// `--procfs`.
+    pub procfs: Option<PathBuf>,
+    /// `--state-dir`.
+    pub state_dir: Option<PathBuf>,
+}
+
+/// A loaded configuration.
+#[derive(Debug, Clone)]
+pub struct LoadedConfig {
+    /// The file read, if any (`None`: built-in defaults).
+    pub path: Option<PathBuf>,
+    /// Checked values, overrides applied.
+    pub valid: ValidConfig,
+    /// The file as TOML (for diffs on reload); an empty table without a file.
+    pub raw: toml::Value,
+}
+
+/// Reads `path` (or the default file when it exists, else the built-in defaults) and applies
+/// `overrides`.
+pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<LoadedConfig, ConfigError> {
+    let chosen = match path {
+        Some(p) => Some(p.to_path_buf()),
+        None => Some(PathBuf::from(DEFAULT_CONFIG)).filter(|p| p.exists()),
+    };
+    let (mut valid, raw) = match &chosen {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+                file: p.clone(),
+                source,
+            })?;
+            let config = Config::parse(&text, p)?;
+            // Parsed twice: typed for use, untyped for the key-by-key diff on reload.
+            let raw: toml::Value =
+                toml::from_str(&text).map_err(|e: toml::de::Error| ConfigError::Syntax {
+                    file: p.clone(),
+                    message: e.to_string(),
+                })?;
+            (config.validate(p)?, raw)
+        }
+        None => (
+            ValidConfig::defaults(),
+            toml::Value::Table(toml::Table::new()),
+        ),
+    };
+    if let Some(root) = &overrides.root {
+        valid.probe_root = HostRoot::under(root);
+    }
+    if let Some(sys) = &overrides.sysfs {
+        valid.probe_root.sys = sys.clone();
+    }
+    if let Some(p) = &overrides.procfs {
+        valid.probe_root.proc = p.clone();
+    }
+    if let Some(s) = &overrides.state_dir {
+        valid.state_dir = Some(s.clone());
+    }
+    Ok(LoadedConfig {
+        path: chosen,
+        valid,
+        raw,
+    })
+}
+
+/// The state directory: configured (or `--state-dir`), else `$STATE_DIRECTORY` (systemd's
+/// `StateDirectory=`), else `/var/lib/rtrack`.
+pub fn state_dir(cfg: &ValidConfig) -> PathBuf {
+    cfg.state_dir
+        .clone()
+        .or_else(|| {
+            std::env::var_os("STATE_DIRECTORY")
+                // systemd may pass several, colon-separated: the first is ours.
+                .and_then(|v| {
+                    v.to_str()
+                        .map(|s| s.split(':').next().unwrap_or("").to_string())
+                })
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from)
+        })
+        .unwrap_or_else(|| PathBuf::from("/var/lib/rtrack"))
+}
+
+/// The API socket: configured, else `$RUNTIME_DIRECTORY/rtrack.sock`, else
+/// `/run/rtrack/rtrack.sock`.
+pub fn socket_path(cfg: &ValidConfig) -> PathBuf {
+    cfg.socket.clone().unwrap_or_else(|| {
+        std::env::var_os("RUNTIME_DIRECTORY")
+            .and_then(|v| {
+                v.to_str()
+                    .map(|s| s.split(':').next().unwrap_or("").to_string())
+            })
+            .filter(|s| !s.is_empty())
+            .map(|d| PathBuf::from(d).join("rtrack.sock"))
+            .unwrap_or_else(|| PathBuf::from("/run/rtrack/rtrack.sock"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_win_and_the_raw_table_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("rtrack.toml");
+        std::fs::write(
+            &p,
+            "[host]\nroot = \"/srv/a\"\nstate_dir = \"/srv/state\"\n[resources]\ncpu_allocation_ratio = 2.0\n",
+        )
+        .unwrap();
+        let l = load(Some(&p), &Overrides::default()).unwrap();
+        assert_eq!(l.valid.probe_root.sys, PathBuf::from("/srv/a/sys"));
+        assert_eq!(state_dir(&l.valid), PathBuf::from("/srv/state"));
+        assert_eq!(
+            l.raw["resources"]["cpu_allocation_ratio"].as_float(),
+            Some(2.0)
+        );
+        let l = load(
+            Some(&p),
+            &Overrides {
+                root: Some("/srv/b".into()),
+                state_dir: Some("/tmp/s".into()),
+                ..Overrides::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(l.valid.probe_root.proc, PathBuf::from("/srv/b/proc"));
+        assert_eq!(state_dir(&l.valid), PathBuf::from("/tmp/s"));
+    }
+
+    #[test]
+    fn a_missing_named_file_is_an_error_naming_it() {
+        let e = load(
+            Some(Path::new("/nonexistent/rtrack.toml")),
+            &Overrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("/nonexistent/rtrack.toml"), "{e}");
+    }
+}

@@ -1,0 +1,323 @@
+//! Prometheus metrics: counters and histograms updated as things happen, and gauges of the
+//! inventory, usage and PCI pools set from the tracker at each scrape (so they are never stale
+//! and cost nothing between scrapes).
+//!
+//! Served on the API socket (`GET /metrics`) and, when `[metrics] listen` is set, on a TCP
+//! listener that serves nothing else.
+
+use std::fmt::Write as _;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use super::service::TrackerService;
+use crate::tracker::ClaimError;
+
+type Labels = Vec<(&'static str, String)>;
+
+/// Every metric rtrackd exports.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    inventory_total: Family<Labels, Gauge>,
+    inventory_reserved: Family<Labels, Gauge>,
+    inventory_capacity: Family<Labels, Gauge>,
+    inventory_used: Family<Labels, Gauge>,
+    pci_pool_devices: Family<Labels, Gauge>,
+    pci_pool_free: Family<Labels, Gauge>,
+    instances: Gauge,
+    migrations_in_progress: Gauge,
+    /// Claim decisions by operation, outcome and reason.
+    pub claims: Family<Labels, Counter>,
+    /// Audit duration (probe + update), seconds.
+    pub audit_duration: Histogram,
+    /// Audits that failed (probe or commit).
+    pub audit_failures: Counter,
+    /// Warnings of the last probe.
+    pub probe_warnings: Gauge,
+    /// Store commit latency, seconds (one observation per transaction).
+    pub commit_latency: Histogram,
+    /// Upstream requests by kind.
+    pub upstream_requests: Family<Labels, Counter>,
+    /// Upstream report cycles by outcome.
+    pub upstream_reports: Family<Labels, Counter>,
+    /// API requests refused because the peer is not allowed.
+    pub forbidden_peers: Counter,
+    /// API requests by route and status.
+    pub api_requests: Family<Labels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+fn latency_histogram() -> Histogram {
+    // 100 us to ~6.5 s.
+    Histogram::new(exponential_buckets(0.0001, 2.0, 17))
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("rtrack");
+        let m = Metrics {
+            inventory_total: Family::default(),
+            inventory_reserved: Family::default(),
+            inventory_capacity: Family::default(),
+            inventory_used: Family::default(),
+            pci_pool_devices: Family::default(),
+            pci_pool_free: Family::default(),
+            instances: Gauge::default(),
+            migrations_in_progress: Gauge::default(),
+            claims: Family::default(),
+            audit_duration: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            audit_failures: Counter::default(),
+            probe_warnings: Gauge::default(),
+            commit_latency: latency_histogram(),
+            upstream_requests: Family::default(),
+            upstream_reports: Family::default(),
+            forbidden_peers: Counter::default(),
+            api_requests: Family::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "inventory_total",
+            "Amount of each resource class the host has",
+            m.inventory_total.clone(),
+        );
+        registry.register(
+            "inventory_reserved",
+            "Amount of each resource class kept for the host",
+            m.inventory_reserved.clone(),
+        );
+        registry.register(
+            "inventory_capacity",
+            "What claims may use in all: (total - reserved) x allocation ratio",
+            m.inventory_capacity.clone(),
+        );
+        registry.register(
+            "inventory_used",
+            "Amount of each resource class in use by instances and migrations",
+            m.inventory_used.clone(),
+        );
+        registry.register(
+            "pci_pool_devices",
+            "Tracked PCI devices in each pool",
+            m.pci_pool_devices.clone(),
+        );
+        registry.register(
+            "pci_pool_free",
+            "Available PCI devices in each pool",
+            m.pci_pool_free.clone(),
+        );
+        registry.register(
+            "instances",
+            "Instances tracked on or moving to this node",
+            m.instances.clone(),
+        );
+        registry.register(
+            "migrations_in_progress",
+            "Migrations holding resources on this node",
+            m.migrations_in_progress.clone(),
+        );
+        registry.register(
+            "claims",
+            "Claim decisions by operation, outcome and reason",
+            m.claims.clone(),
+        );
+        registry.register(
+            "audit_duration_seconds",
+            "Time of one audit: probe and tracker update",
+            m.audit_duration.clone(),
+        );
+        registry.register(
+            "audit_failures",
+            "Audits that failed (probe or commit); retried next interval",
+            m.audit_failures.clone(),
+        );
+        registry.register(
+            "probe_warnings",
+            "Warnings of the last probe (unreadable or inconsistent sysfs/procfs files)",
+            m.probe_warnings.clone(),
+        );
+        registry.register(
+            "store_commit_seconds",
+            "Time of one store transaction (write and fsync)",
+            m.commit_latency.clone(),
+        );
+        registry.register(
+            "upstream_requests",
+            "Requests sent to Placement by kind",
+            m.upstream_requests.clone(),
+        );
+        registry.register(
+            "upstream_reports",
+            "Placement report cycles by outcome",
+            m.upstream_reports.clone(),
+        );
+        registry.register(
+            "api_forbidden_peers",
+            "API connections refused because the peer is neither root nor in the socket group",
+            m.forbidden_peers.clone(),
+        );
+        registry.register(
+            "api_requests",
+            "API requests by route and HTTP status",
+            m.api_requests.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// Counts a claim decision. `operation` is `instance_claim` or `move_claim`.
+    pub fn count_claim(&self, operation: &'static str, result: Result<ClaimDecision, &ClaimError>) {
+        let (outcome, reason) = match result {
+            Ok(ClaimDecision::Granted) => ("granted", String::new()),
+            Ok(ClaimDecision::Existing) => ("existing", String::new()),
+            Ok(ClaimDecision::DryRun) => ("dry_run_fits", String::new()),
+            Err(e) => (e.code(), refusal_reason(e)),
+        };
+        self.claims
+            .get_or_create(&vec![
+                ("operation", operation.to_string()),
+                ("outcome", outcome.to_string()),
+                ("reason", reason),
+            ])
+            .inc();
+    }
+
+    /// Counts a failure that is not the tracker's decision (the store failed, shutting down).
+    pub fn count_claim_error(&self, operation: &'static str) {
+        self.claims
+            .get_or_create(&vec![
+                ("operation", operation.to_string()),
+                ("outcome", "error".to_string()),
+                ("reason", String::new()),
+            ])
+            .inc();
+    }
+
+    /// Sets the gauges from the tracker, then renders everything in the text format.
+    pub fn render(&self, service: &TrackerService) -> String {
+        service.read(|t| {
+            let used = t.used();
+            for fam in [
+                &self.inventory_total,
+                &self.inventory_reserved,
+                &self.inventory_capacity,
+                &self.inventory_used,
+                &self.pci_pool_devices,
+                &self.pci_pool_free,
+            ] {
+                fam.clear();
+            }
+            for (class, inv) in t.inventory() {
+                let l = vec![("resource_class", class.as_str().to_string())];
+                self.inventory_total.get_or_create(&l).set(inv.total);
+                self.inventory_reserved.get_or_create(&l).set(inv.reserved);
+                self.inventory_capacity
+                    .get_or_create(&l)
+                    .set(inv.capacity());
+                self.inventory_used
+                    .get_or_create(&l)
+                    .set(used.get(class).copied().unwrap_or(0));
+            }
+            for p in t.pool_usage() {
+                let l = vec![
+                    ("vendor_id", p.vendor_id.clone()),
+                    ("product_id", p.product_id.clone()),
+                    (
+                        "numa_node",
+                        p.numa_node.map(|n| n.to_string()).unwrap_or_default(),
+                    ),
+                    (
+                        "dev_type",
+                        p.tags.get("dev_type").cloned().unwrap_or_default(),
+                    ),
+                    (
+                        "address",
+                        p.tags.get("address").cloned().unwrap_or_default(),
+                    ),
+                ];
+                self.pci_pool_devices
+                    .get_or_create(&l)
+                    .set(i64::from(p.total));
+                self.pci_pool_free.get_or_create(&l).set(i64::from(p.free));
+            }
+            let s = t.state();
+            self.instances.set(s.instances.len() as i64);
+            self.migrations_in_progress
+                .set(s.migrations.values().filter(|m| m.in_progress()).count() as i64);
+        });
+        let mut out = String::new();
+        if encode(&mut out, &self.registry).is_err() {
+            // Encoding into a String cannot fail; say so rather than serve half a page.
+            out.clear();
+            let _ = writeln!(out, "# metrics could not be encoded");
+        }
+        out
+    }
+}
+
+/// How a claim that did not fail ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimDecision {
+    /// Granted now.
+    Granted,
+    /// Already held (an idempotent retry).
+    Existing,
+    /// A dry run that fits.
+    DryRun,
+}
+
+/// A refusal's reason for the `reason` label: the classes short, `+`-joined (bounded set).
+fn refusal_reason(e: &ClaimError) -> String {
+    match e {
+        ClaimError::Refused(r) => {
+            let mut parts: Vec<&str> = r.resources.iter().map(|s| s.class.as_str()).collect();
+            if r.pci.is_some() {
+                parts.push("PCI");
+            }
+            parts.join("+")
+        }
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusal_reasons_name_the_classes() {
+        let e = ClaimError::Refused(Box::new(crate::tracker::error::Refusal {
+            instance_uuid: "u".into(),
+            resources: vec![crate::tracker::error::ResourceShortfall {
+                class: crate::inventory::resources::ResourceClass::MemoryMb,
+                requested: 10,
+                used: 0,
+                capacity: 5,
+                max_unit: 5,
+            }],
+            pci: None,
+        }));
+        assert_eq!(refusal_reason(&e), "MEMORY_MB");
+        let m = Metrics::new();
+        m.count_claim("instance_claim", Err(&e));
+        m.count_claim("instance_claim", Ok(ClaimDecision::Granted));
+        let mut out = String::new();
+        encode(&mut out, &m.registry).unwrap();
+        assert!(
+            out.contains(
+                "rtrack_claims_total{operation=\"instance_claim\",outcome=\"claim_refused\",reason=\"MEMORY_MB\"} 1"
+            ),
+            "{out}"
+        );
+        assert!(out.contains("outcome=\"granted\",reason=\"\"} 1"), "{out}");
+    }
+}

@@ -1,0 +1,360 @@
+//! `rtrackd` as a daemon: load the configuration, open the store, audit once, listen on the
+//! API socket, tell systemd it is ready, then audit every interval, report upstream, reload on
+//! SIGHUP and drain on SIGTERM.
+//!
+//! One tokio runtime on one thread serves the socket; tracker operations (which wait for
+//! their fsync) and probes run on the blocking pool.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::{watch, Notify};
+
+use super::audit::{self, Auditor};
+use super::config_file::{self, LoadedConfig, Overrides};
+use super::logging::LogHandle;
+use super::metrics::Metrics;
+use super::peer::Access;
+use super::service::TrackerService;
+use super::shared::DaemonState;
+use super::{socket, systemd};
+use crate::api::{self, Limits};
+use crate::config::diff;
+use crate::store::node_id;
+use crate::tracker::model::HostNames;
+use crate::tracker::state::TrackerSettings;
+
+/// How long SIGTERM waits for in-flight requests before closing connections.
+const DRAIN_LIMIT: Duration = Duration::from_secs(5);
+
+/// The daemon's inputs from the command line.
+#[derive(Debug, Clone)]
+pub struct DaemonOptions {
+    /// `--config`.
+    pub config_path: Option<PathBuf>,
+    /// Overrides of file values.
+    pub overrides: Overrides,
+}
+
+/// Runs the daemon until SIGTERM/SIGINT. `loaded` is the configuration already checked by the
+/// caller; `log` changes the log level on reload.
+pub fn run(opts: DaemonOptions, loaded: LoadedConfig, log: LogHandle) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .thread_name("rtrackd")
+        .build()?;
+    runtime.block_on(main_loop(opts, loaded, log))
+}
+
+fn settings_for(
+    cfg: &crate::config::ValidConfig,
+    id: &node_id::NodeId,
+    host: &crate::probes::HostInventory,
+) -> TrackerSettings {
+    let probed = host.host.hostname.as_deref();
+    TrackerSettings {
+        names: HostNames {
+            host: super::once::node_name(cfg.host.as_deref(), probed),
+            node: super::once::node_name(cfg.hypervisor_hostname.as_deref(), probed),
+        },
+        node_uuid: id.uuid.clone(),
+        node_created_at: id.created_at,
+        config: cfg.clone(),
+    }
+}
+
+async fn main_loop(
+    opts: DaemonOptions,
+    loaded: LoadedConfig,
+    log: LogHandle,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let cfg = loaded.valid.clone();
+    let state_dir = config_file::state_dir(&cfg);
+    std::fs::create_dir_all(&state_dir).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: cannot create the state directory: {e}",
+            state_dir.display()
+        )
+    })?;
+    let id = node_id::load_or_create(&state_dir)
+        .map_err(|e| anyhow::anyhow!("compute node identity: {e}"))?;
+
+    // The first probe must work: without it there is no inventory to claim against.
+    let probe_cfg = cfg.clone();
+    let host = tokio::task::spawn_blocking(move || {
+        crate::probes::probe_host(&probe_cfg.probe_root, &audit::probe_options(&probe_cfg))
+    })
+    .await??;
+    let settings = settings_for(&cfg, &id, &host);
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        config = %loaded.path.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "(built-in defaults)".into()),
+        sysfs = %cfg.probe_root.sys.display(), procfs = %cfg.probe_root.proc.display(),
+        state_dir = %state_dir.display(), node = %settings.names.node, node_uuid = %settings.node_uuid,
+        "rtrackd starting"
+    );
+    let db = state_dir.join("rtrack.db");
+    let service = {
+        let db = db.clone();
+        tokio::task::spawn_blocking(move || TrackerService::open(settings, host, &db)).await??
+    };
+    let service = Arc::new(service);
+    let metrics = Arc::new(Metrics::new());
+    service.observe_commits(metrics.commit_latency.clone());
+
+    let access = Access::for_group(&cfg.socket_group);
+    if access.group.is_none() {
+        tracing::warn!(group = %cfg.socket_group, "the socket group does not exist: only root and rtrackd's own user may use the API");
+    }
+    let state = Arc::new(DaemonState::new(
+        service.clone(),
+        metrics.clone(),
+        cfg.clone(),
+        access.clone(),
+    ));
+    let auditor = Arc::new(Auditor::new(state.clone()));
+    auditor
+        .run_once(Duration::from_secs(cfg.audit_interval_s.max(30)))
+        .await
+        .map_err(|e| anyhow::anyhow!("first audit: {e}"))?;
+
+    let socket_path = config_file::socket_path(&cfg);
+    let listener = socket::bind(
+        &socket_path,
+        cfg.socket_mode,
+        access.group.as_ref().map(|g| g.0),
+    )?;
+    let limits = Limits {
+        max_body_bytes: usize::try_from(cfg.max_body_bytes).unwrap_or(usize::MAX),
+        timeout: Duration::from_secs(cfg.request_timeout_s),
+    };
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let app =
+        api::router(state.clone(), limits).into_make_service_with_connect_info::<api::PeerInfo>();
+    let mut server_stop = stop_rx.clone();
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = server_stop.wait_for(|s| *s).await;
+            })
+            .await
+    });
+    let metrics_server = match cfg.metrics_listen {
+        None => None,
+        Some(addr) => {
+            let l = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+                anyhow::anyhow!("[metrics] listen = \"{addr}\": cannot listen: {e}")
+            })?;
+            tracing::info!(%addr, "metrics listener up");
+            let app = api::metrics_router(state.clone());
+            let mut stop = stop_rx.clone();
+            Some(tokio::spawn(async move {
+                axum::serve(l, app)
+                    .with_graceful_shutdown(async move {
+                        let _ = stop.wait_for(|s| *s).await;
+                    })
+                    .await
+            }))
+        }
+    };
+
+    let kick = Arc::new(Notify::new());
+    let reporter = match crate::upstream::validate_placement(&cfg.placement) {
+        Ok(Some(settings)) => {
+            tracing::info!(target: "rtrack::upstream", endpoint = %settings.endpoint, "reporting to Placement");
+            Some(tokio::spawn(super::report::run(
+                state.clone(),
+                settings,
+                kick.clone(),
+                stop_rx.clone(),
+            )))
+        }
+        Ok(None) => None,
+        Err(e) => return Err(anyhow::anyhow!("[placement]: {e}")),
+    };
+
+    let ready_status = format!(
+        "serving on {}; {} instances, {} PCI devices tracked",
+        socket_path.display(),
+        service.read(|t| t.state().instances.len()),
+        service.read(|t| t.state().devices.len())
+    );
+    systemd::ready(&ready_status);
+    tracing::info!(socket = %socket_path.display(), seconds = started.elapsed().as_secs_f64(), "rtrackd ready");
+
+    // Audits.
+    let audit_task = {
+        let auditor = auditor.clone();
+        let state = state.clone();
+        let kick = kick.clone();
+        let mut stop = stop_rx.clone();
+        tokio::spawn(async move {
+            loop {
+                let cfg = state.config();
+                let delay = audit::next_delay(cfg.audit_interval_s, cfg.audit_jitter_s);
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = stop.changed() => return,
+                }
+                let limit = Duration::from_secs(cfg.audit_interval_s.max(30));
+                if auditor.run_once(limit).await.is_ok() {
+                    kick.notify_one();
+                }
+            }
+        })
+    };
+
+    // Watchdog: ping only while the tracker answers.
+    let watchdog_task = systemd::watchdog_interval().map(|every| {
+        let service = service.clone();
+        let mut stop = stop_rx.clone();
+        tokio::spawn(async move {
+            loop {
+                let s = service.clone();
+                let alive = tokio::time::timeout(
+                    every,
+                    tokio::task::spawn_blocking(move || s.read(|_| ())),
+                )
+                .await
+                .is_ok();
+                if alive {
+                    systemd::watchdog();
+                } else {
+                    tracing::error!("the tracker lock was not free within the watchdog interval; not pinging systemd");
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = stop.changed() => return,
+                }
+            }
+        })
+    });
+
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sighup = signal(SignalKind::hangup())?;
+    let mut current = loaded;
+    loop {
+        tokio::select! {
+            _ = sigterm.recv() => { tracing::info!("SIGTERM: draining"); break; }
+            _ = sigint.recv() => { tracing::info!("SIGINT: draining"); break; }
+            _ = sighup.recv() => {
+                systemd::reloading();
+                match reload(&opts, &current, &state, &log, &socket_path) {
+                    Ok(next) => {
+                        current = next;
+                        // New device specs or ratios: audit now rather than in a minute.
+                        let auditor = auditor.clone();
+                        let kick = kick.clone();
+                        let limit = Duration::from_secs(state.config().audit_interval_s.max(30));
+                        tokio::spawn(async move {
+                            if auditor.run_once(limit).await.is_ok() {
+                                kick.notify_one();
+                            }
+                        });
+                        systemd::ready("serving; configuration reloaded");
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "configuration reload rejected; the old configuration stays in force");
+                        systemd::ready(&format!("serving; reload rejected: {e}"));
+                    }
+                }
+            }
+        }
+    }
+
+    // Drain: stop taking requests, let the ones in flight finish, flush the store.
+    systemd::stopping();
+    let drain_start = Instant::now();
+    state.set_stopping();
+    let _ = stop_tx.send(true);
+    match tokio::time::timeout(DRAIN_LIMIT, server).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => tracing::warn!(error = %e, "the API server ended with an error"),
+        Ok(Err(e)) => tracing::warn!(error = %e, "the API server task failed"),
+        Err(_) => tracing::warn!(
+            limit_s = DRAIN_LIMIT.as_secs(),
+            "requests still running after the drain limit; closing"
+        ),
+    }
+    for t in [
+        Some(audit_task),
+        watchdog_task,
+        reporter,
+        metrics_server.map(|h| {
+            tokio::spawn(async move {
+                let _ = h.await;
+            })
+        }),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        t.abort();
+    }
+    let svc = service.clone();
+    tokio::task::spawn_blocking(move || svc.shutdown()).await?;
+    let _ = std::fs::remove_file(&socket_path);
+    tracing::info!(
+        seconds = drain_start.elapsed().as_secs_f64(),
+        "rtrackd stopped; the store is flushed"
+    );
+    Ok(())
+}
+
+/// SIGHUP: read the file again; if it is valid, put what can change live in force and say what
+/// changed (and what needs a restart).
+fn reload(
+    opts: &DaemonOptions,
+    current: &LoadedConfig,
+    state: &Arc<DaemonState>,
+    log: &LogHandle,
+    socket_path: &std::path::Path,
+) -> anyhow::Result<LoadedConfig> {
+    let next = config_file::load(opts.config_path.as_deref(), &opts.overrides)?;
+    let changes = diff::diff(&current.raw, &next.raw);
+    if changes.is_empty() {
+        tracing::info!("configuration reloaded: nothing changed");
+        return Ok(next);
+    }
+    let (live, restart): (Vec<_>, Vec<_>) =
+        changes.iter().partition(|c| diff::applies_live(&c.key));
+    // Log level first: the lines below are then logged at the new level.
+    if live.iter().any(|c| c.key == "log.level") {
+        log.set_level(&next.valid.log_level)
+            .map_err(|e| anyhow::anyhow!("log.level: {e}"))?;
+    }
+    if live.iter().any(|c| c.key == "api.socket_group") {
+        let access = Access::for_group(&next.valid.socket_group);
+        match &access.group {
+            Some((gid, _)) => socket::set_group(socket_path, *gid)?,
+            None => {
+                tracing::warn!(group = %next.valid.socket_group, "the new socket group does not exist: only root and rtrackd's own user may use the API")
+            }
+        }
+        state.set_access(access);
+    }
+    // Host names, node uuid and the probe root stay as they were at start (restart to change).
+    let mut valid = next.valid.clone();
+    let old = state.config();
+    valid.probe_root = old.probe_root.clone();
+    valid.state_dir = old.state_dir.clone();
+    valid.host = old.host.clone();
+    valid.hypervisor_hostname = old.hypervisor_hostname.clone();
+    state.service.update_config(valid.clone());
+    state.set_config(valid);
+    let live_text: Vec<String> = live.iter().map(|c| c.to_string()).collect();
+    let restart_text: Vec<String> = restart.iter().map(|c| c.key.clone()).collect();
+    tracing::info!(
+        applied = %live_text.join("; "),
+        needs_restart = %restart_text.join(", "),
+        "configuration reloaded"
+    );
+    Ok(LoadedConfig {
+        valid: next.valid,
+        ..next
+    })
+}

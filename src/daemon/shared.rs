@@ -1,0 +1,125 @@
+//! What the daemon's parts share: the tracker service, the configuration in force (swapped on
+//! SIGHUP), the last probe's report, audit health and metrics. The API reads it; the audit loop
+//! and the reload handler write it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::RwLock;
+
+use super::metrics::Metrics;
+use super::peer::Access;
+use super::service::TrackerService;
+use crate::config::ValidConfig;
+use crate::inventory::InventoryReport;
+
+/// How the audits have been going.
+#[derive(Debug, Clone, Default)]
+pub struct AuditHealth {
+    /// Audits that succeeded.
+    pub succeeded: u64,
+    /// Audits that failed in a row (0 after a success).
+    pub failing_in_a_row: u64,
+    /// When the last successful audit ended.
+    pub last_success: Option<Instant>,
+    /// Wall-clock time of the last successful audit, `YYYY-MM-DDTHH:MM:SSZ`.
+    pub last_success_at: Option<String>,
+    /// The last failure's message.
+    pub last_error: Option<String>,
+    /// Duration of the last audit.
+    pub last_duration: Option<Duration>,
+}
+
+/// The daemon's shared state.
+pub struct DaemonState {
+    /// The tracker and its store.
+    pub service: Arc<TrackerService>,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    config: RwLock<Arc<ValidConfig>>,
+    report: RwLock<Option<Arc<InventoryReport>>>,
+    health: RwLock<AuditHealth>,
+    access: RwLock<Access>,
+    stopping: AtomicBool,
+}
+
+impl DaemonState {
+    /// Shared state around a service.
+    pub fn new(
+        service: Arc<TrackerService>,
+        metrics: Arc<Metrics>,
+        config: ValidConfig,
+        access: Access,
+    ) -> DaemonState {
+        DaemonState {
+            service,
+            metrics,
+            config: RwLock::new(Arc::new(config)),
+            report: RwLock::new(None),
+            health: RwLock::new(AuditHealth::default()),
+            access: RwLock::new(access),
+            stopping: AtomicBool::new(false),
+        }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> Arc<ValidConfig> {
+        self.config.read().clone()
+    }
+
+    /// Puts a new configuration in force (the tracker's settings are changed separately).
+    pub fn set_config(&self, config: ValidConfig) {
+        *self.config.write() = Arc::new(config);
+    }
+
+    /// The last probe's report (without the ComputeNode, which is built per request).
+    pub fn report(&self) -> Option<Arc<InventoryReport>> {
+        self.report.read().clone()
+    }
+
+    /// Records a successful audit and its probe.
+    pub fn audit_succeeded(&self, report: InventoryReport, duration: Duration) {
+        *self.report.write() = Some(Arc::new(report));
+        let mut h = self.health.write();
+        h.succeeded += 1;
+        h.failing_in_a_row = 0;
+        h.last_success = Some(Instant::now());
+        h.last_success_at = Some(crate::inventory::format_utc(time::OffsetDateTime::now_utc()));
+        h.last_duration = Some(duration);
+        h.last_error = None;
+    }
+
+    /// Records a failed audit.
+    pub fn audit_failed(&self, message: String, duration: Duration) {
+        let mut h = self.health.write();
+        h.failing_in_a_row += 1;
+        h.last_error = Some(message);
+        h.last_duration = Some(duration);
+    }
+
+    /// Audit health.
+    pub fn health(&self) -> AuditHealth {
+        self.health.read().clone()
+    }
+
+    /// Who may use the API.
+    pub fn access(&self) -> Access {
+        self.access.read().clone()
+    }
+
+    /// Changes who may use the API (a reloaded socket group).
+    pub fn set_access(&self, access: Access) {
+        *self.access.write() = access;
+    }
+
+    /// The daemon is shutting down: new requests are refused.
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed)
+    }
+
+    /// Starts refusing new requests.
+    pub fn set_stopping(&self) {
+        self.stopping.store(true, Ordering::Relaxed);
+    }
+}

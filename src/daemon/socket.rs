@@ -1,0 +1,117 @@
+//! Binding the API socket with its mode and group in place before anyone can connect: bound
+//! under a temporary name, chmod/chown, then renamed over the final path.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use nix::unistd::{chown, Gid};
+
+/// Why the socket could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    /// Another process answers on the path.
+    #[error("{0}: another rtrackd is already listening on this socket")]
+    InUse(PathBuf),
+    /// A filesystem or socket call failed.
+    #[error("{path}: cannot {what}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// What was being done.
+        what: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> SocketError + 'a {
+    move |source| SocketError::Io {
+        path: path.to_path_buf(),
+        what,
+        source,
+    }
+}
+
+/// Binds `path` with `mode` and, if given, group `gid`.
+pub fn bind(
+    path: &Path,
+    mode: u32,
+    gid: Option<u32>,
+) -> Result<tokio::net::UnixListener, SocketError> {
+    if let Some(dir) = path.parent() {
+        if !dir.as_os_str().is_empty() && !dir.exists() {
+            std::fs::create_dir_all(dir).map_err(io(dir, "create the socket directory"))?;
+            // Others may need to traverse to the socket; the socket's own mode guards it.
+            let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
+        }
+    }
+    if path.exists() {
+        // A live daemon answers; a stale file from a crash does not.
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(SocketError::InUse(path.to_path_buf()));
+        }
+    }
+    let tmp = path.with_file_name(format!(
+        ".{}.{}.tmp",
+        path.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "rtrack.sock".into()),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&tmp);
+    let std_listener =
+        std::os::unix::net::UnixListener::bind(&tmp).map_err(io(&tmp, "bind the API socket"))?;
+    let setup = (|| {
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))
+            .map_err(io(&tmp, "set the socket's mode"))?;
+        if let Some(g) = gid {
+            chown(&tmp, None, Some(Gid::from_raw(g))).map_err(|e| SocketError::Io {
+                path: tmp.clone(),
+                what: "give the socket to its group",
+                source: e.into(),
+            })?;
+        }
+        std::fs::rename(&tmp, path).map_err(io(path, "move the socket into place"))?;
+        std_listener
+            .set_nonblocking(true)
+            .map_err(io(path, "make the socket non-blocking"))?;
+        tokio::net::UnixListener::from_std(std_listener).map_err(io(path, "listen on the socket"))
+    })();
+    if setup.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    setup
+}
+
+/// Changes the socket's group (a reloaded `socket_group`).
+pub fn set_group(path: &Path, gid: u32) -> Result<(), SocketError> {
+    chown(path, None, Some(Gid::from_raw(gid))).map_err(|e| SocketError::Io {
+        path: path.to_path_buf(),
+        what: "give the socket to its group",
+        source: e.into(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    #[tokio::test]
+    async fn the_socket_gets_its_mode_and_a_live_one_is_not_stolen() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("run/rtrack.sock");
+        let l = bind(&p, 0o660, None).unwrap();
+        let meta = std::fs::metadata(&p).unwrap();
+        assert_eq!(meta.mode() & 0o777, 0o660);
+        let e = bind(&p, 0o660, None).unwrap_err();
+        assert!(matches!(e, SocketError::InUse(_)), "{e}");
+        drop(l);
+        // A stale socket file (nobody listening) is replaced.
+        let _l2 = bind(&p, 0o600, None).unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().mode() & 0o777, 0o600);
+        // No temporary file is left behind.
+        let names: Vec<_> = std::fs::read_dir(p.parent().unwrap()).unwrap().collect();
+        assert_eq!(names.len(), 1);
+    }
+}
