@@ -195,17 +195,19 @@ pub async fn healthz(State(state): St) -> Response {
         .into_response()
 }
 
-/// `GET /metrics`.
-pub async fn metrics(State(state): St) -> ApiResult {
-    let text = blocking(move || Ok(state.metrics.render(&state.service))).await?;
-    Ok((
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        text,
-    )
-        .into_response())
+/// `GET /metrics`: OpenMetrics when the scraper asks for it, else the Prometheus text format.
+pub async fn metrics(State(state): St, headers: axum::http::HeaderMap) -> ApiResult {
+    let openmetrics = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("application/openmetrics-text"));
+    let text = blocking(move || Ok(state.metrics.render(&state.service, openmetrics))).await?;
+    let content_type = if openmetrics {
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    } else {
+        "text/plain; version=0.0.4; charset=utf-8"
+    };
+    Ok(([(header::CONTENT_TYPE, content_type)], text).into_response())
 }
 
 /// `GET /v1/openapi.json`.

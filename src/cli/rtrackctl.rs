@@ -340,12 +340,20 @@ pub fn run(cli: &Cli) -> Result<String, Failure> {
             if cli.json {
                 return json_out(&v);
             }
-            let report: crate::inventory::InventoryReport =
-                serde_json::from_value(v).map_err(|e| {
+            // HostInventory is read from the whole document (extra keys are ignored): serde's
+            // `flatten` cannot read the numeric map keys (NUMA distances) back.
+            let inventory: crate::probes::HostInventory = serde_json::from_value(v.clone())
+                .map_err(|e| {
                     failure(format!(
                         "rtrackd's inventory is not in the expected form: {e}"
                     ))
                 })?;
+            let report = crate::inventory::InventoryReport {
+                rtrack_version: v["rtrack_version"].as_str().unwrap_or("?").to_string(),
+                probed_at: v["probed_at"].as_str().unwrap_or("?").to_string(),
+                inventory,
+                compute_node: v.get("compute_node").cloned(),
+            };
             Ok(crate::inventory::table::render(&report))
         }
         Command::Usage => {

@@ -22,10 +22,39 @@ pub fn probe_options(cfg: &crate::config::ValidConfig) -> probes::ProbeOptions {
     }
 }
 
-/// Probes the host as configured now.
+/// Probes the host as configured now, and refuses a probe that cannot be right (no CPUs, no
+/// memory, sysfs gone): the tracker would otherwise drop every free device and all capacity.
 pub fn probe(state: &DaemonState) -> Result<HostInventory, String> {
     let cfg = state.config();
-    probes::probe_host(&cfg.probe_root, &probe_options(&cfg)).map_err(|e| e.to_string())
+    let host =
+        probes::probe_host(&cfg.probe_root, &probe_options(&cfg)).map_err(|e| e.to_string())?;
+    check_plausible(&host, &cfg.probe_root)?;
+    Ok(host)
+}
+
+/// Rejects a probe that found no online CPU or no memory, or whose sysfs PCI directory is gone.
+pub fn check_plausible(host: &HostInventory, root: &probes::HostRoot) -> Result<(), String> {
+    let pci_dir = root.sys.join("bus/pci/devices");
+    if !pci_dir.is_dir() {
+        return Err(format!(
+            "{} is not a readable directory: sysfs is not mounted or not readable; keeping the last good inventory",
+            pci_dir.display()
+        ));
+    }
+    if host.cpu.online.is_empty() {
+        return Err(format!(
+            "no online CPU found under {} and {}; keeping the last good inventory",
+            root.sys.display(),
+            root.proc.display()
+        ));
+    }
+    if host.memory.total_mb == 0 {
+        return Err(format!(
+            "no memory found in {}/meminfo or the NUMA nodes; keeping the last good inventory",
+            root.proc.display()
+        ));
+    }
+    Ok(())
 }
 
 /// Runs audits; one at a time.

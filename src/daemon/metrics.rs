@@ -87,22 +87,22 @@ impl Metrics {
             registry: Registry::default(),
         };
         registry.register(
-            "inventory_total",
+            "resource_inventory",
             "Amount of each resource class the host has",
             m.inventory_total.clone(),
         );
         registry.register(
-            "inventory_reserved",
+            "resource_reserved",
             "Amount of each resource class kept for the host",
             m.inventory_reserved.clone(),
         );
         registry.register(
-            "inventory_capacity",
+            "resource_capacity",
             "What claims may use in all: (total - reserved) x allocation ratio",
             m.inventory_capacity.clone(),
         );
         registry.register(
-            "inventory_used",
+            "resource_used",
             "Amount of each resource class in use by instances and migrations",
             m.inventory_used.clone(),
         );
@@ -202,8 +202,9 @@ impl Metrics {
             .inc();
     }
 
-    /// Sets the gauges from the tracker, then renders everything in the text format.
-    pub fn render(&self, service: &TrackerService) -> String {
+    /// Sets the gauges from the tracker, then renders everything: OpenMetrics text, or the
+    /// classic Prometheus text format (what `promtool check metrics` and older scrapers read).
+    pub fn render(&self, service: &TrackerService, openmetrics: bool) -> String {
         service.read(|t| {
             let used = t.used();
             for fam in [
@@ -260,8 +261,41 @@ impl Metrics {
             out.clear();
             let _ = writeln!(out, "# metrics could not be encoded");
         }
-        out
+        if openmetrics {
+            out
+        } else {
+            to_prometheus_text(&out)
+        }
     }
+}
+
+/// OpenMetrics text to the Prometheus text format 0.0.4: counter families are named with their
+/// `_total` suffix, and `# EOF` / `# UNIT` lines go. Samples are the same in both.
+pub fn to_prometheus_text(openmetrics: &str) -> String {
+    let mut counters = std::collections::BTreeSet::new();
+    for line in openmetrics.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            if let Some(name) = rest.strip_suffix(" counter") {
+                counters.insert(name.to_string());
+            }
+        }
+    }
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|p| {
+            let rest = line.strip_prefix(p)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{p}{name}_total {tail}"))
+        });
+        out.push_str(renamed.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
 }
 
 /// How a claim that did not fail ended.
@@ -319,5 +353,19 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("outcome=\"granted\",reason=\"\"} 1"), "{out}");
+        let text = to_prometheus_text(&out);
+        assert!(
+            text.contains("# TYPE rtrack_claims_total counter\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# HELP rtrack_claims_total Claim decisions"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE rtrack_probe_warnings gauge\n"),
+            "{text}"
+        );
+        assert!(!text.contains("# EOF"), "{text}");
     }
 }

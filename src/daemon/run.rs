@@ -85,7 +85,11 @@ async fn main_loop(
     // The first probe must work: without it there is no inventory to claim against.
     let probe_cfg = cfg.clone();
     let host = tokio::task::spawn_blocking(move || {
-        crate::probes::probe_host(&probe_cfg.probe_root, &audit::probe_options(&probe_cfg))
+        let host =
+            crate::probes::probe_host(&probe_cfg.probe_root, &audit::probe_options(&probe_cfg))
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        audit::check_plausible(&host, &probe_cfg.probe_root).map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok::<_, anyhow::Error>(host)
     })
     .await??;
     let settings = settings_for(&cfg, &id, &host);
