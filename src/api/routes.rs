@@ -215,9 +215,10 @@ pub async fn openapi() -> Response {
     Json(super::openapi::document()).into_response()
 }
 
-/// `GET /v1/inventory`: the `--once` report, with the ComputeNode as it is now.
+/// `GET /v1/inventory`: the `--once` report of the probe the tracker holds, with the
+/// ComputeNode as it is now.
 pub async fn inventory(State(state): St) -> ApiResult {
-    let report = state.report().ok_or_else(|| {
+    let probed_at = state.probed_at().ok_or_else(|| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "not_ready",
@@ -225,11 +226,19 @@ pub async fn inventory(State(state): St) -> ApiResult {
         )
     })?;
     let body = blocking(move || {
-        let node = state.service.read(|t| {
-            t.compute_node(&t.usage(), time::OffsetDateTime::now_utc())
-                .to_primitive()
+        let (report, node) = state.service.read(|t| {
+            let report = crate::inventory::InventoryReport {
+                rtrack_version: env!("CARGO_PKG_VERSION").to_string(),
+                probed_at,
+                inventory: t.host().clone(),
+                compute_node: None,
+            };
+            let node = t
+                .compute_node(&t.usage(), time::OffsetDateTime::now_utc())
+                .to_primitive();
+            (report, node)
         });
-        let mut v = serde_json::to_value(&*report).map_err(|e| {
+        let mut v = serde_json::to_value(&report).map_err(|e| {
             ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal_error",

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use super::shared::DaemonState;
 use super::systemd;
-use crate::inventory::InventoryReport;
 use crate::probes::{self, HostInventory};
 
 /// Probe options from the configuration.
@@ -94,11 +93,13 @@ impl Auditor {
             probing.store(false, Ordering::SeqCst);
             let result = probed.and_then(|host| {
                 let warnings = host.warnings.len();
-                let report = InventoryReport::new(host.clone(), time::OffsetDateTime::now_utc());
+                let probed_at = crate::inventory::format_utc(time::OffsetDateTime::now_utc());
                 let outcome = state.service.audit(host).map_err(|e| e.to_string())?;
-                Ok((report, outcome, warnings))
+                Ok((probed_at, outcome, warnings))
             });
-            finish(&state, result, start.elapsed())
+            let r = finish(&state, result, start.elapsed());
+            release_free_memory();
+            r
         });
         match tokio::time::timeout(limit, task).await {
             Ok(Ok(r)) => r,
@@ -129,12 +130,22 @@ fn addresses(list: &[crate::probes::pci::PciAddress]) -> String {
         .join(",")
 }
 
-type AuditResult = Result<(InventoryReport, crate::tracker::state::AuditOutcome, usize), String>;
+/// Gives the heap the probe and the audit freed back to the system: glibc keeps freed memory
+/// in its arenas otherwise, and an idle daemon should not hold a probe's worth of garbage.
+pub fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks glibc's own arenas; it takes no pointers from us.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+type AuditResult = Result<(String, crate::tracker::state::AuditOutcome, usize), String>;
 
 fn finish(state: &DaemonState, result: AuditResult, elapsed: Duration) -> Result<(), String> {
     state.metrics.audit_duration.observe(elapsed.as_secs_f64());
     match result {
-        Ok((report, outcome, warnings)) => {
+        Ok((probed_at, outcome, warnings)) => {
             state.metrics.probe_warnings.set(warnings as i64);
             let changed = !outcome.devices_added.is_empty()
                 || !outcome.devices_removed.is_empty()
@@ -154,7 +165,7 @@ fn finish(state: &DaemonState, result: AuditResult, elapsed: Duration) -> Result
                 tracing::debug!(seconds = elapsed.as_secs_f64(), warnings, "audit done");
             }
             let was_failing = state.health().failing_in_a_row > 0;
-            state.audit_succeeded(report, elapsed);
+            state.audit_succeeded(probed_at, elapsed);
             if was_failing {
                 tracing::info!("audits succeed again");
                 systemd::status("serving; audits succeed again");

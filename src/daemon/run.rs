@@ -41,6 +41,13 @@ pub struct DaemonOptions {
 /// Runs the daemon until SIGTERM/SIGINT. `loaded` is the configuration already checked by the
 /// caller; `log` changes the log level on reload.
 pub fn run(opts: DaemonOptions, loaded: LoadedConfig, log: LogHandle) -> anyhow::Result<()> {
+    // Blocking-pool threads would each get a glibc arena holding its own free memory; two
+    // arenas are plenty for a daemon whose work is mostly waiting for fsync.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes allocator tuning; called before any thread is started.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .thread_name("rtrackd")
@@ -125,6 +132,7 @@ async fn main_loop(
         .await
         .map_err(|e| anyhow::anyhow!("first audit: {e}"))?;
 
+    audit::release_free_memory();
     let socket_path = config_file::socket_path(&cfg);
     let listener = socket::bind(
         &socket_path,

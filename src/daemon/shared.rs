@@ -12,7 +12,6 @@ use super::metrics::Metrics;
 use super::peer::Access;
 use super::service::TrackerService;
 use crate::config::ValidConfig;
-use crate::inventory::InventoryReport;
 
 /// How the audits have been going.
 #[derive(Debug, Clone, Default)]
@@ -38,7 +37,7 @@ pub struct DaemonState {
     /// Metrics.
     pub metrics: Arc<Metrics>,
     config: RwLock<Arc<ValidConfig>>,
-    report: RwLock<Option<Arc<InventoryReport>>>,
+    probed_at: RwLock<Option<String>>,
     health: RwLock<AuditHealth>,
     access: RwLock<Access>,
     stopping: AtomicBool,
@@ -56,7 +55,7 @@ impl DaemonState {
             service,
             metrics,
             config: RwLock::new(Arc::new(config)),
-            report: RwLock::new(None),
+            probed_at: RwLock::new(None),
             health: RwLock::new(AuditHealth::default()),
             access: RwLock::new(access),
             stopping: AtomicBool::new(false),
@@ -73,14 +72,14 @@ impl DaemonState {
         *self.config.write() = Arc::new(config);
     }
 
-    /// The last probe's report (without the ComputeNode, which is built per request).
-    pub fn report(&self) -> Option<Arc<InventoryReport>> {
-        self.report.read().clone()
+    /// When the probe the tracker holds was taken (`None` before the first audit).
+    pub fn probed_at(&self) -> Option<String> {
+        self.probed_at.read().clone()
     }
 
-    /// Records a successful audit and its probe.
-    pub fn audit_succeeded(&self, report: InventoryReport, duration: Duration) {
-        *self.report.write() = Some(Arc::new(report));
+    /// Records a successful audit and when its probe was taken.
+    pub fn audit_succeeded(&self, probed_at: String, duration: Duration) {
+        *self.probed_at.write() = Some(probed_at);
         let mut h = self.health.write();
         h.succeeded += 1;
         h.failing_in_a_row = 0;

@@ -106,8 +106,12 @@ impl Store {
                 message: format!("cannot use the WAL journal (got {mode})"),
             });
         }
-        conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")
-            .map_err(err)?;
+        // A small page cache: the state is read once at start and kept in memory; commits
+        // touch a few pages each.
+        conn.execute_batch(
+            "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA cache_size=-256;",
+        )
+        .map_err(err)?;
         let mut store = Store {
             conn,
             path: path.to_path_buf(),

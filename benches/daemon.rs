@@ -1,0 +1,227 @@
+//! Daemon benchmarks (`cargo bench --bench daemon`): the release `rtrackd` on the large
+//! synthetic host (256 CPUs, 8 NUMA nodes, 1,024 tracked VFs), state on the build directory's
+//! filesystem (real fsyncs), driven over its Unix socket.
+//!
+//! - claim latency over the socket (connect, POST /v1/claims, durable commit, answer), p50 /
+//!   p99 / max, with 1 and with 32 concurrent clients, the two runs side by side;
+//! - footprint after 500 claims holding 1,000 VFs: resident memory (VmRSS, VmHWM) and the CPU
+//!   time used while idle between audits.
+//!
+//! Targets (issue 5): idle RSS under 20 MB; no CPU between audits.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rtrack::cli::client;
+use rtrack_fixtures::synthetic::SyntheticHost;
+use support::{base_config, claim, uuid, Daemon};
+
+const RTRACKD: &str = env!("CARGO_BIN_EXE_rtrackd");
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// `n` claims from `clients` threads; latency of each, and the wall time.
+fn run_claims(
+    d: &Daemon,
+    clients: u64,
+    per_client: u64,
+    first: u64,
+    vf_every: u64,
+) -> (Vec<Duration>, Duration) {
+    let lat = Arc::new(Mutex::new(Vec::new()));
+    let start = Instant::now();
+    let threads: Vec<_> = (0..clients)
+        .map(|c| {
+            let socket = d.socket.clone();
+            let lat = lat.clone();
+            std::thread::spawn(move || {
+                let mut mine = Vec::with_capacity(per_client as usize);
+                for i in 0..per_client {
+                    let n = first + c * per_client + i;
+                    let alias = (vf_every > 0 && n % vf_every == 0).then_some("vf:2");
+                    let body = claim(&uuid(n), 1, 256, 1, alias).to_string();
+                    let t = Instant::now();
+                    let r = client::request(
+                        &socket,
+                        "POST",
+                        "/v1/claims",
+                        Some(body.as_bytes()),
+                        Duration::from_secs(60),
+                    )
+                    .expect("claim");
+                    mine.push(t.elapsed());
+                    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+                }
+                lat.lock().unwrap().extend(mine);
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let wall = start.elapsed();
+    let mut v = lat.lock().unwrap().clone();
+    v.sort();
+    (v, wall)
+}
+
+fn proc_status(pid: i32, key: &str) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn cpu_ticks(pid: i32) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which may contain spaces) start after the last ')'.
+    let rest = &text[text.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the name.
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        println!("daemon: bench");
+        return;
+    }
+    let scratch = rtrack_fixtures::real::scratch_dir();
+    let root = scratch.path().join("host");
+    SyntheticHost::large().write(&root);
+    // The state on a real filesystem: fsync costs what it costs on the host.
+    let state = tempfile::Builder::new()
+        .prefix("rtrack-bench-")
+        .tempdir_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
+        .unwrap();
+    let config = base_config(&root, state.path())
+        .replace(
+            "cpu_allocation_ratio = 4.0",
+            "cpu_allocation_ratio = 1000.0",
+        )
+        .replace(
+            "ram_allocation_ratio = 1.0",
+            "ram_allocation_ratio = 100.0\ndisk_allocation_ratio = 1000.0",
+        )
+        + "[audit]\ninterval_s = 3600\n";
+    let mut d = Daemon::start_with(Path::new(RTRACKD), state.path(), &config, &[]);
+    let pid = d.pid();
+    println!(
+        "rtrackd (release) on the large synthetic host, state in {}",
+        state.path().display()
+    );
+    println!("rss after start: {} kB", proc_status(pid, "VmRSS:"));
+
+    // Warm up, then 1 client and 32 clients, side by side.
+    run_claims(&d, 1, 50, 1_000_000, 0);
+    let (one, wall1) = run_claims(&d, 1, 2000, 2_000_000, 0);
+    let (many, wall32) = run_claims(&d, 32, 125, 3_000_000, 0);
+    println!();
+    println!(
+        "claim latency over the socket (no PCI), {} and {} claims:",
+        one.len(),
+        many.len()
+    );
+    println!(
+        "{:>10} {:>10} {:>10} {:>10} {:>12}",
+        "clients", "p50", "p99", "max", "claims/s"
+    );
+    for (c, v, wall) in [(1, &one, wall1), (32, &many, wall32)] {
+        println!(
+            "{:>10} {:>10} {:>10} {:>10} {:>12.0}",
+            c,
+            ms(percentile(v, 0.5)),
+            ms(percentile(v, 0.99)),
+            ms(*v.last().unwrap()),
+            v.len() as f64 / wall.as_secs_f64()
+        );
+    }
+    println!(
+        "ratios 32/1: p50 {:.2}, p99 {:.2}, throughput {:.2}",
+        percentile(&many, 0.5).as_secs_f64() / percentile(&one, 0.5).as_secs_f64(),
+        percentile(&many, 0.99).as_secs_f64() / percentile(&one, 0.99).as_secs_f64(),
+        (many.len() as f64 / wall32.as_secs_f64()) / (one.len() as f64 / wall1.as_secs_f64())
+    );
+
+    // Footprint: drop those, then 500 claims holding 2 VFs each (1,000 of 1,024 VFs).
+    let (_, claims) = d.call("GET", "/v1/claims", None);
+    for c in claims.as_array().unwrap() {
+        let u = c["instance_uuid"].as_str().unwrap();
+        assert_eq!(d.call("DELETE", &format!("/v1/claims/{u}"), None).0, 200);
+    }
+    let (vf, _) = run_claims(&d, 8, 63, 4_000_000, 1);
+    let (_, u) = d.call("GET", "/v1/usage", None);
+    let free: u64 = u["pci_pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["free"].as_u64().unwrap())
+        .sum();
+    println!();
+    println!(
+        "{} claims with 2 VFs each: p50 {}, p99 {}; VFs free {} of 1024",
+        vf.len(),
+        ms(percentile(&vf, 0.5)),
+        ms(percentile(&vf, 0.99)),
+        free
+    );
+    // Restart: the idle footprint of a daemon that loaded this state, not of one that served
+    // 5,000 requests (allocator high-water marks).
+    d.signal(nix::sys::signal::Signal::SIGTERM);
+    d.wait_exit(Duration::from_secs(10)).expect("stopped");
+    d.spawn();
+    d.wait_ready();
+    let pid = d.pid();
+    std::thread::sleep(Duration::from_secs(2));
+    let t0 = cpu_ticks(pid);
+    let idle = Duration::from_secs(10);
+    std::thread::sleep(idle);
+    let t1 = cpu_ticks(pid);
+    let (_, m) = d.call("GET", "/v1/usage", None);
+    println!();
+    println!(
+        "after restart with {} instances and {} VFs in use:",
+        m["instances"],
+        1024 - free
+    );
+    println!(
+        "  idle RSS {} kB (anonymous {} kB, file-backed {} kB: the binary's pages; peak {} kB), threads {}",
+        proc_status(pid, "VmRSS:"),
+        proc_status(pid, "RssAnon:"),
+        proc_status(pid, "RssFile:"),
+        proc_status(pid, "VmHWM:"),
+        proc_status(pid, "Threads:")
+    );
+    println!(
+        "  CPU used in {} s idle between audits: {} ticks of 10 ms",
+        idle.as_secs(),
+        t1 - t0
+    );
+    let r = client::request(&d.socket, "GET", "/metrics", None, Duration::from_secs(10)).unwrap();
+    let body = String::from_utf8_lossy(&r.body).into_owned();
+    let metric = |name: &str| {
+        body.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_default()
+    };
+    println!(
+        "  startup audit {} s (rtrack_audit_duration_seconds_sum)",
+        metric("rtrack_audit_duration_seconds_sum ")
+    );
+    d.signal(nix::sys::signal::Signal::SIGTERM);
+    d.wait_exit(Duration::from_secs(10));
+}
