@@ -1183,3 +1183,85 @@ fn check_config_names_the_key_and_value() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert!(text(&o.stdout).contains("valid"));
 }
+
+/// A one-thread HTTP server on 127.0.0.1 recording the bodies POSTed to it.
+fn recording_server() -> (String, Arc<Mutex<Vec<Value>>>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/nodes", listener.local_addr().unwrap());
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let b = bodies.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { return };
+            let mut reader = std::io::BufReader::new(conn);
+            let mut length = 0usize;
+            loop {
+                let mut line = String::new();
+                if std::io::BufRead::read_line(&mut reader, &mut line).unwrap_or(0) == 0 {
+                    break;
+                }
+                let l = line.trim_end().to_ascii_lowercase();
+                if l.is_empty() {
+                    break;
+                }
+                if let Some(v) = l.strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0u8; length];
+            if reader.read_exact(&mut body).is_ok() {
+                if let Ok(v) = serde_json::from_slice(&body) {
+                    b.lock().unwrap().push(v);
+                }
+            }
+            let mut conn = reader.into_inner();
+            let _ = conn.write_all(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
+        }
+    });
+    (url, bodies)
+}
+
+#[test]
+fn the_compute_node_is_posted_upstream_when_it_changes() {
+    let e = env();
+    let (url, bodies) = recording_server();
+    let d = start(
+        &e,
+        &format!("[audit]\ninterval_s = 1\n[upstream.http]\nurl = \"{url}\"\nobject_version = \"1.16\"\n"),
+    );
+    let wait_for = |n: usize| {
+        let start = Instant::now();
+        while bodies.lock().unwrap().len() < n {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "{} POSTs:\n{}",
+                bodies.lock().unwrap().len(),
+                d.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait_for(1);
+    let first = bodies.lock().unwrap()[0].clone();
+    assert_eq!(first["nova_object.name"], "ComputeNode");
+    assert_eq!(first["nova_object.version"], "1.16");
+    assert_eq!(first["nova_object.data"]["vcpus_used"], 0);
+    // Audits every second, nothing changes: nothing more is sent.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(bodies.lock().unwrap().len(), 1);
+    // A claim changes the node: it is sent again.
+    assert_eq!(
+        d.call(
+            "POST",
+            "/v1/claims",
+            Some(&claim(&uuid(1), 2, 512, 0, None))
+        )
+        .0,
+        201
+    );
+    wait_for(2);
+    assert_eq!(
+        bodies.lock().unwrap()[1]["nova_object.data"]["vcpus_used"],
+        2
+    );
+}

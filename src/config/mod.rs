@@ -161,7 +161,8 @@ pub struct PciConfig {
 pub struct AuditConfig {
     /// Seconds between audits (Nova's `update_resources_interval`). Default 60.
     pub interval_s: Option<u64>,
-    /// Random delay added to each interval, up to this many seconds. Default 10% of interval_s.
+    /// Each interval is moved by a random amount up to this many seconds either way, so that
+    /// hosts started together do not audit in step. Default 10% of interval_s.
     pub jitter_s: Option<u64>,
 }
 

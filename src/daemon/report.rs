@@ -103,7 +103,11 @@ struct Snapshot {
     compute_node: Value,
 }
 
-fn snapshot(state: &DaemonState, with_allocations: bool) -> Snapshot {
+fn snapshot(
+    state: &DaemonState,
+    with_allocations: bool,
+    push_version: Option<crate::objects::ObjVersion>,
+) -> Snapshot {
     let config = state.config();
     state.service.read(|t| {
         let consumers = if with_allocations {
@@ -129,11 +133,19 @@ fn snapshot(state: &DaemonState, with_allocations: bool) -> Snapshot {
                     &consumers,
                 )
             });
+        let node = t.compute_node(&t.usage(), time::OffsetDateTime::now_utc());
+        let compute_node = match push_version {
+            None => node.to_primitive(),
+            Some(v) => node
+                .to_primitive_at(v, Some(&crate::objects::current_manifest()))
+                .unwrap_or_else(|e| {
+                    tracing::warn!(target: "rtrack::upstream", error = %e, "cannot backport the ComputeNode; sending the newest");
+                    node.to_primitive()
+                }),
+        };
         Snapshot {
             desired,
-            compute_node: t
-                .compute_node(&t.usage(), time::OffsetDateTime::now_utc())
-                .to_primitive(),
+            compute_node,
         }
     })
 }
@@ -183,47 +195,73 @@ fn record(state: &DaemonState, outcome: &Result<ReportOutcome, UpstreamError>) {
     }
 }
 
-/// Reports until `stop` turns true. `kick` asks for a report now (after an audit or a reload).
+/// Reports until `stop` turns true: to Placement when `placement` is set, and the ComputeNode
+/// to `[upstream.http]` when that is configured. `kick` asks for a report now (after an audit
+/// or a reload).
 pub async fn run(
     state: Arc<DaemonState>,
-    settings: PlacementSettings,
+    placement: Option<PlacementSettings>,
     kick: Arc<Notify>,
     mut stop: watch::Receiver<bool>,
 ) {
     install_crypto_provider();
-    let api = match HttpPlacement::new(&settings) {
-        Ok(a) => a,
-        Err(e) => {
-            tracing::error!(target: "rtrack::upstream", error = %e, "cannot set up the Placement client; not reporting");
-            return;
-        }
+    let mut reporter = match &placement {
+        None => None,
+        Some(settings) => match HttpPlacement::new(settings) {
+            Ok(api) => Some(Reporter::new(api, settings, ReporterOptions::default())),
+            Err(e) => {
+                tracing::error!(target: "rtrack::upstream", error = %e, "cannot set up the Placement client; not reporting to Placement");
+                None
+            }
+        },
     };
-    let mut push = match validate_http_push(state.config().upstream_http.as_ref())
-        .and_then(|p| p.map(HttpPush::new).transpose())
-    {
+    let mut push_version = None;
+    let mut push = match validate_http_push(state.config().upstream_http.as_ref()).and_then(|p| {
+        push_version = p.as_ref().and_then(|p| p.object_version);
+        p.map(HttpPush::new).transpose()
+    }) {
         Ok(p) => p,
         Err(e) => {
             tracing::error!(target: "rtrack::upstream", error = %e, "cannot set up [upstream.http]; not pushing");
             None
         }
     };
-    let mut reporter = Reporter::new(api, &settings, ReporterOptions::default());
+    if reporter.is_none() && push.is_none() {
+        return;
+    }
+    // Without Placement, the ComputeNode is checked for changes every minute.
+    let interval = placement
+        .as_ref()
+        .map_or(Duration::from_secs(60), |p| p.report_interval);
+    let allocations = placement.as_ref().is_some_and(|p| p.report_allocations);
     let mut last_pushed: Option<Value> = None;
     loop {
         let st = state.clone();
-        let allocations = settings.report_allocations;
-        let snap = match tokio::task::spawn_blocking(move || snapshot(&st, allocations)).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(error = %e, "building the Placement snapshot failed");
-                return;
-            }
-        };
-        let outcome = match snap.desired {
-            Ok(desired) => reporter.report(&desired).await,
-            Err(e) => Err(e),
-        };
-        record(&state, &outcome);
+        let snap =
+            match tokio::task::spawn_blocking(move || snapshot(&st, allocations, push_version))
+                .await
+            {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!(error = %e, "building the upstream snapshot failed");
+                    return;
+                }
+            };
+        let mut wait = interval;
+        if let Some(r) = reporter.as_mut() {
+            let outcome = match snap.desired {
+                Ok(desired) => r.report(&desired).await,
+                Err(e) => Err(e),
+            };
+            record(&state, &outcome);
+            wait = match &outcome {
+                Ok(o) => o.backing_off.unwrap_or(interval).min(interval),
+                Err(_) => r
+                    .backoff_remaining()
+                    .max(Duration::from_secs(1))
+                    .min(interval),
+            };
+        }
         if let Some(p) = push.as_mut() {
             let cmp = comparable(&snap.compute_node);
             if last_pushed.as_ref() != Some(&cmp) {
@@ -235,16 +273,6 @@ pub async fn run(
                 }
             }
         }
-        let wait = match &outcome {
-            Ok(o) => o
-                .backing_off
-                .unwrap_or(settings.report_interval)
-                .min(settings.report_interval),
-            Err(_) => reporter
-                .backoff_remaining()
-                .max(Duration::from_secs(1))
-                .min(settings.report_interval),
-        };
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = kick.notified() => {}

@@ -174,18 +174,22 @@ async fn main_loop(
     };
 
     let kick = Arc::new(Notify::new());
-    let reporter = match crate::upstream::validate_placement(&cfg.placement) {
-        Ok(Some(settings)) => {
-            tracing::info!(target: "rtrack::upstream", endpoint = %settings.endpoint, "reporting to Placement");
-            Some(tokio::spawn(super::report::run(
-                state.clone(),
-                settings,
-                kick.clone(),
-                stop_rx.clone(),
-            )))
+    let placement = crate::upstream::validate_placement(&cfg.placement)
+        .map_err(|e| anyhow::anyhow!("[placement]: {e}"))?;
+    crate::upstream::validate_http_push(cfg.upstream_http.as_ref())
+        .map_err(|e| anyhow::anyhow!("[upstream.http]: {e}"))?;
+    let reporter = if placement.is_some() || cfg.upstream_http.is_some() {
+        if let Some(p) = &placement {
+            tracing::info!(target: "rtrack::upstream", endpoint = %p.endpoint, "reporting to Placement");
         }
-        Ok(None) => None,
-        Err(e) => return Err(anyhow::anyhow!("[placement]: {e}")),
+        Some(tokio::spawn(super::report::run(
+            state.clone(),
+            placement,
+            kick.clone(),
+            stop_rx.clone(),
+        )))
+    } else {
+        None
     };
 
     let ready_status = format!(

@@ -97,6 +97,8 @@ pub struct HttpPushSettings {
     pub url: Url,
     /// Timeout of one POST.
     pub timeout: Duration,
+    /// ComputeNode version to send (backported); `None`: the newest.
+    pub object_version: Option<crate::objects::ObjVersion>,
 }
 
 fn bad(key: &str, value: impl Into<String>, expected: &str) -> UpstreamError {
@@ -285,9 +287,29 @@ pub fn validate_http_push(
     c: Option<&UpstreamHttpConfig>,
 ) -> Result<Option<HttpPushSettings>, UpstreamError> {
     let Some(c) = c else { return Ok(None) };
+    let object_version = match &c.object_version {
+        None => None,
+        Some(v) => {
+            let newest =
+                <crate::objects::compute_node::ComputeNode as crate::objects::NovaObject>::VERSION;
+            match crate::objects::ObjVersion::parse(v) {
+                Some(ver) if ver.major == newest.major && ver <= newest => Some(ver),
+                _ => {
+                    return Err(bad(
+                        "upstream.http.object_version",
+                        format!("{v:?}"),
+                        &format!(
+                            "must be a ComputeNode version from 1.0 to {newest}, e.g. \"1.16\""
+                        ),
+                    ))
+                }
+            }
+        }
+    };
     Ok(Some(HttpPushSettings {
         url: parse_base_url("upstream.http.url", &c.url)?,
         timeout: Duration::from_secs(seconds("upstream.http.timeout_s", c.timeout_s, 10, false)?),
+        object_version,
     }))
 }
 
@@ -396,5 +418,15 @@ mod tests {
         };
         let e = validate_http_push(Some(&c)).unwrap_err().to_string();
         assert!(e.starts_with("upstream.http.url = \"not a url\""), "{e}");
+        let c = UpstreamHttpConfig {
+            url: "http://127.0.0.1:9/".into(),
+            object_version: Some("2.3".into()),
+            timeout_s: None,
+        };
+        let e = validate_http_push(Some(&c)).unwrap_err().to_string();
+        assert!(
+            e.starts_with("upstream.http.object_version = \"2.3\""),
+            "{e}"
+        );
     }
 }
