@@ -1265,3 +1265,90 @@ fn the_compute_node_is_posted_upstream_when_it_changes() {
         2
     );
 }
+
+/// A probe that hangs (a FIFO standing in for a stuck filesystem) is reported after 10 s, is not
+/// started twice, and claims are served all along; when it ends, audits go on.
+#[test]
+fn a_hung_probe_does_not_stop_claims() {
+    let e = env();
+    let d = start(&e, "[audit]\ninterval_s = 1\n");
+    let online = e.root.join("sys/devices/system/cpu/online");
+    let saved = std::fs::read(&online).unwrap();
+    std::fs::remove_file(&online).unwrap();
+    nix::unistd::mkfifo(&online, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+    let link = e.root.join("online.fifo");
+    std::fs::hard_link(&online, &link).unwrap();
+    let start = Instant::now();
+    let mut claimed = 0;
+    loop {
+        // Claims keep being answered quickly while the probe hangs.
+        let t = Instant::now();
+        let (s, v) = d.call(
+            "POST",
+            "/v1/claims",
+            Some(&claim(&uuid(100 + claimed), 1, 64, 0, None)),
+        );
+        assert_eq!(s, 201, "{v}");
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "a claim took {:?}",
+            t.elapsed()
+        );
+        let (s, _) = d.call(
+            "DELETE",
+            &format!("/v1/claims/{}", uuid(100 + claimed)),
+            None,
+        );
+        assert_eq!(s, 200);
+        claimed += 1;
+        let (_, h) = d.call("GET", "/healthz", None);
+        if h["last_audit_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("has run for more than 10 s"))
+        {
+            assert_eq!(h["status"], "degraded");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{h}\n{}",
+            d.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        d.log_text().contains("the previous probe is still running"),
+        "{}",
+        d.log_text()
+    );
+    // Put the file back, then let the hung read finish through the FIFO's other name.
+    let tmp = e.root.join("online.tmp");
+    std::fs::write(&tmp, &saved).unwrap();
+    std::fs::rename(&tmp, &online).unwrap();
+    let mut w = std::fs::OpenOptions::new().write(true).open(&link).unwrap();
+    w.write_all(&saved).unwrap();
+    drop(w);
+    let start = Instant::now();
+    loop {
+        let (_, h) = d.call("GET", "/healthz", None);
+        if h["status"] == "ok" {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{h}\n{}",
+            d.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(claimed >= 20, "{claimed} claims while the probe hung");
+    let (s, v) = d.call(
+        "POST",
+        "/v1/claims",
+        Some(&claim(&uuid(99), 3, 64, 0, None)),
+    );
+    assert_eq!(s, 201, "{v}");
+    let (_, u) = d.call("GET", "/v1/usage", None);
+    assert_eq!(u["resources"]["VCPU"]["used"], 3);
+}

@@ -182,6 +182,11 @@ fn finish(state: &DaemonState, result: AuditResult, elapsed: Duration) -> Result
     }
 }
 
+/// How long an audit may take before it is reported as hung: one interval, at least 10 s.
+pub fn time_limit(interval_s: u64) -> Duration {
+    Duration::from_secs(interval_s.max(10))
+}
+
 /// The wait before the next audit: the interval, moved by up to `jitter` either way so that
 /// hosts started together do not probe (and report) in step.
 pub fn next_delay(interval_s: u64, jitter_s: u64) -> Duration {

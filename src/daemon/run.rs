@@ -128,7 +128,7 @@ async fn main_loop(
     ));
     let auditor = Arc::new(Auditor::new(state.clone()));
     auditor
-        .run_once(Duration::from_secs(cfg.audit_interval_s.max(30)))
+        .run_once(audit::time_limit(cfg.audit_interval_s))
         .await
         .map_err(|e| anyhow::anyhow!("first audit: {e}"))?;
 
@@ -215,7 +215,7 @@ async fn main_loop(
                     _ = tokio::time::sleep(delay) => {}
                     _ = stop.changed() => return,
                 }
-                let limit = Duration::from_secs(cfg.audit_interval_s.max(30));
+                let limit = audit::time_limit(cfg.audit_interval_s);
                 if auditor.run_once(limit).await.is_ok() {
                     kick.notify_one();
                 }
@@ -265,7 +265,7 @@ async fn main_loop(
                         // New device specs or ratios: audit now rather than in a minute.
                         let auditor = auditor.clone();
                         let kick = kick.clone();
-                        let limit = Duration::from_secs(state.config().audit_interval_s.max(30));
+                        let limit = audit::time_limit(state.config().audit_interval_s);
                         tokio::spawn(async move {
                             if auditor.run_once(limit).await.is_ok() {
                                 kick.notify_one();
