@@ -163,6 +163,14 @@ fn record_decision(
     }
 }
 
+/// Logs and counts a claim whose request could not be read.
+fn reject_malformed(state: &DaemonState, operation: &'static str, e: &ApiError) {
+    state
+        .metrics
+        .count_claim_outcome(operation, e.code, String::new());
+    tracing::info!(target: "rtrack::claims", operation, code = e.code, reason = %e.message, "claim refused");
+}
+
 /// `GET /healthz`.
 pub async fn healthz(State(state): St) -> Response {
     let h = state.health();
@@ -346,20 +354,9 @@ pub async fn create_claim(
     let dry_run = q.flag()?;
     let body: ClaimBody = json_body(&state, &headers, body, "a claim")?;
     let config = state.config();
-    let ParsedClaim { info, request } = match body.parse(&config.aliases) {
-        Ok(p) => p,
-        Err(e) => {
-            state.metrics.count_claim(
-                "instance_claim",
-                Err(&ClaimError::Invalid {
-                    field: String::new(),
-                    message: String::new(),
-                }),
-            );
-            tracing::info!(target: "rtrack::claims", operation = "instance_claim", code = e.code, reason = %e.message, "claim refused");
-            return Err(e);
-        }
-    };
+    let ParsedClaim { info, request } = body
+        .parse(&config.aliases)
+        .inspect_err(|e| reject_malformed(&state, "instance_claim", e))?;
     let (tx, rx) = tokio::sync::oneshot::channel();
     let st = state.clone();
     tokio::task::spawn_blocking(move || {
@@ -510,7 +507,9 @@ pub async fn create_migration(
     let dry_run = q.flag()?;
     let body: MigrationBody = json_body(&state, &headers, body, "a migration")?;
     let config = state.config();
-    let ParsedMove { info, new, current } = body.parse(&config.aliases)?;
+    let ParsedMove { info, new, current } = body
+        .parse(&config.aliases)
+        .inspect_err(|e| reject_malformed(&state, "move_claim", e))?;
     let (tx, rx) = tokio::sync::oneshot::channel();
     let st = state.clone();
     tokio::task::spawn_blocking(move || {

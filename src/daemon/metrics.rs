@@ -182,22 +182,22 @@ impl Metrics {
             Ok(ClaimDecision::DryRun) => ("dry_run_fits", String::new()),
             Err(e) => (e.code(), refusal_reason(e)),
         };
+        self.count_claim_outcome(operation, outcome, reason);
+    }
+
+    /// Counts a failure that is not the tracker's decision (the store failed, shutting down).
+    pub fn count_claim_error(&self, operation: &'static str) {
+        self.count_claim_outcome(operation, "error", String::new());
+    }
+
+    /// Counts a claim with this outcome (an API error code for a request that could not be
+    /// read) and reason.
+    pub fn count_claim_outcome(&self, operation: &'static str, outcome: &str, reason: String) {
         self.claims
             .get_or_create(&vec![
                 ("operation", operation.to_string()),
                 ("outcome", outcome.to_string()),
                 ("reason", reason),
-            ])
-            .inc();
-    }
-
-    /// Counts a failure that is not the tracker's decision (the store failed, shutting down).
-    pub fn count_claim_error(&self, operation: &'static str) {
-        self.claims
-            .get_or_create(&vec![
-                ("operation", operation.to_string()),
-                ("outcome", "error".to_string()),
-                ("reason", String::new()),
             ])
             .inc();
     }
