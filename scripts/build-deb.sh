@@ -55,10 +55,12 @@ else
 fi
 
 step "cargo deb --no-build"
-rm -rf "$ROOT/target/debian"
+CHECK=$ROOT/target/deb-check # scratch space of the checks
+rm -rf "$ROOT/target/debian" "$CHECK"
+mkdir -p "$CHECK"
 # --strip: the release profile keeps line tables for backtraces; the package does not.
-"$CARGO_DEB" --no-build --strip --locked -p rtrack --output "$ROOT/target/debian/" | tee "$ROOT/target/deb-path.txt"
-DEB=$(tail -n 1 "$ROOT/target/deb-path.txt")
+"$CARGO_DEB" --no-build --strip --locked -p rtrack --output "$ROOT/target/debian/" | tee "$CHECK/cargo-deb.out"
+DEB=$(tail -n 1 "$CHECK/cargo-deb.out")
 [ -f "$DEB" ] || fail "cargo deb did not report the .deb it wrote (got: $DEB)"
 ok "built ${DEB#"$ROOT"/} ($(stat -c %s "$DEB") bytes)"
 
@@ -123,8 +125,7 @@ grep -q 'deb-systemd-invoke stop .*rtrackd.service' <<<"$(dpkg-deb --info "$DEB"
 grep -q 'rm -rf /var/lib/rtrack' <<<"$(dpkg-deb --info "$DEB" postrm)" || fail "postrm does not remove the state on purge"
 ok "prerm stops the service, postrm purges the state; the scripts are valid sh"
 
-EXTRACT=$ROOT/target/debian/root
-rm -rf "$EXTRACT"
+EXTRACT=$CHECK/root # the package unpacked
 mkdir -p "$EXTRACT"
 dpkg-deb --extract "$DEB" "$EXTRACT"
 cmp "$EXTRACT/usr/lib/systemd/system/rtrackd.service" packaging/rtrackd.service || fail "the packaged unit differs from packaging/rtrackd.service"
