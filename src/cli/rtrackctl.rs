@@ -34,7 +34,7 @@ pub const EXIT_ERROR: u8 = 1;
 ///
 /// Exit codes: 0 done, 3 claim refused, 2 usage error, 1 other error.
 #[derive(Debug, Parser)]
-#[command(name = "rtrackctl", version, about, long_about = None)]
+#[command(name = "rtrackctl", version)]
 pub struct Cli {
     /// rtrackd's socket. Default: $RTRACK_SOCKET, else /run/rtrack/rtrack.sock.
     #[arg(long, global = true, value_name = "PATH")]

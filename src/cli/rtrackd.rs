@@ -22,7 +22,7 @@ use crate::objects::{current_manifest, Manifest, ObjVersion};
 ///
 /// Without --once or --check-config, runs as a daemon.
 #[derive(Debug, Parser)]
-#[command(name = "rtrackd", version, about, long_about = None)]
+#[command(name = "rtrackd", version)]
 pub struct Cli {
     /// Probe once, print the inventory and exit.
     #[arg(long)]
