@@ -40,7 +40,7 @@ pub enum ServiceError {
 enum Job {
     /// Changes to commit, and where to say how it went.
     Commit {
-        changes: Changes,
+        changes: Box<Changes>,
         done: mpsc::SyncSender<Result<(), String>>,
     },
     /// The tracker was reloaded from disk after a failed commit: jobs queued after this are
@@ -139,8 +139,11 @@ impl TrackerService {
         let (done, wait) = mpsc::sync_channel(1);
         let tx = self.tx.lock();
         let tx = tx.as_ref().ok_or(ServiceError::Stopped)?;
-        tx.send(Job::Commit { changes, done })
-            .map_err(|_| ServiceError::Stopped)?;
+        tx.send(Job::Commit {
+            changes: Box::new(changes),
+            done,
+        })
+        .map_err(|_| ServiceError::Stopped)?;
         Ok(wait)
     }
 
@@ -330,7 +333,7 @@ fn writer_loop(
                     poisoned = None;
                 }
                 Job::Commit { changes, done } => {
-                    batch.push(changes);
+                    batch.push(*changes);
                     dones.push(done);
                 }
             }

@@ -276,6 +276,24 @@ impl Store {
             state.failed_builds = fb;
             state.next_migration_id = next;
         }
+        let node: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'compute_node'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.sql(e))?;
+        if let Some(n) = node {
+            state.compute_node =
+                Some(serde_json::from_str(&n).map_err(|e| StoreError::Corrupt {
+                    path: self.path.clone(),
+                    table: "meta",
+                    key: "compute_node".into(),
+                    message: format!("expected a ComputeNode primitive (JSON): {e}"),
+                })?);
+        }
         if !upgraded.is_empty() {
             self.commit(&[upgraded])?;
         }
@@ -405,6 +423,13 @@ impl Store {
                 )
                 .map_err(sql)?;
             }
+            if let Some(node) = &changes.compute_node {
+                tx.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('compute_node', ?1)",
+                    params![node.to_string()],
+                )
+                .map_err(sql)?;
+            }
         }
         tx.commit().map_err(sql)
     }
@@ -509,6 +534,7 @@ pub fn full_changes(state: &TrackerState) -> Changes {
             .map(|(k, v)| (*k, Some(v.clone())))
             .collect(),
         counters: Some((state.failed_builds, state.next_migration_id)),
+        compute_node: state.compute_node.clone(),
     }
 }
 
@@ -520,6 +546,9 @@ mod tests {
         let mut s = TrackerState {
             failed_builds: 2,
             next_migration_id: 9,
+            compute_node: Some(
+                serde_json::json!({"nova_object.name": "ComputeNode", "nova_object.data": {"vcpus": 8}}),
+            ),
             ..TrackerState::default()
         };
         let rec: crate::tracker::model::MigrationRecord = serde_json::from_value(serde_json::json!({

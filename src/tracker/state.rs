@@ -60,6 +60,10 @@ pub struct TrackerState {
     pub failed_builds: u64,
     /// Next id for migrations rtrack creates.
     pub next_migration_id: i64,
+    /// The ComputeNode primitive of the last audit that changed it (kept only when it changes;
+    /// `updated_at` alone does not count as a change).
+    #[serde(default)]
+    pub compute_node: Option<serde_json::Value>,
 }
 
 /// What an operation changed: rows to write (`Some`) or delete (`None`).
@@ -77,6 +81,8 @@ pub struct Changes {
     pub move_claims: BTreeMap<i64, Option<ClaimRecord>>,
     /// Counters changed.
     pub counters: Option<(u64, i64)>,
+    /// A new ComputeNode primitive to keep.
+    pub compute_node: Option<serde_json::Value>,
 }
 
 impl Changes {
@@ -88,6 +94,7 @@ impl Changes {
             && self.claims.is_empty()
             && self.move_claims.is_empty()
             && self.counters.is_none()
+            && self.compute_node.is_none()
     }
 
     /// Adds later changes on top of these.
@@ -99,6 +106,9 @@ impl Changes {
         self.move_claims.extend(later.move_claims);
         if later.counters.is_some() {
             self.counters = later.counters;
+        }
+        if later.compute_node.is_some() {
+            self.compute_node = later.compute_node;
         }
     }
 }
@@ -1264,6 +1274,15 @@ impl Tracker {
             self.set_migration_status(*id, "error", &mut changes);
         }
         let compute_node = self.compute_node(&usage, now);
+        // Persisted only when it changed (Nova's _resource_change): the audit time alone is
+        // not a change.
+        let primitive = compute_node.to_primitive();
+        if self.state.compute_node.as_ref().map(without_updated_at)
+            != Some(without_updated_at(&primitive))
+        {
+            self.state.compute_node = Some(primitive.clone());
+            changes.compute_node = Some(primitive);
+        }
         (
             AuditOutcome {
                 compute_node,
@@ -1320,6 +1339,24 @@ fn same_properties(a: &TrackedDevice, b: &TrackedDevice) -> bool {
         && a.parent_ifname == b.parent_ifname
         && a.spec_index == b.spec_index
         && a.tags == b.tags
+}
+
+/// A ComputeNode primitive without its `updated_at`, for comparisons.
+fn without_updated_at(primitive: &serde_json::Value) -> serde_json::Value {
+    let mut v = primitive.clone();
+    if let Some(data) = v
+        .get_mut("nova_object.data")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        data.remove("updated_at");
+    }
+    if let Some(changes) = v
+        .get_mut("nova_object.changes")
+        .and_then(serde_json::Value::as_array_mut)
+    {
+        changes.retain(|c| c != "updated_at");
+    }
+    v
 }
 
 fn validate_uuid(uuid: &str, field: &str) -> Result<(), ClaimError> {

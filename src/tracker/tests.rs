@@ -797,3 +797,24 @@ physical_network = "physnet9"
         .iter()
         .all(|p| p.key.tags["physical_network"] == "physnet1"));
 }
+
+#[test]
+fn the_compute_node_is_kept_only_when_it_changes() {
+    let mut t = tracker();
+    let first = t
+        .state()
+        .compute_node
+        .clone()
+        .expect("the first audit keeps it");
+    // Same host, later: only updated_at differs, nothing to keep.
+    let later = time::OffsetDateTime::UNIX_EPOCH + time::Duration::hours(1);
+    let (_, changes) = t.audit(host(SyntheticHost::small()), later);
+    assert_eq!(changes.compute_node, None);
+    assert_eq!(t.state().compute_node.as_ref(), Some(&first));
+    // A claim changes the usage: the next audit keeps the new node.
+    claim(&mut t, 1, req(flavor(1, 2, 512, 1, &[]), vec![])).unwrap();
+    let (_, changes) = t.audit(host(SyntheticHost::small()), later);
+    let node = changes.compute_node.expect("changed");
+    assert_eq!(node["nova_object.data"]["vcpus_used"], 2);
+    assert_eq!(t.state().compute_node.as_ref(), Some(&node));
+}
