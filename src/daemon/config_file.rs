@@ -79,21 +79,20 @@ pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<LoadedConfig, 
     })
 }
 
+/// A directory systemd passes in `var` (`StateDirectory=`, `RuntimeDirectory=`). It may pass
+/// several, colon-separated: the first is ours.
+fn systemd_directory(var: &str) -> Option<PathBuf> {
+    let v = std::env::var_os(var)?;
+    let first = v.to_str()?.split(':').next()?;
+    (!first.is_empty()).then(|| PathBuf::from(first))
+}
+
 /// The state directory: configured (or `--state-dir`), else `$STATE_DIRECTORY` (systemd's
 /// `StateDirectory=`), else `/var/lib/rtrack`.
 pub fn state_dir(cfg: &ValidConfig) -> PathBuf {
     cfg.state_dir
         .clone()
-        .or_else(|| {
-            std::env::var_os("STATE_DIRECTORY")
-                // systemd may pass several, colon-separated: the first is ours.
-                .and_then(|v| {
-                    v.to_str()
-                        .map(|s| s.split(':').next().unwrap_or("").to_string())
-                })
-                .filter(|s| !s.is_empty())
-                .map(PathBuf::from)
-        })
+        .or_else(|| systemd_directory("STATE_DIRECTORY"))
         .unwrap_or_else(|| PathBuf::from("/var/lib/rtrack"))
 }
 
@@ -101,13 +100,8 @@ pub fn state_dir(cfg: &ValidConfig) -> PathBuf {
 /// `/run/rtrack/rtrack.sock`.
 pub fn socket_path(cfg: &ValidConfig) -> PathBuf {
     cfg.socket.clone().unwrap_or_else(|| {
-        std::env::var_os("RUNTIME_DIRECTORY")
-            .and_then(|v| {
-                v.to_str()
-                    .map(|s| s.split(':').next().unwrap_or("").to_string())
-            })
-            .filter(|s| !s.is_empty())
-            .map(|d| PathBuf::from(d).join("rtrack.sock"))
+        systemd_directory("RUNTIME_DIRECTORY")
+            .map(|d| d.join("rtrack.sock"))
             .unwrap_or_else(|| PathBuf::from("/run/rtrack/rtrack.sock"))
     })
 }

@@ -12,6 +12,7 @@ use tokio::sync::{watch, Notify};
 use uuid::Uuid;
 
 use super::shared::DaemonState;
+use crate::tracker::compute_node::without_updated_at;
 use crate::tracker::pci::devices::DeviceStatus;
 use crate::tracker::state::Tracker;
 use crate::tracker::usage::UsageSource;
@@ -150,15 +151,6 @@ fn snapshot(
     })
 }
 
-/// The primitive without the fields that change on every build.
-fn comparable(node: &Value) -> Value {
-    let mut v = node.clone();
-    if let Some(data) = v.get_mut("nova_object.data").and_then(Value::as_object_mut) {
-        data.remove("updated_at");
-    }
-    v
-}
-
 fn record(state: &DaemonState, outcome: &Result<ReportOutcome, UpstreamError>) {
     let m = &state.metrics;
     match outcome {
@@ -263,7 +255,7 @@ pub async fn run(
             };
         }
         if let Some(p) = push.as_mut() {
-            let cmp = comparable(&snap.compute_node);
+            let cmp = without_updated_at(&snap.compute_node);
             if last_pushed.as_ref() != Some(&cmp) {
                 match p.push(&snap.compute_node).await {
                     Ok(_) => last_pushed = Some(cmp),

@@ -297,3 +297,22 @@ pub fn build_compute_node(
     };
     Versioned::new(node)
 }
+
+/// A ComputeNode primitive without its `updated_at`, for comparisons: the audit time alone is
+/// not a change worth storing or sending upstream.
+pub fn without_updated_at(primitive: &serde_json::Value) -> serde_json::Value {
+    let mut v = primitive.clone();
+    if let Some(data) = v
+        .get_mut("nova_object.data")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        data.remove("updated_at");
+    }
+    if let Some(changes) = v
+        .get_mut("nova_object.changes")
+        .and_then(serde_json::Value::as_array_mut)
+    {
+        changes.retain(|c| c != "updated_at");
+    }
+    v
+}

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use super::compute_node::{build_compute_node, NodeIdentity, NodeUsage};
+use super::compute_node::{build_compute_node, without_updated_at, NodeIdentity, NodeUsage};
 use super::error::{ClaimError, Refusal, ResourceShortfall};
 use super::model::{
     FlavorUsage, HostNames, InstanceRecord, InstanceRequest, MigrationContext, MigrationRecord,
@@ -1339,24 +1339,6 @@ fn same_properties(a: &TrackedDevice, b: &TrackedDevice) -> bool {
         && a.parent_ifname == b.parent_ifname
         && a.spec_index == b.spec_index
         && a.tags == b.tags
-}
-
-/// A ComputeNode primitive without its `updated_at`, for comparisons.
-fn without_updated_at(primitive: &serde_json::Value) -> serde_json::Value {
-    let mut v = primitive.clone();
-    if let Some(data) = v
-        .get_mut("nova_object.data")
-        .and_then(serde_json::Value::as_object_mut)
-    {
-        data.remove("updated_at");
-    }
-    if let Some(changes) = v
-        .get_mut("nova_object.changes")
-        .and_then(serde_json::Value::as_array_mut)
-    {
-        changes.retain(|c| c != "updated_at");
-    }
-    v
 }
 
 fn validate_uuid(uuid: &str, field: &str) -> Result<(), ClaimError> {
