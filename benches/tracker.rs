@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rtrack::config::Config;
-use rtrack::daemon::service::TrackerService;
 use rtrack::probes::{probe_host, HostInventory, HostRoot, ProbeOptions};
+use rtrack::service::TrackerService;
 use rtrack::tracker::model::{FlavorUsage, HostNames, InstanceRequest, PciRequest};
 use rtrack::tracker::pci::NumaPolicy;
 use rtrack::tracker::{InstanceInfo, Tracker, TrackerSettings, TrackerState};

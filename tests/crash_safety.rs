@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rtrack::config::Config;
-use rtrack::daemon::service::TrackerService;
 use rtrack::probes::{probe_host, HostRoot, ProbeOptions};
+use rtrack::service::TrackerService;
 use rtrack::store::Store;
 use rtrack::tracker::model::{FlavorUsage, HostNames, InstanceRequest, PciRequest};
 use rtrack::tracker::pci::{DeviceStatus, NumaPolicy};
@@ -310,6 +310,6 @@ fn a_dropped_guard_aborts_its_claim() {
         !svc.state().claims.contains_key(&uuid(0, 0, 1)),
         "dropped guard must abort"
     );
-    svc.guarded_claim(&info(2), &req).unwrap().commit();
+    svc.guarded_claim(&info(2), &req).unwrap().answered();
     assert!(svc.state().claims.contains_key(&uuid(0, 0, 2)));
 }

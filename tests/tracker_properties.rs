@@ -359,7 +359,7 @@ fn run(ops: Vec<Op>, hosts: &[HostInventory]) {
                         vm_state: Some("active".into()),
                         ..Default::default()
                     },
-                    current,
+                    current: Some(current),
                     new,
                     move_type: None,
                     migration_id: Some(id),

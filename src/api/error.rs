@@ -5,8 +5,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
-use crate::daemon::service::ServiceError;
 use crate::objects::ObjectError;
+use crate::service::ServiceError;
 use crate::store::StoreError;
 use crate::tracker::ClaimError;
 
@@ -117,6 +117,11 @@ impl From<ServiceError> for ApiError {
         match e {
             ServiceError::Claim(c) => c.into(),
             ServiceError::Store(s) => store_error(&s),
+            ServiceError::Unavailable(reason) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                format!("rtrackd cannot read its store, so it changes nothing until it can ({reason}); nothing was changed, retry later"),
+            ),
             ServiceError::Stopped => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "shutting_down",

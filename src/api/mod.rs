@@ -159,7 +159,7 @@ async fn timeout(State(limit): State<Duration>, req: Request, next: Next) -> Res
                 StatusCode::SERVICE_UNAVAILABLE,
                 "timeout",
                 format!(
-                    "the request took longer than {} s and was abandoned; a claim it was making is aborted unless it had completed (claims are idempotent: retry to learn which)",
+                    "the request took longer than {} s and was abandoned; a claim it was making is aborted once decided, unless a retry of it was answered meanwhile (claims are idempotent: retry to learn which)",
                     limit.as_secs_f64()
                 ),
             )

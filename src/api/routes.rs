@@ -16,10 +16,10 @@ use super::bodies::{
 };
 use super::error::ApiError;
 use crate::daemon::metrics::ClaimDecision;
-use crate::daemon::service::{ServiceError, TrackerService};
 use crate::daemon::shared::DaemonState;
 use crate::inventory::format_utc;
 use crate::objects::{current_manifest, ObjVersion};
+use crate::service::{Granted, ServiceError, TrackerService};
 use crate::tracker::state::{ClaimOutcome, ClaimRecord, InstanceUpdate, MoveRequest};
 use crate::tracker::ClaimError;
 
@@ -178,7 +178,8 @@ pub async fn healthz(State(state): St) -> Response {
     let stale = h
         .last_success
         .is_none_or(|t| t.elapsed().as_secs() > 3 * interval + 60);
-    let status = if h.failing_in_a_row > 0 || stale {
+    let store_unavailable = state.service.store_unavailable();
+    let status = if h.failing_in_a_row > 0 || stale || store_unavailable.is_some() {
         "degraded"
     } else {
         "ok"
@@ -198,6 +199,7 @@ pub async fn healthz(State(state): St) -> Response {
             "last_audit_at": h.last_success_at,
             "last_audit_seconds": h.last_duration.map(|d| d.as_secs_f64()),
             "last_audit_error": h.last_error,
+            "store_unavailable": store_unavailable,
         })),
     )
         .into_response()
@@ -343,6 +345,67 @@ pub async fn list_claims(State(state): St) -> ApiResult {
     Ok(Json(body).into_response())
 }
 
+/// Runs a claim on the blocking pool and answers its caller. A new claim whose caller has gone
+/// by the time it is granted is aborted by the service's caller-left rule ([`Granted`]); `view`
+/// adds what the answer shows besides the claim (read from committed state).
+async fn claim_for_caller<V: Send + 'static>(
+    state: &Arc<DaemonState>,
+    operation: &'static str,
+    uuid: String,
+    claim: impl FnOnce(&TrackerService) -> Result<Granted<'_>, ServiceError> + Send + 'static,
+    dry_run: impl FnOnce(&TrackerService) -> Result<ClaimOutcome, ServiceError> + Send + 'static,
+    view: impl FnOnce(&DaemonState, &ClaimOutcome) -> Result<V, ApiError> + Send + 'static,
+    is_dry_run: bool,
+) -> Result<(ClaimOutcome, V), ApiError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let st = state.clone();
+    tokio::task::spawn_blocking(move || {
+        let service: &TrackerService = &st.service;
+        if is_dry_run {
+            let r = dry_run(service);
+            record_decision(&st, operation, &uuid, &r);
+            let answer = r
+                .map_err(ApiError::from)
+                .and_then(|o| view(&st, &o).map(|v| (o, v)));
+            let _ = tx.send(answer);
+            return;
+        }
+        match claim(service) {
+            Ok(granted) => {
+                let r = Ok(granted.outcome.clone());
+                record_decision(&st, operation, &uuid, &r);
+                match view(&st, &granted.outcome) {
+                    Ok(v) => {
+                        if tx.send(Ok((granted.outcome.clone(), v))).is_ok() {
+                            granted.answered();
+                        }
+                        // Else the caller is gone: dropping `granted` applies the rule.
+                    }
+                    Err(e) => {
+                        // Not answered with the claim: it does not stay.
+                        drop(granted);
+                        let _ = tx.send(Err(e));
+                    }
+                }
+            }
+            Err(e) => {
+                let r: Result<ClaimOutcome, ServiceError> = Err(e);
+                record_decision(&st, operation, &uuid, &r);
+                if let Err(e) = r {
+                    let _ = tx.send(Err(ApiError::from(e)));
+                }
+            }
+        }
+    });
+    rx.await.map_err(|_| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_error",
+            "the claim operation ended without an answer; nothing was acknowledged",
+        )
+    })?
+}
+
 /// `POST /v1/claims[?dry_run=true]`.
 pub async fn create_claim(
     State(state): St,
@@ -357,42 +420,17 @@ pub async fn create_claim(
     let ParsedClaim { info, request } = body
         .parse(&config.aliases)
         .inspect_err(|e| reject_malformed(&state, "instance_claim", e))?;
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let st = state.clone();
-    tokio::task::spawn_blocking(move || {
-        let service: &TrackerService = &st.service;
-        if dry_run {
-            let r = service.instance_claim(&info, &request, true);
-            record_decision(&st, "instance_claim", &info.uuid, &r);
-            let _ = tx.send(r);
-            return;
-        }
-        match service.guarded_claim(&info, &request) {
-            Ok(guard) => {
-                let r = Ok(guard.outcome.clone());
-                record_decision(&st, "instance_claim", &info.uuid, &r);
-                if tx.send(r).is_ok() {
-                    guard.commit();
-                } else {
-                    // The caller is gone (timed out, disconnected): it never learns of the claim,
-                    // so the claim must not stay. The guard aborts it when dropped.
-                    tracing::warn!(instance = %info.uuid, "the caller left before the claim was answered; aborting it");
-                }
-            }
-            Err(e) => {
-                let r = Err(e);
-                record_decision(&st, "instance_claim", &info.uuid, &r);
-                let _ = tx.send(r);
-            }
-        }
-    });
-    let outcome = rx.await.map_err(|_| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal_error",
-            "the claim operation ended without an answer; nothing was acknowledged",
-        )
-    })??;
+    let (info2, request2) = (info.clone(), request.clone());
+    let (outcome, ()) = claim_for_caller(
+        &state,
+        "instance_claim",
+        info.uuid.clone(),
+        move |s| s.guarded_claim(&info, &request),
+        move |s| s.instance_claim(&info2, &request2, true),
+        |_, _| Ok(()),
+        dry_run,
+    )
+    .await?;
     if outcome.dry_run {
         return Ok(Json(json!({"fits": true, "claim": outcome_view(&outcome)})).into_response());
     }
@@ -510,55 +548,33 @@ pub async fn create_migration(
     let ParsedMove { info, new, current } = body
         .parse(&config.aliases)
         .inspect_err(|e| reject_malformed(&state, "move_claim", e))?;
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let st = state.clone();
-    tokio::task::spawn_blocking(move || {
-        let current = current.unwrap_or_else(|| {
-            st.service
-                .read(|t| {
-                    t.state()
-                        .instances
-                        .get(&info.uuid)
-                        .map(|r| r.request.clone())
-                })
-                .unwrap_or_else(|| new.clone())
-        });
-        let mv = MoveRequest {
-            instance: info.clone(),
-            current,
-            new,
-            move_type: body.move_type,
-            migration_id: body.migration_id,
-            migration_uuid: body.migration_uuid.clone(),
-            source_compute: body.source_compute.clone(),
-            source_node: body.source_node.clone(),
-            dest_compute: body.dest_compute.clone(),
-            dest_node: body.dest_node.clone(),
-        };
-        let r = st.service.move_claim(&mv, dry_run);
-        record_decision(&st, "move_claim", &info.uuid, &r);
-        let undo = matches!(&r, Ok(o) if !o.existing && !o.dry_run);
-        let migration = r
-            .as_ref()
-            .ok()
-            .and_then(|o| o.claim.migration_id)
-            .map(|id| migration_view(&st, id));
-        if tx.send((r, migration)).is_err() && undo {
-            tracing::warn!(instance = %info.uuid, "the caller left before the move claim was answered; aborting it");
-            if let Err(e) = st.service.abort(&info.uuid) {
-                tracing::warn!(instance = %info.uuid, error = %e, "aborting the unanswered move claim failed");
-            }
-        }
-    });
-    let (outcome, migration) = rx.await.map_err(|_| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal_error",
-            "the move claim ended without an answer; nothing was acknowledged",
-        )
-    })?;
-    let outcome = outcome?;
-    let migration = migration.transpose()?.unwrap_or(Value::Null);
+    let uuid = info.uuid.clone();
+    let mv = MoveRequest {
+        instance: info,
+        current,
+        new,
+        move_type: body.move_type,
+        migration_id: body.migration_id,
+        migration_uuid: body.migration_uuid,
+        source_compute: body.source_compute,
+        source_node: body.source_node,
+        dest_compute: body.dest_compute,
+        dest_node: body.dest_node,
+    };
+    let mv2 = mv.clone();
+    let (outcome, migration) = claim_for_caller(
+        &state,
+        "move_claim",
+        uuid,
+        move |s| s.guarded_move(&mv),
+        move |s| s.move_claim(&mv2, true),
+        |st, o| match o.claim.migration_id {
+            Some(id) if !o.dry_run => migration_view(st, id),
+            _ => Ok(Value::Null),
+        },
+        dry_run,
+    )
+    .await?;
     let mut body = json!({
         "migration": migration,
         "claim": outcome_view(&outcome),

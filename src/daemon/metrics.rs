@@ -14,7 +14,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use super::service::TrackerService;
+use crate::service::TrackerService;
 use crate::tracker::ClaimError;
 
 type Labels = Vec<(&'static str, String)>;

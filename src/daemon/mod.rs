@@ -9,7 +9,6 @@ pub mod once;
 pub mod peer;
 pub mod report;
 pub mod run;
-pub mod service;
 pub mod shared;
 pub mod socket;
 pub mod systemd;

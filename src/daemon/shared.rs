@@ -10,8 +10,8 @@ use parking_lot::RwLock;
 
 use super::metrics::Metrics;
 use super::peer::Access;
-use super::service::TrackerService;
 use crate::config::ValidConfig;
+use crate::service::TrackerService;
 
 /// How the audits have been going.
 #[derive(Debug, Clone, Default)]

@@ -358,7 +358,10 @@ impl Store {
     }
 
     /// Commits a batch of changes in one transaction, in order.
-    pub fn commit(&mut self, batch: &[Changes]) -> Result<(), StoreError> {
+    pub fn commit<'a>(
+        &mut self,
+        batch: impl IntoIterator<Item = &'a Changes>,
+    ) -> Result<(), StoreError> {
         let path = self.path.clone();
         let sql = |e: rusqlite::Error| StoreError::Sqlite {
             path: path.clone(),
@@ -419,7 +422,7 @@ impl Store {
             if let Some(c) = changes.counters {
                 tx.execute(
                     "INSERT OR REPLACE INTO meta (key, value) VALUES ('counters', ?1)",
-                    params![serde_json::json!([c.0, c.1]).to_string()],
+                    params![serde_json::json!([c.failed_builds, c.next_migration_id]).to_string()],
                 )
                 .map_err(sql)?;
             }
@@ -533,7 +536,10 @@ pub fn full_changes(state: &TrackerState) -> Changes {
             .iter()
             .map(|(k, v)| (*k, Some(v.clone())))
             .collect(),
-        counters: Some((state.failed_builds, state.next_migration_id)),
+        counters: Some(crate::tracker::state::Counters {
+            failed_builds: state.failed_builds,
+            next_migration_id: state.next_migration_id,
+        }),
         compute_node: state.compute_node.clone(),
     }
 }

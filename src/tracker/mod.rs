@@ -15,6 +15,7 @@ pub mod model;
 pub mod pci;
 pub mod request;
 pub mod state;
+pub mod states;
 pub mod usage;
 
 pub use error::{ClaimError, Refusal};

@@ -139,38 +139,19 @@ pub struct InstanceRecord {
 }
 
 impl InstanceRecord {
-    /// Nova's `allow_resource_removal`: deleted instances, and shelved-offloaded ones that are
-    /// not being unshelved, use nothing.
+    /// Nova's `allow_resource_removal` (see [`super::states::releases_resources`]).
     pub fn releases_resources(&self) -> bool {
-        self.vm_state == "deleted"
-            || (self.vm_state == "shelved_offloaded"
-                && self.task_state.as_deref() != Some("spawning"))
+        super::states::releases_resources(&self.vm_state, self.task_state.as_deref())
     }
 
-    /// Nova's `_instance_in_resize_state`: resized, or active/stopped with a resize or rebuild
-    /// task.
+    /// Nova's `_instance_in_resize_state` (see [`super::states::in_resize_state`]).
     pub fn in_resize_state(&self) -> bool {
-        const RESIZING: &[&str] = &[
-            "resize_prep",
-            "resize_migrating",
-            "resize_migrated",
-            "resize_finish",
-            "rebuilding",
-            "rebuild_block_device_mapping",
-            "rebuild_spawning",
-        ];
-        self.vm_state == "resized"
-            || (matches!(self.vm_state.as_str(), "active" | "stopped")
-                && self
-                    .task_state
-                    .as_deref()
-                    .is_some_and(|t| RESIZING.contains(&t)))
+        super::states::in_resize_state(&self.vm_state, self.task_state.as_deref())
     }
 
-    /// Nova's `_instance_is_live_migrating`: task `migrating`, active or paused.
+    /// Nova's `_instance_is_live_migrating` (see [`super::states::live_migrating`]).
     pub fn live_migrating(&self) -> bool {
-        self.task_state.as_deref() == Some("migrating")
-            && matches!(self.vm_state.as_str(), "active" | "paused")
+        super::states::live_migrating(&self.vm_state, self.task_state.as_deref())
     }
 }
 

@@ -16,6 +16,7 @@ use super::model::{
 use super::pci::claim::{claim_devices, free_owner, recompute_relatives, Assignment, CellSockets};
 use super::pci::devices::{select_tracked, TrackedDevice};
 use super::pci::pools::{build_pools, Pool};
+use super::states::{check_task_state, check_vm_state, move_is_counted, releases_resources};
 use super::usage::{compute_usage, current_workload, on_node, stats, Usage};
 use crate::config::ValidConfig;
 use crate::inventory::resources::{
@@ -66,6 +67,45 @@ pub struct TrackerState {
     pub compute_node: Option<serde_json::Value>,
 }
 
+impl TrackerState {
+    /// Applies committed changes, as the store does: `Some` writes a row, `None` deletes it.
+    pub fn apply(&mut self, c: &Changes) {
+        fn put<K: Ord + Clone, V: Clone>(map: &mut BTreeMap<K, V>, rows: &BTreeMap<K, Option<V>>) {
+            for (k, v) in rows {
+                match v {
+                    Some(v) => {
+                        map.insert(k.clone(), v.clone());
+                    }
+                    None => {
+                        map.remove(k);
+                    }
+                }
+            }
+        }
+        put(&mut self.devices, &c.devices);
+        put(&mut self.instances, &c.instances);
+        put(&mut self.migrations, &c.migrations);
+        put(&mut self.claims, &c.claims);
+        put(&mut self.move_claims, &c.move_claims);
+        if let Some(counters) = c.counters {
+            self.failed_builds = counters.failed_builds;
+            self.next_migration_id = counters.next_migration_id;
+        }
+        if let Some(node) = &c.compute_node {
+            self.compute_node = Some(node.clone());
+        }
+    }
+}
+
+/// Nova's failed-build counter and the next migration id rtrack assigns, as one row.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counters {
+    /// Builds that failed in a row.
+    pub failed_builds: u64,
+    /// The next migration id rtrack assigns.
+    pub next_migration_id: i64,
+}
+
 /// What an operation changed: rows to write (`Some`) or delete (`None`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Changes {
@@ -80,7 +120,7 @@ pub struct Changes {
     /// Move claims.
     pub move_claims: BTreeMap<i64, Option<ClaimRecord>>,
     /// Counters changed.
-    pub counters: Option<(u64, i64)>,
+    pub counters: Option<Counters>,
     /// A new ComputeNode primitive to keep.
     pub compute_node: Option<serde_json::Value>,
 }
@@ -95,6 +135,32 @@ impl Changes {
             && self.move_claims.is_empty()
             && self.counters.is_none()
             && self.compute_node.is_none()
+    }
+
+    /// The instances these changes concern: an operation on one of them must wait until these
+    /// are committed (or rolled back) before it can see them.
+    pub fn instances_touched(&self) -> BTreeSet<String> {
+        let mut out: BTreeSet<String> = self.instances.keys().cloned().collect();
+        out.extend(self.claims.keys().cloned());
+        out.extend(
+            self.move_claims
+                .values()
+                .flatten()
+                .map(|c| c.instance_uuid.clone()),
+        );
+        out.extend(
+            self.migrations
+                .values()
+                .flatten()
+                .map(|m| m.instance_uuid.clone()),
+        );
+        out.extend(
+            self.devices
+                .values()
+                .flatten()
+                .filter_map(|d| d.owner.as_ref().map(|o| o.instance_uuid.clone())),
+        );
+        out
     }
 
     /// Adds later changes on top of these.
@@ -176,8 +242,9 @@ impl MoveType {
 pub struct MoveRequest {
     /// The instance as it is now (host/node = source).
     pub instance: InstanceInfo,
-    /// What it has now.
-    pub current: InstanceRequest,
+    /// What it has now; `None`: what this host records for it, else the same as `new`
+    /// (filled under the tracker lock, so it cannot change between reading and claiming).
+    pub current: Option<InstanceRequest>,
     /// What it will have at the destination (same flavor unless resizing).
     pub new: InstanceRequest,
     /// Kind; default: resize when the flavor changes, else migration.
@@ -277,7 +344,8 @@ impl TrackerSettings {
 #[derive(Debug, Clone)]
 pub struct Tracker {
     settings: TrackerSettings,
-    host: HostInventory,
+    /// Shared with the service's committed view: one copy of the probe in memory.
+    host: std::sync::Arc<HostInventory>,
     inventory: BTreeMap<ResourceClass, ResourceInventory>,
     sockets: CellSockets,
     state: TrackerState,
@@ -317,7 +385,7 @@ impl Tracker {
             inventory: BTreeMap::new(),
             sockets: cell_sockets(&host),
             settings,
-            host,
+            host: std::sync::Arc::new(host),
             state,
             used_cache: std::cell::RefCell::new(None),
         };
@@ -348,6 +416,28 @@ impl Tracker {
     /// The probed host the tracker works from.
     pub fn host(&self) -> &HostInventory {
         &self.host
+    }
+
+    /// The probed host, shared (the service hands it to its committed view).
+    pub fn host_shared(&self) -> std::sync::Arc<HostInventory> {
+        self.host.clone()
+    }
+
+    /// Applies changes that were committed by another tracker working on the same records
+    /// (the service's committed view follows its working tracker this way), with the probe
+    /// that tracker audited against, if it changed.
+    pub fn apply_committed(
+        &mut self,
+        host: Option<std::sync::Arc<HostInventory>>,
+        changes: &Changes,
+    ) {
+        self.invalidate_usage();
+        if let Some(host) = host {
+            self.sockets = cell_sockets(&host);
+            self.host = host;
+            self.refresh_inventory();
+        }
+        self.state.apply(changes);
     }
 
     /// Replaces the settings (a reloaded configuration). Claims already granted stay.
@@ -530,6 +620,20 @@ impl Tracker {
     ) -> Result<(ClaimOutcome, Changes), ClaimError> {
         let uuid = &info.uuid;
         validate_uuid(uuid, "instance.uuid")?;
+        let vm_state = info.vm_state.as_deref().unwrap_or("building");
+        check_vm_state(vm_state, "instance.vm_state")?;
+        if let Some(t) = &info.task_state {
+            check_task_state(t, "instance.task_state", false)?;
+        }
+        if releases_resources(vm_state, info.task_state.as_deref()) {
+            // Granted but never counted: refuse rather than hand out what no rule holds.
+            return Err(ClaimError::Conflict {
+                id: uuid.clone(),
+                message: format!(
+                    "instance {uuid} with vm_state {vm_state} uses no resources under Nova's rules, so nothing claimed for it would be counted; claim it in the state it will run in (e.g. building)"
+                ),
+            });
+        }
         if let Some(existing) = self.state.claims.get(uuid) {
             if existing.request == *req {
                 return Ok((
@@ -584,10 +688,7 @@ impl Tracker {
             project_id: info.project_id.clone(),
             user_id: info.user_id.clone(),
             os_type: info.os_type.clone(),
-            vm_state: info
-                .vm_state
-                .clone()
-                .unwrap_or_else(|| "building".to_string()),
+            vm_state: vm_state.to_string(),
             task_state: info.task_state.clone(),
             host: Some(self.settings.names.host.clone()),
             node: Some(self.settings.names.node.clone()),
@@ -713,6 +814,15 @@ impl Tracker {
         self.invalidate_usage();
         let uuid = mv.instance.uuid.clone();
         validate_uuid(&uuid, "instance.uuid")?;
+        let current = match &mv.current {
+            Some(c) => c.clone(),
+            None => self
+                .state
+                .instances
+                .get(&uuid)
+                .map(|r| r.request.clone())
+                .unwrap_or_else(|| mv.new.clone()),
+        };
         let names = self.settings.names.clone();
         let source_compute = mv
             .source_compute
@@ -741,11 +851,30 @@ impl Tracker {
         }
         let move_type = mv
             .move_type
-            .unwrap_or(if mv.new.flavor.id != mv.current.flavor.id {
+            .unwrap_or(if mv.new.flavor.id != current.flavor.id {
                 MoveType::Resize
             } else {
                 MoveType::Migration
             });
+        let default_task = match move_type {
+            MoveType::LiveMigration => "migrating",
+            MoveType::Evacuation => "rebuilding",
+            _ => "resize_prep",
+        };
+        let vm_state = mv.instance.vm_state.as_deref().unwrap_or("active");
+        let task_state = mv.instance.task_state.as_deref().unwrap_or(default_task);
+        check_vm_state(vm_state, "instance.vm_state")?;
+        check_task_state(task_state, "instance.task_state", false)?;
+        if incoming && !move_is_counted(vm_state, Some(task_state)) {
+            // Nova's usage rules count a move only while its instance is resizing or
+            // live-migrating; one granted in any other state would hold nothing.
+            return Err(ClaimError::Conflict {
+                id: uuid.clone(),
+                message: format!(
+                    "a move of instance {uuid} with vm_state {vm_state} and task_state {task_state} would not be counted by Nova's usage rules, so it is refused; moves are counted for vm_state active or stopped with a resize or rebuild task state, resized, or active or paused with task_state migrating"
+                ),
+            });
+        }
         let id = match mv.migration_id {
             Some(id) if id > 0 => id,
             Some(id) => {
@@ -869,7 +998,7 @@ impl Tracker {
             dest_node: Some(dest_node),
             status,
             migration_type: move_type.as_str().to_string(),
-            old_instance_type_id: Some(mv.current.flavor.id),
+            old_instance_type_id: Some(current.flavor.id),
             new_instance_type_id: Some(mv.new.flavor.id),
             created_at: previous.as_ref().map_or(now, |m| m.created_at),
             updated_at: now,
@@ -878,14 +1007,9 @@ impl Tracker {
         changes.migrations.insert(id, Some(migration));
         if self.state.next_migration_id <= id {
             self.state.next_migration_id = id + 1;
-            changes.counters = Some((self.state.failed_builds, self.state.next_migration_id));
+            changes.counters = Some(self.counters());
         }
 
-        let default_task = match move_type {
-            MoveType::LiveMigration => "migrating",
-            MoveType::Evacuation => "rebuilding",
-            _ => "resize_prep",
-        };
         let existing = self.state.instances.get(&uuid).cloned();
         let record = InstanceRecord {
             uuid: uuid.clone(),
@@ -904,30 +1028,21 @@ impl Tracker {
                 .os_type
                 .clone()
                 .or(existing.as_ref().and_then(|i| i.os_type.clone())),
-            vm_state: mv
-                .instance
-                .vm_state
-                .clone()
-                .unwrap_or_else(|| "active".to_string()),
-            task_state: Some(
-                mv.instance
-                    .task_state
-                    .clone()
-                    .unwrap_or_else(|| default_task.to_string()),
-            ),
+            vm_state: vm_state.to_string(),
+            task_state: Some(task_state.to_string()),
             host: source_compute,
             node: source_node,
             request: existing
                 .as_ref()
                 .map(|i| i.request.clone())
-                .unwrap_or_else(|| mv.current.clone()),
-            old_flavor: Some(mv.current.flavor.clone()),
+                .unwrap_or_else(|| current.clone()),
+            old_flavor: Some(current.flavor.clone()),
             new_flavor: Some(mv.new.flavor.clone()),
             migration_context: Some(MigrationContext {
                 migration_id: id,
-                old_pci_requests: mv.current.pci_requests.clone(),
+                old_pci_requests: current.pci_requests.clone(),
                 new_pci_requests: mv.new.pci_requests.clone(),
-                old_numa_cells: mv.current.numa_cells.clone(),
+                old_numa_cells: current.numa_cells.clone(),
                 new_numa_cells: mv.new.numa_cells.clone(),
             }),
         };
@@ -1107,6 +1222,19 @@ impl Tracker {
         up: &InstanceUpdate,
     ) -> Result<Changes, ClaimError> {
         self.invalidate_usage();
+        if let Some(v) = &up.vm_state {
+            check_vm_state(v, "vm_state")?;
+        }
+        if let Some(t) = &up.task_state {
+            check_task_state(t, "task_state", true)?;
+        }
+        let Some(before) = self.state.instances.get(uuid).cloned() else {
+            return Err(ClaimError::NotFound {
+                what: "instance",
+                id: uuid.to_string(),
+            });
+        };
+        let used_before = self.usage().used;
         let Some(inst) = self.state.instances.get_mut(uuid) else {
             return Err(ClaimError::NotFound {
                 what: "instance",
@@ -1135,6 +1263,24 @@ impl Tracker {
             inst.request.flavor = new;
         }
         let inst = inst.clone();
+        // A state change may make the rules count again what they had stopped counting (an
+        // instance back from `deleted`, a move back in a resize state): that is a grant, and
+        // it must fit like one.
+        let used_after = self.usage().used;
+        let grown: BTreeMap<ResourceClass, i64> = used_after
+            .iter()
+            .filter(|(class, after)| **after > used_before.get(class).copied().unwrap_or(0))
+            .map(|(class, after)| (*class, after - used_before.get(class).copied().unwrap_or(0)))
+            .collect();
+        let shortfalls = self.shortfalls(&grown, &used_before);
+        if !shortfalls.is_empty() {
+            self.state.instances.insert(uuid.to_string(), before);
+            return Err(ClaimError::Refused(Box::new(Refusal {
+                instance_uuid: uuid.to_string(),
+                resources: shortfalls,
+                pci: None,
+            })));
+        }
         let mut changes = Changes::default();
         if inst.releases_resources() {
             // Deleted (or offloaded) while moving: its moves here end too.
@@ -1180,7 +1326,7 @@ impl Tracker {
             0
         };
         Changes {
-            counters: Some((self.state.failed_builds, self.state.next_migration_id)),
+            counters: Some(self.counters()),
             ..Changes::default()
         }
     }
@@ -1196,7 +1342,7 @@ impl Tracker {
     ) -> (AuditOutcome, Changes) {
         self.invalidate_usage();
         self.sockets = cell_sockets(&host);
-        self.host = host;
+        self.host = std::sync::Arc::new(host);
         self.refresh_inventory();
         let mut changes = Changes::default();
 
@@ -1321,6 +1467,13 @@ impl Tracker {
             &self.pools(),
             now,
         )
+    }
+
+    fn counters(&self) -> Counters {
+        Counters {
+            failed_builds: self.state.failed_builds,
+            next_migration_id: self.state.next_migration_id,
+        }
     }
 
     /// Replaces the whole state: after a failed commit the service reloads what the store holds.

@@ -381,7 +381,7 @@ fn incoming_resize(t: &mut Tracker, n: u32, id: i64, new_vcpus: i64) -> ClaimOut
             vm_state: Some("active".into()),
             ..InstanceInfo::default()
         },
-        current: req(flavor(1, 2, 1024, 10, &[]), vec![]),
+        current: Some(req(flavor(1, 2, 1024, 10, &[]), vec![])),
         new: req(
             flavor(2, new_vcpus, 2048, 20, &[]),
             vec![pci("vf", 1, NumaPolicy::Legacy)],
@@ -532,7 +532,7 @@ fn outgoing_resize_holds_the_old_flavor_after_the_instance_left() {
             vm_state: Some("active".into()),
             ..Default::default()
         },
-        current: req(flavor(1, 2, 1024, 10, &[]), vec![]),
+        current: Some(req(flavor(1, 2, 1024, 10, &[]), vec![])),
         new: req(flavor(2, 4, 2048, 20, &[]), vec![]),
         move_type: None,
         migration_id: Some(5),
@@ -583,7 +583,7 @@ fn same_node_resize_counts_new_then_old() {
             vm_state: Some("active".into()),
             ..Default::default()
         },
-        current: req(flavor(1, 2, 1024, 10, &[]), vec![]),
+        current: Some(req(flavor(1, 2, 1024, 10, &[]), vec![])),
         new: req(flavor(2, 4, 2048, 20, &[]), vec![]),
         move_type: None,
         migration_id: Some(6),

@@ -1,0 +1,406 @@
+//! The tracker service: tracker operations in, committed outcomes and committed reads out.
+//!
+//! Two trackers hold the same records. `working` makes every decision under one fair lock and
+//! holds everything granted, committed or not, so nothing in flight is handed out twice.
+//! `committed` holds only what the store has committed: the writer thread ([`writer`]) applies
+//! a batch to it after its transaction commits and before anyone waiting on that batch is
+//! answered. Every reader (GET, usage, metrics, the ComputeNode, Placement reports) reads
+//! `committed`; so a caller is told "done" only for what is on disk, and nobody sees what may
+//! still roll back.
+//!
+//! An operation on an instance whose changes are still in flight waits for them ([`in_flight`]),
+//! so an idempotent retry is answered from committed state. A claim whose caller left before
+//! hearing of it is aborted, unless another caller was told of it ([`granted`]).
+//!
+//! After a failed commit the store has rolled the transaction back, so `working` is reset to
+//! `committed`, and the store is read back to confirm it. Until the store can be read, nothing
+//! is changed: operations get [`ServiceError::Unavailable`] and `/healthz` says why.
+
+mod granted;
+mod in_flight;
+mod writer;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use parking_lot::{FairMutex, Mutex};
+
+pub use granted::Granted;
+pub use writer::CommitStats;
+
+use crate::probes::HostInventory;
+use crate::store::{Store, StoreError};
+use crate::tracker::model::InstanceRequest;
+use crate::tracker::state::{
+    AuditOutcome, Changes, ClaimOutcome, InstanceInfo, InstanceUpdate, MoveRequest, Tracker,
+    TrackerSettings,
+};
+use crate::tracker::{ClaimError, TrackerState};
+use in_flight::InFlight;
+use writer::{CommitResult, Job};
+
+/// A service failure: the tracker refused, or the store failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// Refused or invalid.
+    #[error(transparent)]
+    Claim(#[from] ClaimError),
+    /// The commit failed; nothing of the operation was kept.
+    #[error("not saved, nothing was changed: {0}")]
+    Store(Arc<StoreError>),
+    /// The store cannot be read back after a failed commit: nothing is changed until it can.
+    #[error("the store is unavailable, so nothing is changed until it can be read again: {0}")]
+    Unavailable(String),
+    /// The writer thread is gone (shutting down).
+    #[error("the store writer has stopped (shutting down)")]
+    Stopped,
+}
+
+/// Which instance an operation is about; its changes in flight are waited for first.
+enum Subject<'a> {
+    /// An instance.
+    Instance(&'a str),
+    /// A migration's instance (looked up under the lock).
+    Migration(i64),
+    /// Not one instance (the audit).
+    Host,
+}
+
+/// Whether the store answered the last read-back.
+#[derive(Debug, Default)]
+struct StoreHealth {
+    /// Why changes are refused, while they are.
+    unavailable: Option<String>,
+    /// The last failure the working tracker was reset for.
+    reset_epoch: u64,
+    /// When the store was last tried while unavailable (tries are spaced).
+    last_try: Option<Instant>,
+}
+
+/// The tracker behind a lock, its committed view, and its store writer.
+pub struct TrackerService {
+    working: FairMutex<Tracker>,
+    committed: Arc<Mutex<Tracker>>,
+    in_flight: InFlight,
+    /// New claims whose caller has not been answered yet, by instance, with the answer's token.
+    unanswered: Mutex<HashMap<String, u64>>,
+    next_token: std::sync::atomic::AtomicU64,
+    health: Mutex<StoreHealth>,
+    tx: Mutex<Option<mpsc::Sender<Job>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    store_path: std::path::PathBuf,
+    stats: Arc<Mutex<CommitStats>>,
+}
+
+/// Seconds since the epoch, for records.
+pub fn now_secs() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// How often an unavailable store is tried again by operations that arrive meanwhile.
+const RETRY_UNAVAILABLE: Duration = Duration::from_secs(1);
+
+impl TrackerService {
+    /// Opens the store, loads the state and starts the writer.
+    pub fn open(
+        settings: TrackerSettings,
+        host: HostInventory,
+        db: &std::path::Path,
+    ) -> Result<TrackerService, StoreError> {
+        let mut store = Store::open(db)?;
+        let state = store.load()?;
+        let tracker = Tracker::new(settings, host, state);
+        let committed = Arc::new(Mutex::new(tracker.clone()));
+        let (tx, rx) = mpsc::channel::<Job>();
+        let stats = Arc::new(Mutex::new(CommitStats::default()));
+        let writer = {
+            let stats = stats.clone();
+            let committed = committed.clone();
+            std::thread::Builder::new()
+                .name("rtrack-store".into())
+                .spawn(move || writer::writer_loop(store, rx, committed, stats))
+                .map_err(|e| StoreError::Sqlite {
+                    path: db.to_path_buf(),
+                    message: format!("cannot start the writer thread: {e}"),
+                })?
+        };
+        Ok(TrackerService {
+            working: FairMutex::new(tracker),
+            committed,
+            in_flight: InFlight::default(),
+            unanswered: Mutex::new(HashMap::new()),
+            next_token: std::sync::atomic::AtomicU64::new(1),
+            health: Mutex::new(StoreHealth::default()),
+            tx: Mutex::new(Some(tx)),
+            writer: Mutex::new(Some(writer)),
+            store_path: db.to_path_buf(),
+            stats,
+        })
+    }
+
+    /// Runs `f` on the working tracker under the lock, once no change of its subject is in
+    /// flight; returns after what it changed is committed (or rolled back, with the error).
+    fn mutate<T>(
+        &self,
+        subject: Subject<'_>,
+        new_probe: bool,
+        f: impl FnOnce(&mut Tracker) -> Result<(T, Changes), ClaimError>,
+    ) -> Result<T, ServiceError> {
+        let (mut working, keys) = loop {
+            let mut working = self.working.lock();
+            self.check_store_available(&mut working)?;
+            let keys: BTreeSet<String> = match subject {
+                Subject::Instance(u) => [u.to_string()].into(),
+                Subject::Migration(id) => working
+                    .state()
+                    .migrations
+                    .get(&id)
+                    .map(|m| [m.instance_uuid.clone()].into())
+                    .unwrap_or_default(),
+                Subject::Host => BTreeSet::new(),
+            };
+            if !self.in_flight.any(&keys) {
+                break (working, keys);
+            }
+            drop(working);
+            self.in_flight.wait_until_settled(&keys);
+        };
+        let (value, changes) = f(&mut working)?;
+        let host = new_probe.then(|| working.host_shared());
+        if changes.is_empty() && host.is_none() {
+            return Ok(value);
+        }
+        let mut touched = changes.instances_touched();
+        touched.extend(keys);
+        self.in_flight.enter(&touched);
+        // Queued under the lock: commits happen in the order the changes were made.
+        let wait = match self.submit(changes, host) {
+            Ok(wait) => wait,
+            Err(e) => {
+                // Nothing was queued: memory goes back to what is committed at once.
+                *working = self.committed.lock().clone();
+                self.in_flight.leave(&touched);
+                return Err(e);
+            }
+        };
+        drop(working);
+        let result = wait.recv();
+        let outcome = match result {
+            Ok(Ok(())) => Ok(value),
+            Ok(Err(failure)) => {
+                self.reset_after_failure(failure.epoch);
+                Err(ServiceError::Store(failure.error))
+            }
+            Err(_) => {
+                self.reset_after_failure(u64::MAX);
+                Err(ServiceError::Stopped)
+            }
+        };
+        // Only now, with memory and store agreeing, may a waiting retry look.
+        self.in_flight.leave(&touched);
+        outcome
+    }
+
+    fn submit(
+        &self,
+        changes: Changes,
+        host: Option<Arc<HostInventory>>,
+    ) -> Result<mpsc::Receiver<CommitResult>, ServiceError> {
+        let (done, wait) = mpsc::sync_channel(1);
+        let tx = self.tx.lock();
+        let tx = tx.as_ref().ok_or(ServiceError::Stopped)?;
+        tx.send(Job::Commit {
+            changes: Box::new(changes),
+            host,
+            done,
+        })
+        .map_err(|_| ServiceError::Stopped)?;
+        Ok(wait)
+    }
+
+    /// After a failed commit: the working tracker goes back to the committed view (the store
+    /// rolled the transaction back, so that is what it holds), once per failure; then the store
+    /// is read back to confirm it.
+    fn reset_after_failure(&self, epoch: u64) {
+        let mut working = self.working.lock();
+        let mut health = self.health.lock();
+        if health.reset_epoch >= epoch {
+            return;
+        }
+        health.reset_epoch = epoch;
+        *working = self.committed.lock().clone();
+        // Under the working lock: every job queued after the marker was decided on the reset.
+        if let Some(tx) = self.tx.lock().as_ref() {
+            let _ = tx.send(Job::Reloaded);
+        }
+        self.read_back(&mut working, &mut health);
+    }
+
+    /// Reads the store and compares it with memory; on a difference the store wins (it is what
+    /// survives a restart). On failure, marks the store unavailable.
+    fn read_back(&self, working: &mut Tracker, health: &mut StoreHealth) {
+        health.last_try = Some(Instant::now());
+        match Store::open(&self.store_path).and_then(|mut s| s.load()) {
+            Ok(state) => {
+                if &state != working.state() {
+                    tracing::error!(
+                        path = %self.store_path.display(),
+                        "the store holds other records than memory after a failed commit; taking the store's"
+                    );
+                    working.replace_state(state.clone());
+                    self.committed.lock().replace_state(state);
+                }
+                if let Some(reason) = health.unavailable.take() {
+                    tracing::warn!(was = %reason, "the store can be read again; changes are accepted again");
+                }
+            }
+            Err(e) => {
+                let reason = e.to_string();
+                if health.unavailable.is_none() {
+                    tracing::error!(error = %reason, "cannot read the store back after a failed commit; refusing every change until it can be read");
+                }
+                health.unavailable = Some(reason);
+            }
+        }
+    }
+
+    /// Refuses changes while the store is unavailable, trying it again now and then.
+    fn check_store_available(&self, working: &mut Tracker) -> Result<(), ServiceError> {
+        let mut health = self.health.lock();
+        let Some(reason) = health.unavailable.clone() else {
+            return Ok(());
+        };
+        if health
+            .last_try
+            .is_some_and(|t| t.elapsed() < RETRY_UNAVAILABLE)
+        {
+            return Err(ServiceError::Unavailable(reason));
+        }
+        self.read_back(working, &mut health);
+        match &health.unavailable {
+            Some(reason) => Err(ServiceError::Unavailable(reason.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Why changes are refused, if they are (for `/healthz`).
+    pub fn store_unavailable(&self) -> Option<String> {
+        self.health.lock().unavailable.clone()
+    }
+
+    /// Reads the committed view.
+    pub fn read<T>(&self, f: impl FnOnce(&Tracker) -> T) -> T {
+        f(&self.committed.lock())
+    }
+
+    /// Instance claim (or dry run). The caller is answered by the return value itself (no
+    /// caller-left rule: for callers inside the process).
+    pub fn instance_claim(
+        &self,
+        info: &InstanceInfo,
+        req: &InstanceRequest,
+        dry_run: bool,
+    ) -> Result<ClaimOutcome, ServiceError> {
+        let now = now_secs();
+        self.mutate(Subject::Instance(&info.uuid), false, |t| {
+            t.instance_claim(info, req, now, dry_run)
+        })
+    }
+
+    /// Move claim (or dry run), for callers inside the process.
+    pub fn move_claim(
+        &self,
+        mv: &MoveRequest,
+        dry_run: bool,
+    ) -> Result<ClaimOutcome, ServiceError> {
+        let now = now_secs();
+        self.mutate(Subject::Instance(&mv.instance.uuid), false, |t| {
+            t.move_claim(mv, now, dry_run)
+        })
+    }
+
+    /// Abort.
+    pub fn abort(&self, uuid: &str) -> Result<(), ServiceError> {
+        self.mutate(Subject::Instance(uuid), false, |t| {
+            t.abort(uuid).map(|c| ((), c))
+        })
+    }
+
+    /// Confirm a migration.
+    pub fn confirm(&self, id: i64) -> Result<(), ServiceError> {
+        let now = now_secs();
+        self.mutate(Subject::Migration(id), false, |t| {
+            t.confirm_move(id, now).map(|c| ((), c))
+        })
+    }
+
+    /// Revert a migration.
+    pub fn revert(&self, id: i64) -> Result<(), ServiceError> {
+        let now = now_secs();
+        self.mutate(Subject::Migration(id), false, |t| {
+            t.revert_move(id, now).map(|c| ((), c))
+        })
+    }
+
+    /// Instance state change.
+    pub fn update_instance(&self, uuid: &str, up: &InstanceUpdate) -> Result<(), ServiceError> {
+        self.mutate(Subject::Instance(uuid), false, |t| {
+            t.update_instance(uuid, up).map(|c| ((), c))
+        })
+    }
+
+    /// Audit with a new probe (taken by the caller, outside the lock).
+    pub fn audit(&self, host: HostInventory) -> Result<AuditOutcome, ServiceError> {
+        let now = time::OffsetDateTime::now_utc();
+        self.mutate(Subject::Host, true, |t| Ok(t.audit(host, now)))
+    }
+
+    /// Replaces the settings (configuration reload) in both views.
+    pub fn set_settings(&self, settings: TrackerSettings) {
+        let mut working = self.working.lock();
+        self.committed.lock().set_settings(settings.clone());
+        working.set_settings(settings);
+    }
+
+    /// Puts a reloaded configuration in force; names and node identity stay.
+    pub fn update_config(&self, config: crate::config::ValidConfig) {
+        let mut settings = self.working.lock().settings().clone();
+        settings.config = config;
+        self.set_settings(settings);
+    }
+
+    /// A copy of the committed state.
+    pub fn state(&self) -> TrackerState {
+        self.committed.lock().state().clone()
+    }
+
+    /// Commit statistics.
+    pub fn commit_stats(&self) -> CommitStats {
+        self.stats.lock().clone()
+    }
+
+    /// Observes every transaction's latency in `h` from now on.
+    pub fn observe_commits(&self, h: prometheus_client::metrics::histogram::Histogram) {
+        self.stats.lock().latency = Some(h);
+    }
+
+    /// Stops the writer after everything queued is committed.
+    pub fn shutdown(&self) {
+        self.tx.lock().take();
+        if let Some(h) = self.writer.lock().take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for TrackerService {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
