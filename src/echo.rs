@@ -24,7 +24,7 @@ pub fn quoted(value: &str) -> String {
 /// A message that may quote outside input, bounded as a whole: messages built by libraries
 /// (serde's "invalid value: string \"...\"") quote what they were given in full.
 pub fn bounded_message(message: &str) -> String {
-    const MESSAGE_LIMIT: usize = 4 * ECHO_LIMIT;
+    const MESSAGE_LIMIT: usize = 2_000;
     match message.char_indices().nth(MESSAGE_LIMIT) {
         None => message.to_string(),
         Some((cut, _)) => format!("{}…({} bytes)", &message[..cut], message.len()),
@@ -44,6 +44,6 @@ mod tests {
         assert!(b.ends_with("…(2000 bytes)"), "{b}");
         assert_eq!(quoted("a\"b"), "\"a\\\"b\"");
         assert!(quoted(&"x".repeat(500)).ends_with("…(500 bytes)"));
-        assert!(bounded_message(&"y".repeat(100_000)).len() < 1_000);
+        assert!(bounded_message(&"y".repeat(100_000)).len() < 2_100);
     }
 }

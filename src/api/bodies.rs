@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
+use crate::echo::{bounded, bounded_message, quoted};
 use crate::objects::request_spec::RequestSpec;
 use crate::objects::Versioned;
 use crate::tracker::model::InstanceRequest;
@@ -104,39 +105,121 @@ pub struct MigrationBody {
     pub dest_node: Option<String>,
 }
 
-/// Parses a JSON body into `T`, naming what was wrong.
+/// Longest name, id or state accepted in a body's own string fields (Nova's columns for
+/// hosts, nodes, projects and users are 255 characters).
+pub const MAX_NAME: usize = 255;
+/// Longest string accepted anywhere inside a RequestSpec or the legacy dicts (Nova keeps them
+/// in TEXT columns of 64 KiB).
+pub const MAX_SPEC_STRING: usize = 65_535;
+
+/// Parses a JSON body into `T`, naming what was wrong: every 400 names the JSON path of the
+/// field, and quotes of what was sent are bounded.
 pub fn parse_body<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::new(
             axum::http::StatusCode::BAD_REQUEST,
             "malformed_json",
             format!("the body is empty; expected a JSON object ({what})"),
-        ));
+        )
+        .with_details(serde_json::json!({"field": "(body)"})));
     }
     let value: Value = serde_json::from_slice(bytes).map_err(|e| {
         ApiError::new(
             axum::http::StatusCode::BAD_REQUEST,
             "malformed_json",
-            format!("the body is not valid JSON: {e}"),
+            format!(
+                "the body is not valid JSON: {}",
+                bounded_message(&e.to_string())
+            ),
+        )
+        .with_details(
+            serde_json::json!({"field": "(body)", "line": e.line(), "column": e.column()}),
         )
     })?;
     if !value.is_object() {
-        return Err(ApiError::new(
-            axum::http::StatusCode::BAD_REQUEST,
-            "invalid_request",
+        return Err(ApiError::invalid(
+            "(body)",
             format!(
-                "the body is {}; expected a JSON object ({what})",
+                "is {}; expected a JSON object ({what})",
                 crate::objects::base::describe(&value)
             ),
         ));
     }
-    serde_json::from_value(value).map_err(|e| {
-        ApiError::new(
-            axum::http::StatusCode::BAD_REQUEST,
-            "invalid_request",
-            format!("{what}: {e}"),
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." {
+            "(body)".to_string()
+        } else {
+            path
+        };
+        ApiError::invalid(
+            &bounded(&field),
+            format!("{what}: {}", bounded_message(&e.into_inner().to_string())),
         )
     })
+}
+
+/// Refuses a string field longer than `max` characters, naming it.
+fn check_len(field: &str, value: Option<&str>, max: usize) -> Result<(), ApiError> {
+    match value {
+        Some(v) if v.chars().count() > max => Err(ApiError::invalid(
+            field,
+            format!(
+                "{} is {} characters long; at most {max} are accepted",
+                quoted(v),
+                v.chars().count()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Refuses any string longer than [`MAX_SPEC_STRING`] inside `value`, naming its path.
+fn check_spec_strings(value: &Value, path: &str) -> Result<(), ApiError> {
+    match value {
+        Value::String(s) => check_len(path, Some(s), MAX_SPEC_STRING),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, v)| check_spec_strings(v, &format!("{path}[{i}]"))),
+        Value::Object(m) => m.iter().try_for_each(|(k, v)| {
+            check_len(&format!("{path} (a key)"), Some(k), MAX_SPEC_STRING)?;
+            check_spec_strings(v, &format!("{path}.{}", bounded(k)))
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Bounds the string fields of a state update.
+pub fn check_update(up: &crate::tracker::state::InstanceUpdate) -> Result<(), ApiError> {
+    for (name, value) in [
+        ("vm_state", &up.vm_state),
+        ("task_state", &up.task_state),
+        ("host", &up.host),
+        ("node", &up.node),
+    ] {
+        check_len(name, value.as_deref(), MAX_NAME)?;
+    }
+    Ok(())
+}
+
+impl InstanceBody {
+    /// Bounds every field; `prefix` is the body's path to it (`instance.`).
+    fn check(&self, prefix: &str) -> Result<(), ApiError> {
+        for (name, value) in [
+            ("uuid", &self.uuid),
+            ("project_id", &self.project_id),
+            ("user_id", &self.user_id),
+            ("os_type", &self.os_type),
+            ("vm_state", &self.vm_state),
+            ("task_state", &self.task_state),
+            ("host", &self.host),
+            ("node", &self.node),
+        ] {
+            check_len(&format!("{prefix}{name}"), value.as_deref(), MAX_NAME)?;
+        }
+        Ok(())
+    }
 }
 
 /// The RequestSpec in either form; `field` prefixes messages.
@@ -145,17 +228,31 @@ fn request_spec(
     legacy: Option<&LegacyBody>,
     field: &str,
 ) -> Result<Versioned<RequestSpec>, ApiError> {
+    if let Some(p) = primitive {
+        check_spec_strings(p, &format!("{field}request_spec"))?;
+    }
+    if let Some(l) = legacy {
+        check_spec_strings(&l.request_spec, &format!("{field}legacy.request_spec"))?;
+        if let Some(f) = &l.filter_properties {
+            check_spec_strings(f, &format!("{field}legacy.filter_properties"))?;
+        }
+    }
     match (primitive, legacy) {
         (Some(p), None) => Versioned::<RequestSpec>::from_primitive(p).map_err(|e| {
             ApiError::invalid(
                 &format!("{field}request_spec"),
-                format!("{}: {}", e.path, e.message),
+                format!("{}: {}", bounded(&e.path), bounded_message(&e.message)),
             )
         }),
         (None, Some(l)) => {
             let empty = Value::Object(Map::new());
             RequestSpec::from_legacy(&l.request_spec, l.filter_properties.as_ref().unwrap_or(&empty))
-                .map_err(|e| ApiError::invalid(&format!("{field}legacy.{}", e.path), &e.message))
+                .map_err(|e| {
+                    ApiError::invalid(
+                        &format!("{field}legacy.{}", bounded(&e.path)),
+                        bounded_message(&e.message),
+                    )
+                })
         }
         (Some(_), Some(_)) => Err(ApiError::invalid(
             &format!("{field}request_spec"),
@@ -186,7 +283,11 @@ fn instance_info(
         Some(u) if !u.eq_ignore_ascii_case(&spec_uuid) => {
             return Err(ApiError::invalid(
                 "instance.uuid",
-                format!("{u} differs from the request spec's instance_uuid {spec_uuid}"),
+                format!(
+                    "{} differs from the request spec's instance_uuid {}",
+                    quoted(&u),
+                    quoted(&spec_uuid)
+                ),
             ))
         }
         Some(u) => u.to_ascii_lowercase(),
@@ -195,7 +296,7 @@ fn instance_info(
     if uuid::Uuid::parse_str(&uuid).is_err() {
         return Err(ApiError::invalid(
             "instance.uuid",
-            format!("{uuid:?} is not a UUID"),
+            format!("{} is not a UUID", quoted(&uuid)),
         ));
     }
     Ok(InstanceInfo {
@@ -237,6 +338,9 @@ fn instance_request(
 impl ClaimBody {
     /// The instance and what it asks for.
     pub fn parse(&self, aliases: &AliasTable) -> Result<ParsedClaim, ApiError> {
+        if let Some(i) = &self.instance {
+            i.check("instance.")?;
+        }
         let given_uuid = self.instance.as_ref().and_then(|i| i.uuid.as_deref());
         let (spec, uuid, request) = instance_request(
             self.request_spec.as_ref(),
@@ -265,6 +369,25 @@ pub struct ParsedMove {
 impl MigrationBody {
     /// The instance and its requests.
     pub fn parse(&self, aliases: &AliasTable) -> Result<ParsedMove, ApiError> {
+        if let Some(i) = &self.instance {
+            i.check("instance.")?;
+        }
+        for (name, value) in [
+            ("source_compute", &self.source_compute),
+            ("source_node", &self.source_node),
+            ("dest_compute", &self.dest_compute),
+            ("dest_node", &self.dest_node),
+        ] {
+            check_len(name, value.as_deref(), MAX_NAME)?;
+        }
+        if let Some(u) = &self.migration_uuid {
+            if uuid::Uuid::parse_str(u).is_err() {
+                return Err(ApiError::invalid(
+                    "migration_uuid",
+                    format!("{} is not a UUID", quoted(u)),
+                ));
+            }
+        }
         let given_uuid = self.instance.as_ref().and_then(|i| i.uuid.as_deref());
         let (spec, uuid, new) = instance_request(
             self.request_spec.as_ref(),
@@ -314,7 +437,7 @@ impl DryRunQuery {
             Some("true") | Some("1") | Some("") => Ok(true),
             Some(other) => Err(ApiError::invalid(
                 "dry_run",
-                format!("{other:?} is not a boolean; expected true or false"),
+                format!("{} is not a boolean; expected true or false", quoted(other)),
             )),
         }
     }

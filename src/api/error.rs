@@ -82,7 +82,8 @@ impl IntoResponse for ApiError {
 
 impl From<ClaimError> for ApiError {
     fn from(e: ClaimError) -> ApiError {
-        let message = e.to_string();
+        // Messages may quote request content (a RequestSpec's extra specs): bounded.
+        let message = crate::echo::bounded_message(&e.to_string());
         match e {
             ClaimError::Refused(r) => ApiError {
                 status: StatusCode::CONFLICT,
@@ -141,6 +142,9 @@ fn store_error(e: &StoreError) -> ApiError {
 
 impl From<ObjectError> for ApiError {
     fn from(e: ObjectError) -> ApiError {
-        ApiError::invalid(&e.path, &e.message)
+        ApiError::invalid(
+            &crate::echo::bounded(&e.path),
+            crate::echo::bounded_message(&e.message),
+        )
     }
 }

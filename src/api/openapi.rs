@@ -4,6 +4,18 @@
 
 use serde_json::{json, Value};
 
+use crate::objects::compute_node::ComputeNode;
+use crate::objects::NovaObject;
+use crate::tracker::states::{TASK_STATES, VM_STATES};
+
+/// The ComputeNode versions `?version=` accepts: every minor of the current major up to it.
+fn compute_node_versions() -> Vec<String> {
+    let current = ComputeNode::VERSION;
+    (0..=current.minor)
+        .map(|minor| format!("{}.{minor}", current.major))
+        .collect()
+}
+
 /// Every route: method and path template.
 pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/healthz"),
@@ -45,7 +57,7 @@ fn err_responses(codes: &[u16]) -> serde_json::Map<String, Value> {
             413 => "Body larger than [api] max_body_bytes",
             415 => "Content-Type is not application/json",
             500 => "The store failed; nothing was changed",
-            503 => "Shutting down, not ready, or the request timed out",
+            503 => "Shutting down, not ready, the request timed out, or the store cannot be read (store_unavailable: nothing is changed until it can)",
             _ => "Error",
         };
         m.insert(
@@ -95,6 +107,13 @@ pub fn document() -> Value {
     let uuid = json!({"type": "string", "format": "uuid"});
     let id = json!({"type": "integer", "format": "int64", "minimum": 1});
     let std_errors = [403, 503];
+    let name = json!({"type": "string", "maxLength": super::bodies::MAX_NAME});
+    let vm_state = json!({"type": "string", "enum": VM_STATES});
+    let task_state = json!({"type": "string", "enum": TASK_STATES});
+    let mut none_or_task: Vec<&str> = vec![""];
+    none_or_task.extend_from_slice(TASK_STATES);
+    let task_state_or_none =
+        json!({"type": "string", "enum": none_or_task, "description": "\"\" clears it"});
     json!({
         "openapi": "3.0.3",
         "info": {
@@ -107,13 +126,13 @@ pub fn document() -> Value {
             "/healthz": {"get": {"operationId": "healthz", "summary": "Liveness and audit health",
                 "responses": responses(&[("200", ok("ok, or degraded when audits fail", schema_ref("Health")))], &std_errors)}},
             "/metrics": {"get": {"operationId": "metrics", "summary": "Prometheus metrics (OpenMetrics text)",
-                "responses": responses(&[("200", json!({"description": "metrics", "content": {"application/openmetrics-text": {"schema": {"type": "string"}}}}))], &std_errors)}},
+                "responses": responses(&[("200", json!({"description": "metrics: the Prometheus text format (0.0.4) unless the Accept header asks for OpenMetrics", "content": {"text/plain": {"schema": {"type": "string"}}, "application/openmetrics-text": {"schema": {"type": "string"}}}}))], &std_errors)}},
             "/v1/openapi.json": {"get": {"operationId": "openapi", "summary": "This document",
                 "responses": responses(&[("200", ok("OpenAPI 3 document", json!({"type": "object"})))], &std_errors)}},
             "/v1/inventory": {"get": {"operationId": "getInventory", "summary": "The rtrackd --once report from the last audit, with the ComputeNode as it is now",
                 "responses": responses(&[("200", ok("report (docs/inventory.md)", json!({"type": "object"})))], &std_errors)}},
             "/v1/compute-node": {"get": {"operationId": "getComputeNode", "summary": "The ComputeNode primitive (oslo.versionedobjects JSON)",
-                "parameters": [{"name": "version", "in": "query", "required": false, "schema": {"type": "string", "pattern": "^1\\.[0-9]+$"}, "description": "Backport to this ComputeNode version, e.g. 1.16"}],
+                "parameters": [{"name": "version", "in": "query", "required": false, "schema": {"type": "string", "enum": compute_node_versions()}, "description": "Backport to this ComputeNode version, e.g. 1.16"}],
                 "responses": responses(&[("200", ok("primitive", json!({"type": "object"})))], &[400, 403, 503])}},
             "/v1/usage": {"get": {"operationId": "getUsage", "summary": "Per resource class: total, reserved, capacity, used, free; PCI pools",
                 "responses": responses(&[("200", ok("usage", schema_ref("Usage")))], &std_errors)}},
@@ -155,34 +174,38 @@ pub fn document() -> Value {
         },
         "components": {"schemas": {
             "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "object", "required": ["code", "message", "details"], "properties": {
-                "code": {"type": "string", "enum": ["invalid_request", "malformed_json", "bad_body", "payload_too_large", "unsupported_media_type", "forbidden", "not_found", "no_such_route", "method_not_allowed", "conflict", "claim_refused", "store_failed", "shutting_down", "not_ready", "timeout", "internal_error"]},
+                "code": {"type": "string", "enum": ["invalid_request", "malformed_json", "bad_body", "payload_too_large", "unsupported_media_type", "forbidden", "not_found", "no_such_route", "method_not_allowed", "conflict", "claim_refused", "store_failed", "store_unavailable", "shutting_down", "not_ready", "timeout", "internal_error"]},
                 "message": {"type": "string"},
                 "details": {"description": "claim_refused: {instance_uuid, resources: [{class, requested, used, capacity, max_unit}], pci: {request_id, alias_name, requested, usable, pools: [{pool, count, rejected}]}}; others: the field or id"}}}}},
             "Health": {"type": "object", "properties": {"status": {"type": "string", "enum": ["ok", "degraded", "stopping"]}, "version": {"type": "string"},
                 "audits_succeeded": {"type": "integer"}, "audits_failing_in_a_row": {"type": "integer"}, "last_audit_at": {"type": "string", "nullable": true},
-                "last_audit_seconds": {"type": "number", "nullable": true}, "last_audit_error": {"type": "string", "nullable": true}}},
+                "last_audit_seconds": {"type": "number", "nullable": true}, "last_audit_error": {"type": "string", "nullable": true},
+                "store_unavailable": {"type": "string", "nullable": true, "description": "why changes are refused (503 store_unavailable), while they are"}}},
             "LegacyRequest": {"type": "object", "additionalProperties": false, "required": ["request_spec"], "properties": {
                 "request_spec": {"type": "object", "description": "legacy request_spec dict (instance_type, instance_properties, num_instances, image)"},
                 "filter_properties": {"type": "object", "description": "legacy filter_properties dict"}}},
             "Instance": {"type": "object", "additionalProperties": false, "properties": {
-                "uuid": uuid, "project_id": {"type": "string"}, "user_id": {"type": "string"}, "os_type": {"type": "string"},
-                "vm_state": {"type": "string"}, "task_state": {"type": "string"}, "host": {"type": "string"}, "node": {"type": "string"}}},
-            "ClaimRequest": {"type": "object", "additionalProperties": false, "description": "request_spec or legacy, not both", "properties": {
+                "uuid": uuid, "project_id": name.clone(), "user_id": name.clone(), "os_type": name.clone(),
+                "vm_state": vm_state.clone(), "task_state": task_state.clone(), "host": name.clone(), "node": name.clone()}},
+            "ClaimRequest": {"type": "object", "additionalProperties": false, "description": "request_spec or legacy, not both",
+                "oneOf": [{"required": ["request_spec"]}, {"required": ["legacy"]}], "properties": {
                 "instance": schema_ref("Instance"),
                 "request_spec": {"type": "object", "description": "RequestSpec primitive (nova_object.name = RequestSpec)"},
                 "legacy": schema_ref("LegacyRequest")}},
-            "MigrationRequest": {"type": "object", "additionalProperties": false, "properties": {
+            "MigrationRequest": {"type": "object", "additionalProperties": false, "description": "request_spec or legacy, not both",
+                "oneOf": [{"required": ["request_spec"]}, {"required": ["legacy"]}], "properties": {
                 "instance": schema_ref("Instance"),
                 "request_spec": {"type": "object", "description": "RequestSpec primitive for the destination (new flavor)"},
                 "legacy": schema_ref("LegacyRequest"),
-                "current": {"type": "object", "additionalProperties": false, "properties": {"request_spec": {"type": "object"}, "legacy": schema_ref("LegacyRequest")}},
+                "current": {"type": "object", "additionalProperties": false, "oneOf": [{"required": ["request_spec"]}, {"required": ["legacy"]}],
+                    "properties": {"request_spec": {"type": "object"}, "legacy": schema_ref("LegacyRequest")}},
                 "move_type": {"type": "string", "enum": ["resize", "migration", "live-migration", "evacuation"]},
-                "migration_id": {"type": "integer"}, "migration_uuid": {"type": "string", "format": "uuid"},
-                "source_compute": {"type": "string"}, "source_node": {"type": "string"},
-                "dest_compute": {"type": "string"}, "dest_node": {"type": "string"}}},
+                "migration_id": {"type": "integer", "format": "int64", "minimum": 1}, "migration_uuid": {"type": "string", "format": "uuid"},
+                "source_compute": name.clone(), "source_node": name.clone(),
+                "dest_compute": name.clone(), "dest_node": name.clone()}},
             "InstanceUpdate": {"type": "object", "additionalProperties": false, "properties": {
-                "vm_state": {"type": "string"}, "task_state": {"type": "string", "description": "\"\" clears it"},
-                "host": {"type": "string"}, "node": {"type": "string"}, "apply_new_flavor": {"type": "boolean"}}},
+                "vm_state": vm_state, "task_state": task_state_or_none,
+                "host": name.clone(), "node": name, "apply_new_flavor": {"type": "boolean"}}},
             "Claim": {"type": "object", "properties": {
                 "instance_uuid": {"type": "string"}, "migration_id": {"type": "integer", "nullable": true},
                 "resources": {"type": "object", "additionalProperties": {"type": "integer"}},

@@ -17,6 +17,7 @@ use super::bodies::{
 use super::error::ApiError;
 use crate::daemon::metrics::ClaimDecision;
 use crate::daemon::shared::DaemonState;
+use crate::echo::{bounded_message, quoted};
 use crate::inventory::format_utc;
 use crate::objects::{current_manifest, ObjVersion};
 use crate::service::{Granted, ServiceError, TrackerService};
@@ -48,7 +49,11 @@ fn body_error(r: BytesRejection, limit_hint: &str) -> ApiError {
             format!("the body is larger than {limit_hint} ([api] max_body_bytes)"),
         )
     } else {
-        ApiError::new(r.status(), "bad_body", format!("cannot read the body: {r}"))
+        ApiError::new(
+            r.status(),
+            "bad_body",
+            format!("cannot read the body: {}", bounded_message(&r.to_string())),
+        )
     }
 }
 
@@ -56,7 +61,7 @@ fn query_error(r: QueryRejection) -> ApiError {
     ApiError::new(
         StatusCode::BAD_REQUEST,
         "invalid_request",
-        format!("query string: {}", r.body_text()),
+        format!("query string: {}", bounded_message(&r.body_text())),
     )
 }
 
@@ -64,7 +69,7 @@ fn path_error(r: PathRejection) -> ApiError {
     ApiError::new(
         StatusCode::BAD_REQUEST,
         "invalid_request",
-        format!("path: {}", r.body_text()),
+        format!("path: {}", bounded_message(&r.body_text())),
     )
 }
 
@@ -85,7 +90,7 @@ fn json_body<T: serde::de::DeserializeOwned>(
             return Err(ApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported_media_type",
-                format!("Content-Type {ct:?}: expected application/json"),
+                format!("Content-Type {}: expected application/json", quoted(ct)),
             ));
         }
     }
@@ -273,7 +278,10 @@ pub async fn compute_node(
     let version = match &q.version {
         None => None,
         Some(v) => Some(ObjVersion::parse(v).ok_or_else(|| {
-            ApiError::invalid("version", format!("{v:?} is not a version like 1.16"))
+            ApiError::invalid(
+                "version",
+                format!("{} is not a version like 1.16", quoted(v)),
+            )
         })?),
     };
     let body = blocking(move || {
@@ -445,7 +453,7 @@ pub async fn create_claim(
 fn check_uuid(u: &str, field: &str) -> Result<String, ApiError> {
     uuid::Uuid::parse_str(u)
         .map(|x| x.hyphenated().to_string())
-        .map_err(|_| ApiError::invalid(field, format!("{u:?} is not a UUID")))
+        .map_err(|_| ApiError::invalid(field, format!("{} is not a UUID", quoted(u))))
 }
 
 /// `GET /v1/claims/{instance_uuid}`.
@@ -632,6 +640,7 @@ pub async fn update_instance(
     let Path(uuid) = p.map_err(path_error)?;
     let uuid = check_uuid(&uuid, "uuid")?;
     let update: InstanceUpdate = json_body(&state, &headers, body, "an instance state update")?;
+    super::bodies::check_update(&update)?;
     let body = blocking(move || {
         state
             .service
