@@ -407,6 +407,30 @@ fn moves_that_nova_would_not_count_are_refused_and_unknown_states_are_400() {
     );
     assert_eq!(s, 400, "{v}");
     assert_eq!(v["error"]["details"]["field"], "vm_state", "{v}");
+    // Strings are bounded, and the echo of one too.
+    let mut body = migration(&uuid(33), 2, "active", Some("resize_prep"));
+    body["source_compute"] = json!("h".repeat(100_000));
+    let (s, v) = d.call("POST", "/v1/migrations", Some(&body));
+    assert_eq!(s, 400, "{v}");
+    assert_eq!(v["error"]["details"]["field"], "source_compute", "{v}");
+    assert!(
+        v.to_string().len() < 1_000,
+        "unbounded echo: {} bytes",
+        v.to_string().len()
+    );
+    // A typed field names its path.
+    let mut body = claim(&uuid(34), 1, 512, 1, None);
+    body["instance"] = json!({"host": 5});
+    let (s, v) = d.call("POST", "/v1/claims", Some(&body));
+    assert_eq!(s, 400, "{v}");
+    assert_eq!(v["error"]["details"]["field"], "instance.host", "{v}");
+    let (s, v) = d.call(
+        "POST",
+        &format!("/v1/instances/{}/state", uuid(100)),
+        Some(&json!({"apply_new_flavor": "yes"})),
+    );
+    assert_eq!(s, 400, "{v}");
+    assert_eq!(v["error"]["details"]["field"], "apply_new_flavor", "{v}");
     // A claim for an instance Nova counts as using nothing is refused.
     let mut body = claim(&uuid(32), 1, 512, 1, None);
     body["instance"] = json!({"vm_state": "deleted"});

@@ -273,6 +273,54 @@ mod tests {
     }
 
     #[test]
+    fn the_document_accepts_exactly_what_the_server_accepts() {
+        let doc = document();
+        let schemas = &doc["components"]["schemas"];
+        // One of request_spec and legacy, not both (the server answers 400 to both).
+        for name in ["ClaimRequest", "MigrationRequest"] {
+            assert_eq!(
+                schemas[name]["oneOf"],
+                json!([{"required": ["request_spec"]}, {"required": ["legacy"]}]),
+                "{name}"
+            );
+        }
+        // ?version= lists exactly the versions the backport produces.
+        let listed: Vec<String> = serde_json::from_value(
+            doc["paths"]["/v1/compute-node"]["get"]["parameters"][0]["schema"]["enum"].clone(),
+        )
+        .unwrap();
+        let node = crate::objects::Versioned::new(ComputeNode::default());
+        for minor in 0..60u16 {
+            let v = crate::objects::ObjVersion::new(1, minor);
+            let produced = node
+                .to_primitive_at(v, Some(&crate::objects::current_manifest()))
+                .is_ok();
+            assert_eq!(listed.contains(&v.to_string()), produced, "{v}");
+        }
+        assert!(!listed.contains(&"1.45".to_string()));
+        // Both metrics formats, the text format first (the default).
+        let content = &doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"];
+        assert!(
+            content.get("text/plain").is_some()
+                && content.get("application/openmetrics-text").is_some()
+        );
+        // String fields are bounded as the server bounds them, states are Nova's.
+        let instance = &schemas["Instance"]["properties"];
+        assert_eq!(
+            instance["host"]["maxLength"],
+            super::super::bodies::MAX_NAME
+        );
+        assert_eq!(
+            instance["vm_state"]["enum"].as_array().unwrap().len(),
+            VM_STATES.len()
+        );
+        assert_eq!(
+            schemas["MigrationRequest"]["properties"]["source_compute"]["maxLength"],
+            255
+        );
+    }
+
+    #[test]
     fn templates_match_concrete_paths() {
         assert!(path_matches("/v1/claims/{instance_uuid}", "/v1/claims/abc"));
         assert!(!path_matches("/v1/claims/{instance_uuid}", "/v1/claims/"));
