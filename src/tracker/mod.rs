@@ -12,6 +12,7 @@
 pub mod compute_node;
 pub mod error;
 pub mod model;
+pub mod ops;
 pub mod pci;
 pub mod request;
 pub mod state;

@@ -1,0 +1,179 @@
+//! Build claims (Nova's `instance_claim`), aborts (`abort_instance_claim`) and the failed-build
+//! counter: an instance's request in, the claim (or the refusal) and its [`Changes`] out.
+//!
+//! [`Changes`]: super::super::state::Changes
+
+use super::{ClaimOutcome, InstanceInfo};
+use crate::tracker::error::ClaimError;
+use crate::tracker::model::{InstanceRecord, InstanceRequest};
+use crate::tracker::state::{validate_uuid, Changes, ClaimRecord, Tracker};
+use crate::tracker::states::{check_task_state, check_vm_state, releases_resources};
+
+impl Tracker {
+    /// Nova's `instance_claim` (build): checks resources and PCI, then records the instance on
+    /// this node with its devices allocated. The same instance claimed again with the same
+    /// request returns the existing claim; with another request it is a conflict.
+    pub fn instance_claim(
+        &mut self,
+        info: &InstanceInfo,
+        req: &InstanceRequest,
+        now: i64,
+        dry_run: bool,
+    ) -> Result<(ClaimOutcome, Changes), ClaimError> {
+        let uuid = &info.uuid;
+        validate_uuid(uuid, "instance.uuid")?;
+        let vm_state = info.vm_state.as_deref().unwrap_or("building");
+        check_vm_state(vm_state, "instance.vm_state")?;
+        if let Some(t) = &info.task_state {
+            check_task_state(t, "instance.task_state", false)?;
+        }
+        if releases_resources(vm_state, info.task_state.as_deref()) {
+            // Granted but never counted: refuse rather than hand out what no rule holds.
+            return Err(ClaimError::Conflict {
+                id: uuid.clone(),
+                message: format!(
+                    "instance {uuid} with vm_state {vm_state} uses no resources under Nova's rules, so nothing claimed for it would be counted; claim it in the state it will run in (e.g. building)"
+                ),
+            });
+        }
+        if let Some(existing) = self.state.claims.get(uuid) {
+            if existing.request == *req {
+                return Ok((
+                    ClaimOutcome {
+                        claim: existing.clone(),
+                        existing: true,
+                        dry_run,
+                    },
+                    Changes::default(),
+                ));
+            }
+            return Err(ClaimError::Conflict {
+                id: uuid.clone(),
+                message: format!(
+                    "instance {uuid} already holds a claim on this host with a different request; abort it first"
+                ),
+            });
+        }
+        if let Some(inst) = self.state.instances.get(uuid) {
+            return Err(ClaimError::Conflict {
+                id: uuid.clone(),
+                message: format!(
+                    "instance {uuid} is already known here ({}, vm_state {}); a move uses a migration claim",
+                    inst.host.as_deref().unwrap_or("no host"),
+                    inst.vm_state
+                ),
+            });
+        }
+        let (devices, assignments, resources) = self.test_claim(uuid, req, true, true)?;
+        let claim = ClaimRecord {
+            instance_uuid: uuid.clone(),
+            migration_id: None,
+            request: req.clone(),
+            assignments,
+            resources,
+            claimed_at: now,
+        };
+        if dry_run {
+            return Ok((
+                ClaimOutcome {
+                    claim,
+                    existing: false,
+                    dry_run: true,
+                },
+                Changes::default(),
+            ));
+        }
+        let mut changes = Changes::default();
+        self.replace_devices(devices, &mut changes);
+        let record = InstanceRecord {
+            uuid: uuid.clone(),
+            project_id: info.project_id.clone(),
+            user_id: info.user_id.clone(),
+            os_type: info.os_type.clone(),
+            vm_state: vm_state.to_string(),
+            task_state: info.task_state.clone(),
+            host: Some(self.settings.names.host.clone()),
+            node: Some(self.settings.names.node.clone()),
+            request: req.clone(),
+            old_flavor: None,
+            new_flavor: None,
+            migration_context: None,
+        };
+        self.state.instances.insert(uuid.clone(), record.clone());
+        changes.instances.insert(uuid.clone(), Some(record));
+        self.state.claims.insert(uuid.clone(), claim.clone());
+        changes.claims.insert(uuid.clone(), Some(claim.clone()));
+        if let Some(used) = self.used_cache.get_mut().as_mut() {
+            for (class, amount) in &claim.resources {
+                *used.entry(*class).or_default() += amount;
+            }
+        }
+        Ok((
+            ClaimOutcome {
+                claim,
+                existing: false,
+                dry_run: false,
+            },
+            changes,
+        ))
+    }
+
+    /// Aborts a claim: an instance claim (`abort_instance_claim`: the instance leaves this node
+    /// and its devices are freed) or, failing that, the instance's move claim here.
+    pub fn abort(&mut self, uuid: &str) -> Result<Changes, ClaimError> {
+        self.invalidate_usage();
+        let mut changes = Changes::default();
+        if self.state.claims.contains_key(uuid) {
+            self.free_devices(uuid, None, &mut changes);
+            self.state.claims.remove(uuid);
+            changes.claims.insert(uuid.to_string(), None);
+            self.forget_instance_unless_moving(uuid, &mut changes);
+            return Ok(changes);
+        }
+        let move_id = self
+            .state
+            .move_claims
+            .iter()
+            .find(|(_, c)| c.instance_uuid == uuid)
+            .map(|(id, _)| *id);
+        match move_id {
+            Some(id) => {
+                // The move did not happen: the migration ends, holding nothing.
+                self.drop_move_claim(id, "failed", &mut changes);
+                Ok(changes)
+            }
+            None => Err(ClaimError::NotFound {
+                what: "claim",
+                id: uuid.to_string(),
+            }),
+        }
+    }
+
+    pub(in crate::tracker) fn forget_instance_unless_moving(
+        &mut self,
+        uuid: &str,
+        changes: &mut Changes,
+    ) {
+        let moving = self
+            .state
+            .migrations
+            .values()
+            .any(|m| m.instance_uuid == uuid && m.in_progress());
+        if !moving && self.state.instances.remove(uuid).is_some() {
+            changes.instances.insert(uuid.to_string(), None);
+        }
+    }
+
+    /// Nova's failed-build counter.
+    pub fn build_result(&mut self, failed: bool) -> Changes {
+        self.state.failed_builds = if failed {
+            self.state.failed_builds + 1
+        } else {
+            0
+        };
+        Changes {
+            counters: Some(self.counters()),
+            ..Changes::default()
+        }
+    }
+}

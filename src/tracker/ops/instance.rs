@@ -1,0 +1,116 @@
+//! State updates (Nova's `update_usage`): an instance's new vm/task state, host or flavor in;
+//! the records changed out, refused when the rules would then count more than fits.
+
+use std::collections::BTreeMap;
+
+use super::InstanceUpdate;
+use crate::inventory::resources::ResourceClass;
+use crate::tracker::error::{ClaimError, Refusal};
+use crate::tracker::state::{Changes, Tracker};
+use crate::tracker::states::{check_task_state, check_vm_state};
+
+impl Tracker {
+    /// Nova's `update_usage`: applies an instance's new state; a deleted or shelved-offloaded
+    /// instance stops counting and its devices are freed.
+    pub fn update_instance(
+        &mut self,
+        uuid: &str,
+        up: &InstanceUpdate,
+    ) -> Result<Changes, ClaimError> {
+        self.invalidate_usage();
+        if let Some(v) = &up.vm_state {
+            check_vm_state(v, "vm_state")?;
+        }
+        if let Some(t) = &up.task_state {
+            check_task_state(t, "task_state", true)?;
+        }
+        let Some(before) = self.state.instances.get(uuid).cloned() else {
+            return Err(ClaimError::NotFound {
+                what: "instance",
+                id: uuid.to_string(),
+            });
+        };
+        let used_before = self.usage().used;
+        let Some(inst) = self.state.instances.get_mut(uuid) else {
+            return Err(ClaimError::NotFound {
+                what: "instance",
+                id: uuid.to_string(),
+            });
+        };
+        if let Some(v) = &up.vm_state {
+            inst.vm_state = v.clone();
+        }
+        if let Some(t) = &up.task_state {
+            inst.task_state = if t.is_empty() { None } else { Some(t.clone()) };
+        }
+        if let Some(h) = &up.host {
+            inst.host = Some(h.clone());
+        }
+        if let Some(n) = &up.node {
+            inst.node = Some(n.clone());
+        }
+        if up.apply_new_flavor {
+            let Some(new) = inst.new_flavor.clone() else {
+                return Err(ClaimError::Invalid {
+                    field: "apply_new_flavor".into(),
+                    message: format!("instance {uuid} has no new flavor (no resize in progress)"),
+                });
+            };
+            inst.request.flavor = new;
+        }
+        let inst = inst.clone();
+        // A state change may make the rules count again what they had stopped counting (an
+        // instance back from `deleted`, a move back in a resize state): that is a grant, and
+        // it must fit like one.
+        let used_after = self.usage().used;
+        let grown: BTreeMap<ResourceClass, i64> = used_after
+            .iter()
+            .filter(|(class, after)| **after > used_before.get(class).copied().unwrap_or(0))
+            .map(|(class, after)| (*class, after - used_before.get(class).copied().unwrap_or(0)))
+            .collect();
+        let shortfalls = self.shortfalls(&grown, &used_before);
+        if !shortfalls.is_empty() {
+            self.state.instances.insert(uuid.to_string(), before);
+            return Err(ClaimError::Refused(Box::new(Refusal {
+                instance_uuid: uuid.to_string(),
+                resources: shortfalls,
+                pci: None,
+            })));
+        }
+        let mut changes = Changes::default();
+        if inst.releases_resources() {
+            // Deleted (or offloaded) while moving: its moves here end too.
+            let moves: Vec<i64> = self
+                .state
+                .move_claims
+                .iter()
+                .filter(|(_, c)| c.instance_uuid == uuid)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in moves {
+                self.state.move_claims.remove(&id);
+                changes.move_claims.insert(id, None);
+            }
+            let in_progress: Vec<i64> = self
+                .state
+                .migrations
+                .values()
+                .filter(|m| m.instance_uuid == uuid && m.in_progress())
+                .map(|m| m.id)
+                .collect();
+            for id in in_progress {
+                self.set_migration_status(id, "error", &mut changes);
+            }
+            self.free_devices(uuid, None, &mut changes);
+            if self.state.claims.remove(uuid).is_some() {
+                changes.claims.insert(uuid.to_string(), None);
+            }
+            self.state.instances.insert(uuid.to_string(), inst.clone());
+            changes.instances.insert(uuid.to_string(), Some(inst));
+            self.forget_instance_unless_moving(uuid, &mut changes);
+        } else {
+            changes.instances.insert(uuid.to_string(), Some(inst));
+        }
+        Ok(changes)
+    }
+}
