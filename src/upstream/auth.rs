@@ -123,7 +123,7 @@ async fn issue_token(
         .json(&body)
         .send()
         .await
-        .map_err(|e| err(super::client::transport_reason(&e)))?;
+        .map_err(|e| err(super::transport::transport_reason(&e)))?;
     let status = resp.status();
     if !status.is_success() {
         // Keystone's message says which part was wrong; it does not contain the password.

@@ -7,164 +7,22 @@
 //! `{"errors": [{"status", "code", "detail"}]}` body; callers match on status and code only.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 
 use reqwest::{Method, StatusCode};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use super::api::{ConsumerAllocations, PlacementApi, ProviderInfo, RequestCounts};
 use super::auth::Authenticator;
 use super::config::PlacementSettings;
 use super::desired::DesiredAllocation;
 use super::plan::InventoryRecord;
+use super::transport::{
+    choose_microversion, decode, error_from_body, parse_version, transport_reason,
+};
+pub use super::transport::{MAX_MICROVERSION, MIN_MICROVERSION};
 use super::UpstreamError;
-
-/// Lowest microversion rtrack works with (`reserved` may equal `total`; codes in errors).
-pub const MIN_MICROVERSION: (u32, u32) = (1, 26);
-/// Highest microversion rtrack uses (`consumer_type` in allocations needs 1.38).
-pub const MAX_MICROVERSION: (u32, u32) = (1, 39);
-
-/// Requests sent, by kind (`get_inventories`, `put_traits`, ...).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RequestCounts(pub BTreeMap<&'static str, u64>);
-
-impl RequestCounts {
-    /// All requests.
-    pub fn total(&self) -> u64 {
-        self.0.values().sum()
-    }
-
-    /// Requests of one kind.
-    pub fn get(&self, kind: &str) -> u64 {
-        self.0.get(kind).copied().unwrap_or(0)
-    }
-
-    /// `self - earlier`, per kind (requests made since `earlier` was taken).
-    pub fn since(&self, earlier: &RequestCounts) -> RequestCounts {
-        RequestCounts(
-            self.0
-                .iter()
-                .map(|(k, v)| (*k, v - earlier.get(k)))
-                .filter(|(_, v)| *v > 0)
-                .collect(),
-        )
-    }
-}
-
-impl fmt::Display for RequestCounts {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let parts: Vec<String> = self.0.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        write!(f, "{} ({})", self.total(), parts.join(", "))
-    }
-}
-
-/// A provider as Placement lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct ProviderInfo {
-    /// Uuid.
-    pub uuid: Uuid,
-    /// Name.
-    pub name: String,
-    /// Generation.
-    pub generation: u64,
-    /// Parent.
-    #[serde(default)]
-    pub parent_provider_uuid: Option<Uuid>,
-}
-
-/// A consumer's allocations: generation and provider -> class -> amount.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct ConsumerAllocations {
-    /// Consumer generation; `None` when Placement has no such consumer.
-    pub generation: Option<u64>,
-    /// provider -> class -> amount.
-    pub resources: BTreeMap<Uuid, BTreeMap<String, u64>>,
-    /// project, user, consumer type (when the consumer exists).
-    pub owner: Option<(String, String, String)>,
-}
-
-/// The Placement calls the reporter makes. Implemented over HTTP by [`HttpPlacement`]; a test
-/// double can implement it to drive the reporter without a server.
-#[allow(async_fn_in_trait)]
-pub trait PlacementApi {
-    /// `GET /`: picks the microversion to use.
-    async fn negotiate(&mut self) -> Result<(u32, u32), UpstreamError>;
-    /// `GET /resource_providers?in_tree={root}`.
-    async fn providers_in_tree(&mut self, root: Uuid) -> Result<Vec<ProviderInfo>, UpstreamError>;
-    /// `GET /resource_providers/{uuid}` (`None` on 404).
-    async fn get_provider(&mut self, uuid: Uuid) -> Result<Option<ProviderInfo>, UpstreamError>;
-    /// `GET /resource_providers?name={name}`.
-    async fn provider_by_name(&mut self, name: &str)
-        -> Result<Option<ProviderInfo>, UpstreamError>;
-    /// `POST /resource_providers`.
-    async fn create_provider(
-        &mut self,
-        uuid: Uuid,
-        name: &str,
-        parent: Option<Uuid>,
-    ) -> Result<ProviderInfo, UpstreamError>;
-    /// `PUT /resource_providers/{uuid}` (rename; does not bump the generation).
-    async fn rename_provider(
-        &mut self,
-        uuid: Uuid,
-        name: &str,
-        parent: Option<Uuid>,
-    ) -> Result<(), UpstreamError>;
-    /// `DELETE /resource_providers/{uuid}`.
-    async fn delete_provider(&mut self, uuid: Uuid) -> Result<(), UpstreamError>;
-    /// `GET .../inventories`: generation and records.
-    async fn get_inventories(
-        &mut self,
-        uuid: Uuid,
-    ) -> Result<(u64, BTreeMap<String, InventoryRecord>), UpstreamError>;
-    /// `PUT .../inventories`: the new generation.
-    async fn put_inventories(
-        &mut self,
-        uuid: Uuid,
-        generation: u64,
-        inventories: &BTreeMap<String, InventoryRecord>,
-    ) -> Result<u64, UpstreamError>;
-    /// `GET .../traits`.
-    async fn get_traits(&mut self, uuid: Uuid) -> Result<(u64, BTreeSet<String>), UpstreamError>;
-    /// `PUT .../traits`: the new generation.
-    async fn put_traits(
-        &mut self,
-        uuid: Uuid,
-        generation: u64,
-        traits: &BTreeSet<String>,
-    ) -> Result<u64, UpstreamError>;
-    /// `GET .../aggregates`.
-    async fn get_aggregates(&mut self, uuid: Uuid) -> Result<(u64, BTreeSet<Uuid>), UpstreamError>;
-    /// `PUT .../aggregates`: the new generation.
-    async fn put_aggregates(
-        &mut self,
-        uuid: Uuid,
-        generation: u64,
-        aggregates: &BTreeSet<Uuid>,
-    ) -> Result<u64, UpstreamError>;
-    /// `GET .../usages`.
-    async fn get_usages(&mut self, uuid: Uuid) -> Result<BTreeMap<String, u64>, UpstreamError>;
-    /// `GET .../allocations`: the consumers holding allocations on the provider.
-    async fn provider_consumers(&mut self, uuid: Uuid) -> Result<BTreeSet<Uuid>, UpstreamError>;
-    /// `GET /allocations/{consumer}`.
-    async fn get_consumer(&mut self, consumer: Uuid) -> Result<ConsumerAllocations, UpstreamError>;
-    /// `PUT /allocations/{consumer}`; `None` allocation = remove all (safe delete with the
-    /// generation). `generation` `None` means "the consumer must not exist yet".
-    async fn put_allocation(
-        &mut self,
-        consumer: Uuid,
-        allocation: Option<&DesiredAllocation>,
-        generation: Option<u64>,
-        owner: Option<&(String, String, String)>,
-    ) -> Result<(), UpstreamError>;
-    /// `PUT /resource_classes/{name}`.
-    async fn ensure_resource_class(&mut self, name: &str) -> Result<(), UpstreamError>;
-    /// `PUT /traits/{name}`.
-    async fn ensure_trait(&mut self, name: &str) -> Result<(), UpstreamError>;
-    /// Requests sent so far, by kind.
-    fn counts(&self) -> RequestCounts;
-}
 
 /// Placement over HTTP (reqwest, rustls).
 #[derive(Debug)]
@@ -174,76 +32,6 @@ pub struct HttpPlacement {
     auth: Authenticator,
     version: Option<(u32, u32)>,
     counts: RequestCounts,
-}
-
-/// A transport error in words, without the URL (callers add it).
-pub fn transport_reason(e: &reqwest::Error) -> String {
-    let mut reason = if e.is_timeout() {
-        "timed out".to_string()
-    } else if e.is_connect() {
-        "cannot connect".to_string()
-    } else {
-        "request failed".to_string()
-    };
-    let mut src = std::error::Error::source(e);
-    let mut last = None;
-    while let Some(s) = src {
-        last = Some(s.to_string());
-        src = s.source();
-    }
-    if let Some(l) = last {
-        reason.push_str(": ");
-        reason.push_str(&l);
-    }
-    reason
-}
-
-fn parse_version(s: &str) -> Option<(u32, u32)> {
-    let (a, b) = s.split_once('.')?;
-    Some((a.parse().ok()?, b.parse().ok()?))
-}
-
-/// Picks the microversion: the server's maximum, at most [`MAX_MICROVERSION`], at least
-/// [`MIN_MICROVERSION`].
-pub fn choose_microversion(min: (u32, u32), max: (u32, u32)) -> Option<(u32, u32)> {
-    let v = max.min(MAX_MICROVERSION);
-    (v >= MIN_MICROVERSION && v >= min).then_some(v)
-}
-
-/// Maps an error answer to [`UpstreamError::Placement`]: `status` and `code` from the first
-/// entry of `errors` (`code` exists from 1.23 on), `detail` kept short for messages.
-pub fn error_from_body(method: &str, path: &str, status: u16, body: &str) -> UpstreamError {
-    let v: Value = serde_json::from_str(body).unwrap_or(Value::Null);
-    let first = &v["errors"][0];
-    let code = first["code"].as_str().map(str::to_string);
-    let detail = first["detail"]
-        .as_str()
-        .or_else(|| first["title"].as_str())
-        .or_else(|| v["message"].as_str())
-        .unwrap_or(body)
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ");
-    let detail: String = detail.chars().take(300).collect();
-    UpstreamError::Placement {
-        method: method.to_string(),
-        path: path.to_string(),
-        status,
-        code,
-        detail,
-    }
-}
-
-fn decode<T: serde::de::DeserializeOwned>(
-    method: &str,
-    path: &str,
-    v: Value,
-) -> Result<T, UpstreamError> {
-    serde_json::from_value(v).map_err(|e| UpstreamError::Decode {
-        method: method.to_string(),
-        path: path.to_string(),
-        reason: e.to_string(),
-    })
 }
 
 #[derive(Deserialize)]

@@ -5,8 +5,8 @@
 
 use serde_json::Value;
 
-use super::client::transport_reason;
 use super::config::HttpPushSettings;
+use super::transport::transport_reason;
 use super::UpstreamError;
 
 /// The ComputeNode pusher.

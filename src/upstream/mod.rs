@@ -16,6 +16,7 @@
 //! [`report_once`] does all of that once, for `rtrackd --once --report`. The wire format and
 //! behaviour are described in `docs/upstream.md`.
 
+pub mod api;
 pub mod auth;
 pub mod backoff;
 pub mod client;
@@ -25,11 +26,13 @@ pub mod http_push;
 pub mod plan;
 pub mod reporter;
 pub mod traits;
+pub mod transport;
 
 use uuid::Uuid;
 
+pub use api::{PlacementApi, RequestCounts};
 pub use backoff::Backoff;
-pub use client::{HttpPlacement, PlacementApi, RequestCounts};
+pub use client::HttpPlacement;
 pub use config::{validate_http_push, validate_placement, AuthSettings, PlacementSettings};
 pub use desired::{Consumer, DesiredState, ResourceKey};
 pub use http_push::HttpPush;

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
+use super::api::{PlacementApi, RequestCounts};
 use super::backoff::{conflict_pause, Backoff};
-use super::client::{PlacementApi, RequestCounts};
 use super::config::PlacementSettings;
 use super::desired::{DesiredState, ProviderRole};
 use super::plan::{plan, Action, CachedConsumer, CachedProvider, ProviderCache};

@@ -1,0 +1,155 @@
+//! What the reporter needs of Placement, as typed calls behind the [`PlacementApi`] trait, so
+//! its logic does not depend on HTTP ([`super::client::HttpPlacement`] is the HTTP one; the
+//! tests have an in-memory one). In: providers, inventories, traits, allocations to write.
+//! Out: what Placement holds, or an [`UpstreamError`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde::Deserialize;
+use uuid::Uuid;
+
+use super::desired::DesiredAllocation;
+use super::plan::InventoryRecord;
+use super::UpstreamError;
+
+/// Requests sent, by kind (`get_inventories`, `put_traits`, ...).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestCounts(pub BTreeMap<&'static str, u64>);
+
+impl RequestCounts {
+    /// All requests.
+    pub fn total(&self) -> u64 {
+        self.0.values().sum()
+    }
+
+    /// Requests of one kind.
+    pub fn get(&self, kind: &str) -> u64 {
+        self.0.get(kind).copied().unwrap_or(0)
+    }
+
+    /// `self - earlier`, per kind (requests made since `earlier` was taken).
+    pub fn since(&self, earlier: &RequestCounts) -> RequestCounts {
+        RequestCounts(
+            self.0
+                .iter()
+                .map(|(k, v)| (*k, v - earlier.get(k)))
+                .filter(|(_, v)| *v > 0)
+                .collect(),
+        )
+    }
+}
+
+impl fmt::Display for RequestCounts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.0.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        write!(f, "{} ({})", self.total(), parts.join(", "))
+    }
+}
+
+/// A provider as Placement lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct ProviderInfo {
+    /// Uuid.
+    pub uuid: Uuid,
+    /// Name.
+    pub name: String,
+    /// Generation.
+    pub generation: u64,
+    /// Parent.
+    #[serde(default)]
+    pub parent_provider_uuid: Option<Uuid>,
+}
+
+/// A consumer's allocations: generation and provider -> class -> amount.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ConsumerAllocations {
+    /// Consumer generation; `None` when Placement has no such consumer.
+    pub generation: Option<u64>,
+    /// provider -> class -> amount.
+    pub resources: BTreeMap<Uuid, BTreeMap<String, u64>>,
+    /// project, user, consumer type (when the consumer exists).
+    pub owner: Option<(String, String, String)>,
+}
+
+/// The Placement calls the reporter makes. Implemented over HTTP by [`HttpPlacement`]; a test
+/// double can implement it to drive the reporter without a server.
+#[allow(async_fn_in_trait)]
+pub trait PlacementApi {
+    /// `GET /`: picks the microversion to use.
+    async fn negotiate(&mut self) -> Result<(u32, u32), UpstreamError>;
+    /// `GET /resource_providers?in_tree={root}`.
+    async fn providers_in_tree(&mut self, root: Uuid) -> Result<Vec<ProviderInfo>, UpstreamError>;
+    /// `GET /resource_providers/{uuid}` (`None` on 404).
+    async fn get_provider(&mut self, uuid: Uuid) -> Result<Option<ProviderInfo>, UpstreamError>;
+    /// `GET /resource_providers?name={name}`.
+    async fn provider_by_name(&mut self, name: &str)
+        -> Result<Option<ProviderInfo>, UpstreamError>;
+    /// `POST /resource_providers`.
+    async fn create_provider(
+        &mut self,
+        uuid: Uuid,
+        name: &str,
+        parent: Option<Uuid>,
+    ) -> Result<ProviderInfo, UpstreamError>;
+    /// `PUT /resource_providers/{uuid}` (rename; does not bump the generation).
+    async fn rename_provider(
+        &mut self,
+        uuid: Uuid,
+        name: &str,
+        parent: Option<Uuid>,
+    ) -> Result<(), UpstreamError>;
+    /// `DELETE /resource_providers/{uuid}`.
+    async fn delete_provider(&mut self, uuid: Uuid) -> Result<(), UpstreamError>;
+    /// `GET .../inventories`: generation and records.
+    async fn get_inventories(
+        &mut self,
+        uuid: Uuid,
+    ) -> Result<(u64, BTreeMap<String, InventoryRecord>), UpstreamError>;
+    /// `PUT .../inventories`: the new generation.
+    async fn put_inventories(
+        &mut self,
+        uuid: Uuid,
+        generation: u64,
+        inventories: &BTreeMap<String, InventoryRecord>,
+    ) -> Result<u64, UpstreamError>;
+    /// `GET .../traits`.
+    async fn get_traits(&mut self, uuid: Uuid) -> Result<(u64, BTreeSet<String>), UpstreamError>;
+    /// `PUT .../traits`: the new generation.
+    async fn put_traits(
+        &mut self,
+        uuid: Uuid,
+        generation: u64,
+        traits: &BTreeSet<String>,
+    ) -> Result<u64, UpstreamError>;
+    /// `GET .../aggregates`.
+    async fn get_aggregates(&mut self, uuid: Uuid) -> Result<(u64, BTreeSet<Uuid>), UpstreamError>;
+    /// `PUT .../aggregates`: the new generation.
+    async fn put_aggregates(
+        &mut self,
+        uuid: Uuid,
+        generation: u64,
+        aggregates: &BTreeSet<Uuid>,
+    ) -> Result<u64, UpstreamError>;
+    /// `GET .../usages`.
+    async fn get_usages(&mut self, uuid: Uuid) -> Result<BTreeMap<String, u64>, UpstreamError>;
+    /// `GET .../allocations`: the consumers holding allocations on the provider.
+    async fn provider_consumers(&mut self, uuid: Uuid) -> Result<BTreeSet<Uuid>, UpstreamError>;
+    /// `GET /allocations/{consumer}`.
+    async fn get_consumer(&mut self, consumer: Uuid) -> Result<ConsumerAllocations, UpstreamError>;
+    /// `PUT /allocations/{consumer}`; `None` allocation = remove all (safe delete with the
+    /// generation). `generation` `None` means "the consumer must not exist yet".
+    async fn put_allocation(
+        &mut self,
+        consumer: Uuid,
+        allocation: Option<&DesiredAllocation>,
+        generation: Option<u64>,
+        owner: Option<&(String, String, String)>,
+    ) -> Result<(), UpstreamError>;
+    /// `PUT /resource_classes/{name}`.
+    async fn ensure_resource_class(&mut self, name: &str) -> Result<(), UpstreamError>;
+    /// `PUT /traits/{name}`.
+    async fn ensure_trait(&mut self, name: &str) -> Result<(), UpstreamError>;
+    /// Requests sent so far, by kind.
+    fn counts(&self) -> RequestCounts;
+}
