@@ -1,0 +1,192 @@
+//! Reads: inventory, the ComputeNode, usage, claims and migrations, all from committed state.
+
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::super::bodies::VersionQuery;
+use super::super::error::ApiError;
+use super::*;
+use crate::echo::quoted;
+use crate::objects::{current_manifest, ObjVersion};
+use crate::tracker::ClaimError;
+
+/// `GET /v1/inventory`: the `--once` report of the probe the tracker holds, with the
+/// ComputeNode as it is now.
+pub async fn inventory(State(state): St) -> ApiResult {
+    let probed_at = state.probed_at().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not_ready",
+            "no probe has completed yet",
+        )
+    })?;
+    let body = blocking(move || {
+        let (report, node) = state.service.read(|t| {
+            let report = crate::inventory::InventoryReport {
+                rtrack_version: env!("CARGO_PKG_VERSION").to_string(),
+                probed_at,
+                inventory: t.host().clone(),
+                compute_node: None,
+            };
+            let node = t
+                .compute_node(&t.usage(), time::OffsetDateTime::now_utc())
+                .to_primitive();
+            (report, node)
+        });
+        let mut v = serde_json::to_value(&report).map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal_error",
+                format!("cannot encode the report: {e}"),
+            )
+        })?;
+        if let Value::Object(m) = &mut v {
+            m.insert("compute_node".into(), node);
+        }
+        Ok(v)
+    })
+    .await?;
+    Ok(Json(body).into_response())
+}
+
+/// `GET /v1/compute-node?version=X.Y`.
+pub async fn compute_node(
+    State(state): St,
+    q: Result<Query<VersionQuery>, QueryRejection>,
+) -> ApiResult {
+    let Query(q) = q.map_err(query_error)?;
+    let version = match &q.version {
+        None => None,
+        Some(v) => Some(ObjVersion::parse(v).ok_or_else(|| {
+            ApiError::invalid(
+                "version",
+                format!("{} is not a version like 1.16", quoted(v)),
+            )
+        })?),
+    };
+    let body = blocking(move || {
+        let node = state
+            .service
+            .read(|t| t.compute_node(&t.usage(), time::OffsetDateTime::now_utc()));
+        match version {
+            None => Ok(node.to_primitive()),
+            Some(v) => node
+                .to_primitive_at(v, Some(&current_manifest()))
+                .map_err(|e| ApiError::invalid("version", e.message)),
+        }
+    })
+    .await?;
+    Ok(Json(body).into_response())
+}
+
+/// `GET /v1/usage`.
+pub async fn usage(State(state): St) -> ApiResult {
+    let body = blocking(move || {
+        Ok(state.service.read(|t| {
+            let used = t.used();
+            let resources: serde_json::Map<String, Value> = t
+                .inventory()
+                .iter()
+                .map(|(class, inv)| {
+                    let u = used.get(class).copied().unwrap_or(0);
+                    (
+                        class.as_str().to_string(),
+                        json!({
+                            "total": inv.total,
+                            "reserved": inv.reserved,
+                            "allocation_ratio": inv.allocation_ratio,
+                            "capacity": inv.capacity(),
+                            "used": u,
+                            "free": (inv.capacity() - u).max(0),
+                            "max_unit": inv.max_unit,
+                        }),
+                    )
+                })
+                .collect();
+            let s = t.state();
+            json!({
+                "resources": resources,
+                "pci_pools": t.pool_usage(),
+                "instances": s.instances.len(),
+                "claims": s.claims.len() + s.move_claims.len(),
+                "migrations_in_progress": s.migrations.values().filter(|m| m.in_progress()).count(),
+            })
+        }))
+    })
+    .await?;
+    Ok(Json(body).into_response())
+}
+
+/// `GET /v1/claims`: every claim, instance claims first, then move claims.
+pub async fn list_claims(State(state): St) -> ApiResult {
+    let body = blocking(move || {
+        Ok(state.service.read(|t| {
+            let s = t.state();
+            s.claims
+                .values()
+                .chain(s.move_claims.values())
+                .map(claim_view)
+                .collect::<Vec<_>>()
+        }))
+    })
+    .await?;
+    Ok(Json(body).into_response())
+}
+
+/// `GET /v1/claims/{instance_uuid}`.
+pub async fn show_claim(State(state): St, p: Result<Path<String>, PathRejection>) -> ApiResult {
+    let Path(uuid) = p.map_err(path_error)?;
+    let uuid = check_uuid(&uuid, "instance_uuid")?;
+    let body = blocking(move || {
+        state.service.read(|t| {
+            let s = t.state();
+            let claim = s
+                .claims
+                .get(&uuid)
+                .or_else(|| s.move_claims.values().find(|c| c.instance_uuid == uuid))
+                .ok_or_else(|| {
+                    ApiError::from(ClaimError::NotFound {
+                        what: "claim",
+                        id: uuid.clone(),
+                    })
+                })?;
+            let mut v = claim_view(claim);
+            if let (Value::Object(m), Some(inst)) = (&mut v, s.instances.get(&uuid)) {
+                m.insert(
+                    "instance".into(),
+                    json!({"vm_state": inst.vm_state, "task_state": inst.task_state,
+                           "host": inst.host, "node": inst.node}),
+                );
+            }
+            Ok(v)
+        })
+    })
+    .await?;
+    Ok(Json(body).into_response())
+}
+
+/// `GET /v1/migrations`.
+pub async fn list_migrations(State(state): St) -> ApiResult {
+    let body = blocking(move || {
+        Ok(state.service.read(|t| {
+            t.state()
+                .migrations
+                .values()
+                .map(|m| serde_json::to_value(m).unwrap_or(Value::Null))
+                .collect::<Vec<_>>()
+        }))
+    })
+    .await?;
+    Ok(Json(body).into_response())
+}
+
+/// `GET /v1/migrations/{id}`.
+pub async fn show_migration(State(state): St, p: Result<Path<i64>, PathRejection>) -> ApiResult {
+    let Path(id) = p.map_err(path_error)?;
+    let body = blocking(move || migration_view(&state, id)).await?;
+    Ok(Json(body).into_response())
+}

@@ -1,0 +1,302 @@
+//! Writes: claims, moves, aborts, confirms, reverts and state updates through the service;
+//! every 2xx is committed, and every claim decision is logged and counted once.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::super::bodies::{ClaimBody, DryRunQuery, MigrationBody, ParsedClaim, ParsedMove};
+use super::super::error::ApiError;
+use super::*;
+use crate::daemon::metrics::ClaimDecision;
+use crate::daemon::shared::DaemonState;
+use crate::service::{Granted, ServiceError, TrackerService};
+use crate::tracker::state::{ClaimOutcome, InstanceUpdate, MoveRequest};
+
+/// Logs and counts one claim decision.
+fn record_decision(
+    state: &DaemonState,
+    operation: &'static str,
+    uuid: &str,
+    result: &Result<ClaimOutcome, ServiceError>,
+) {
+    match result {
+        Ok(o) => {
+            let decision = if o.dry_run {
+                ClaimDecision::DryRun
+            } else if o.existing {
+                ClaimDecision::Existing
+            } else {
+                ClaimDecision::Granted
+            };
+            state.metrics.count_claim(operation, Ok(decision));
+            let resources: Vec<String> = o
+                .claim
+                .resources
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            tracing::info!(
+                target: "rtrack::claims",
+                operation, instance = uuid, decision = ?decision,
+                migration = ?o.claim.migration_id,
+                resources = %resources.join(","), pci_devices = o.claim.assignments.len(),
+                "claim granted"
+            );
+        }
+        Err(ServiceError::Claim(e)) => {
+            state.metrics.count_claim(operation, Err(e));
+            tracing::info!(target: "rtrack::claims", operation, instance = uuid, code = e.code(), reason = %e, "claim refused");
+        }
+        Err(e) => {
+            state.metrics.count_claim_error(operation);
+            tracing::warn!(target: "rtrack::claims", operation, instance = uuid, error = %e, "claim failed");
+        }
+    }
+}
+
+/// Logs and counts a claim whose request could not be read.
+fn reject_malformed(state: &DaemonState, operation: &'static str, e: &ApiError) {
+    state
+        .metrics
+        .count_claim_outcome(operation, e.code, String::new());
+    tracing::info!(target: "rtrack::claims", operation, code = e.code, reason = %e.message, "claim refused");
+}
+
+/// Runs a claim on the blocking pool and answers its caller. A new claim whose caller has gone
+/// by the time it is granted is aborted by the service's caller-left rule ([`Granted`]); `view`
+/// adds what the answer shows besides the claim (read from committed state).
+async fn claim_for_caller<V: Send + 'static>(
+    state: &Arc<DaemonState>,
+    operation: &'static str,
+    uuid: String,
+    claim: impl FnOnce(&TrackerService) -> Result<Granted<'_>, ServiceError> + Send + 'static,
+    dry_run: impl FnOnce(&TrackerService) -> Result<ClaimOutcome, ServiceError> + Send + 'static,
+    view: impl FnOnce(&DaemonState, &ClaimOutcome) -> Result<V, ApiError> + Send + 'static,
+    is_dry_run: bool,
+) -> Result<(ClaimOutcome, V), ApiError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let st = state.clone();
+    tokio::task::spawn_blocking(move || {
+        let service: &TrackerService = &st.service;
+        if is_dry_run {
+            let r = dry_run(service);
+            record_decision(&st, operation, &uuid, &r);
+            let answer = r
+                .map_err(ApiError::from)
+                .and_then(|o| view(&st, &o).map(|v| (o, v)));
+            let _ = tx.send(answer);
+            return;
+        }
+        match claim(service) {
+            Ok(granted) => {
+                let r = Ok(granted.outcome.clone());
+                record_decision(&st, operation, &uuid, &r);
+                match view(&st, &granted.outcome) {
+                    Ok(v) => {
+                        if tx.send(Ok((granted.outcome.clone(), v))).is_ok() {
+                            granted.answered();
+                        }
+                        // Else the caller is gone: dropping `granted` applies the rule.
+                    }
+                    Err(e) => {
+                        // Not answered with the claim: it does not stay.
+                        drop(granted);
+                        let _ = tx.send(Err(e));
+                    }
+                }
+            }
+            Err(e) => {
+                let r: Result<ClaimOutcome, ServiceError> = Err(e);
+                record_decision(&st, operation, &uuid, &r);
+                if let Err(e) = r {
+                    let _ = tx.send(Err(ApiError::from(e)));
+                }
+            }
+        }
+    });
+    rx.await.map_err(|_| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_error",
+            "the claim operation ended without an answer; nothing was acknowledged",
+        )
+    })?
+}
+
+/// `POST /v1/claims[?dry_run=true]`.
+pub async fn create_claim(
+    State(state): St,
+    q: Result<Query<DryRunQuery>, QueryRejection>,
+    headers: axum::http::HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult {
+    let Query(q) = q.map_err(query_error)?;
+    let dry_run = q.flag()?;
+    let body: ClaimBody = json_body(&state, &headers, body, "a claim")?;
+    let config = state.config();
+    let ParsedClaim { info, request } = body
+        .parse(&config.aliases)
+        .inspect_err(|e| reject_malformed(&state, "instance_claim", e))?;
+    let (info2, request2) = (info.clone(), request.clone());
+    let (outcome, ()) = claim_for_caller(
+        &state,
+        "instance_claim",
+        info.uuid.clone(),
+        move |s| s.guarded_claim(&info, &request),
+        move |s| s.instance_claim(&info2, &request2, true),
+        |_, _| Ok(()),
+        dry_run,
+    )
+    .await?;
+    if outcome.dry_run {
+        return Ok(Json(json!({"fits": true, "claim": outcome_view(&outcome)})).into_response());
+    }
+    let status = if outcome.existing {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((status, Json(outcome_view(&outcome))).into_response())
+}
+
+/// `DELETE /v1/claims/{instance_uuid}`: abort the instance's claim (or its move claim here).
+pub async fn delete_claim(State(state): St, p: Result<Path<String>, PathRejection>) -> ApiResult {
+    let Path(uuid) = p.map_err(path_error)?;
+    let uuid = check_uuid(&uuid, "instance_uuid")?;
+    let u = uuid.clone();
+    blocking(move || {
+        let r = state.service.abort(&u);
+        match &r {
+            Ok(()) => tracing::info!(target: "rtrack::claims", operation = "abort", instance = %u, "claim aborted"),
+            Err(e) => tracing::info!(target: "rtrack::claims", operation = "abort", instance = %u, error = %e, "abort refused"),
+        }
+        r.map_err(ApiError::from)
+    })
+    .await?;
+    Ok(Json(json!({"instance_uuid": uuid, "aborted": true})).into_response())
+}
+
+/// `POST /v1/migrations[?dry_run=true]`: a resize, cold or live migration or evacuation.
+pub async fn create_migration(
+    State(state): St,
+    q: Result<Query<DryRunQuery>, QueryRejection>,
+    headers: axum::http::HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult {
+    let Query(q) = q.map_err(query_error)?;
+    let dry_run = q.flag()?;
+    let body: MigrationBody = json_body(&state, &headers, body, "a migration")?;
+    let config = state.config();
+    let ParsedMove { info, new, current } = body
+        .parse(&config.aliases)
+        .inspect_err(|e| reject_malformed(&state, "move_claim", e))?;
+    let uuid = info.uuid.clone();
+    let mv = MoveRequest {
+        instance: info,
+        current,
+        new,
+        move_type: body.move_type,
+        migration_id: body.migration_id,
+        migration_uuid: body.migration_uuid,
+        source_compute: body.source_compute,
+        source_node: body.source_node,
+        dest_compute: body.dest_compute,
+        dest_node: body.dest_node,
+    };
+    let mv2 = mv.clone();
+    let (outcome, migration) = claim_for_caller(
+        &state,
+        "move_claim",
+        uuid,
+        move |s| s.guarded_move(&mv),
+        move |s| s.move_claim(&mv2, true),
+        |st, o| match o.claim.migration_id {
+            Some(id) if !o.dry_run => migration_view(st, id),
+            _ => Ok(Value::Null),
+        },
+        dry_run,
+    )
+    .await?;
+    let mut body = json!({
+        "migration": migration,
+        "claim": outcome_view(&outcome),
+    });
+    if outcome.dry_run {
+        body["fits"] = json!(true);
+        return Ok(Json(body).into_response());
+    }
+    let status = if outcome.existing {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((status, Json(body)).into_response())
+}
+
+async fn finish_migration(state: Arc<DaemonState>, id: i64, confirm: bool) -> ApiResult {
+    let body = blocking(move || {
+        let r = if confirm {
+            state.service.confirm(id)
+        } else {
+            state.service.revert(id)
+        };
+        let op = if confirm { "confirm" } else { "revert" };
+        match &r {
+            Ok(()) => tracing::info!(target: "rtrack::claims", operation = op, migration = id, "migration finished"),
+            Err(e) => tracing::info!(target: "rtrack::claims", operation = op, migration = id, error = %e, "refused"),
+        }
+        r.map_err(ApiError::from)?;
+        migration_view(&state, id)
+    })
+    .await?;
+    Ok(Json(json!({"migration": body})).into_response())
+}
+
+/// `POST /v1/migrations/{id}/confirm`.
+pub async fn confirm_migration(State(state): St, p: Result<Path<i64>, PathRejection>) -> ApiResult {
+    let Path(id) = p.map_err(path_error)?;
+    finish_migration(state, id, true).await
+}
+
+/// `POST /v1/migrations/{id}/revert`.
+pub async fn revert_migration(State(state): St, p: Result<Path<i64>, PathRejection>) -> ApiResult {
+    let Path(id) = p.map_err(path_error)?;
+    finish_migration(state, id, false).await
+}
+
+/// `POST /v1/instances/{uuid}/state`.
+pub async fn update_instance(
+    State(state): St,
+    p: Result<Path<String>, PathRejection>,
+    headers: axum::http::HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult {
+    let Path(uuid) = p.map_err(path_error)?;
+    let uuid = check_uuid(&uuid, "uuid")?;
+    let update: InstanceUpdate = json_body(&state, &headers, body, "an instance state update")?;
+    super::super::bodies::check_update(&update)?;
+    let body = blocking(move || {
+        state
+            .service
+            .update_instance(&uuid, &update)
+            .map_err(ApiError::from)?;
+        tracing::info!(target: "rtrack::claims", operation = "update_instance", instance = %uuid,
+            vm_state = ?update.vm_state, task_state = ?update.task_state, "instance updated");
+        Ok(state.service.read(|t| {
+            t.state()
+                .instances
+                .get(&uuid)
+                .map(|i| serde_json::to_value(i).unwrap_or(Value::Null))
+                .unwrap_or(Value::Null)
+        }))
+    })
+    .await?;
+    Ok(Json(json!({"instance": body})).into_response())
+}
