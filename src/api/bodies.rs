@@ -12,7 +12,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorCode};
 use crate::echo::{bounded, bounded_message, quoted};
 use crate::objects::request_spec::RequestSpec;
 use crate::objects::Versioned;
@@ -117,16 +117,14 @@ pub const MAX_SPEC_STRING: usize = 65_535;
 pub fn parse_body<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::new(
-            axum::http::StatusCode::BAD_REQUEST,
-            "malformed_json",
+            ErrorCode::MalformedJson,
             format!("the body is empty; expected a JSON object ({what})"),
         )
         .with_details(serde_json::json!({"field": "(body)"})));
     }
     let value: Value = serde_json::from_slice(bytes).map_err(|e| {
         ApiError::new(
-            axum::http::StatusCode::BAD_REQUEST,
-            "malformed_json",
+            ErrorCode::MalformedJson,
             format!(
                 "the body is not valid JSON: {}",
                 bounded_message(&e.to_string())

@@ -10,6 +10,112 @@ use crate::service::ServiceError;
 use crate::store::StoreError;
 use crate::tracker::ClaimError;
 
+/// Every error code the API answers with: its status, its stable string, and when it is
+/// answered (the OpenAPI document and `docs/api.md` are written from this table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// A bad value or an unknown field (the message names the field).
+    InvalidRequest,
+    /// The body is not JSON.
+    MalformedJson,
+    /// The body cannot be read.
+    BadBody,
+    /// The body is over `[api] max_body_bytes`.
+    PayloadTooLarge,
+    /// `Content-Type` is not JSON.
+    UnsupportedMediaType,
+    /// The peer is neither root nor in the socket group.
+    Forbidden,
+    /// No such claim, migration or instance.
+    NotFound,
+    /// No such route.
+    NoSuchRoute,
+    /// The route takes other methods.
+    MethodNotAllowed,
+    /// Conflicts with what is tracked.
+    Conflict,
+    /// Does not fit.
+    ClaimRefused,
+    /// The commit failed; nothing was changed.
+    StoreFailed,
+    /// The store cannot be read after a failed commit; nothing is changed until it can.
+    StoreUnavailable,
+    /// Shutting down.
+    ShuttingDown,
+    /// No probe has completed yet.
+    NotReady,
+    /// The request ran longer than `[api] request_timeout_s`.
+    Timeout,
+    /// A failure inside rtrackd.
+    InternalError,
+}
+
+impl ErrorCode {
+    /// Every code, in the order the documents list them.
+    pub const ALL: &'static [ErrorCode] = &[
+        ErrorCode::InvalidRequest,
+        ErrorCode::MalformedJson,
+        ErrorCode::BadBody,
+        ErrorCode::PayloadTooLarge,
+        ErrorCode::UnsupportedMediaType,
+        ErrorCode::Forbidden,
+        ErrorCode::NotFound,
+        ErrorCode::NoSuchRoute,
+        ErrorCode::MethodNotAllowed,
+        ErrorCode::Conflict,
+        ErrorCode::ClaimRefused,
+        ErrorCode::StoreFailed,
+        ErrorCode::StoreUnavailable,
+        ErrorCode::ShuttingDown,
+        ErrorCode::NotReady,
+        ErrorCode::Timeout,
+        ErrorCode::InternalError,
+    ];
+
+    /// The stable string scripts match on.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidRequest => "invalid_request",
+            ErrorCode::MalformedJson => "malformed_json",
+            ErrorCode::BadBody => "bad_body",
+            ErrorCode::PayloadTooLarge => "payload_too_large",
+            ErrorCode::UnsupportedMediaType => "unsupported_media_type",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::NoSuchRoute => "no_such_route",
+            ErrorCode::MethodNotAllowed => "method_not_allowed",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::ClaimRefused => "claim_refused",
+            ErrorCode::StoreFailed => "store_failed",
+            ErrorCode::StoreUnavailable => "store_unavailable",
+            ErrorCode::ShuttingDown => "shutting_down",
+            ErrorCode::NotReady => "not_ready",
+            ErrorCode::Timeout => "timeout",
+            ErrorCode::InternalError => "internal_error",
+        }
+    }
+
+    /// The HTTP status it is answered with.
+    pub fn status(self) -> StatusCode {
+        match self {
+            ErrorCode::InvalidRequest | ErrorCode::MalformedJson | ErrorCode::BadBody => {
+                StatusCode::BAD_REQUEST
+            }
+            ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ErrorCode::Forbidden => StatusCode::FORBIDDEN,
+            ErrorCode::NotFound | ErrorCode::NoSuchRoute => StatusCode::NOT_FOUND,
+            ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ErrorCode::Conflict | ErrorCode::ClaimRefused => StatusCode::CONFLICT,
+            ErrorCode::StoreFailed | ErrorCode::InternalError => StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::StoreUnavailable
+            | ErrorCode::ShuttingDown
+            | ErrorCode::NotReady
+            | ErrorCode::Timeout => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+}
+
 /// An error answer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
@@ -25,10 +131,10 @@ pub struct ApiError {
 
 impl ApiError {
     /// An error without details.
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
         ApiError {
-            status,
-            code,
+            status: code.status(),
+            code: code.as_str(),
             message: message.into(),
             details: Value::Null,
         }
@@ -37,8 +143,8 @@ impl ApiError {
     /// 400 `invalid_request` naming a field.
     pub fn invalid(field: &str, message: impl std::fmt::Display) -> ApiError {
         ApiError {
-            status: StatusCode::BAD_REQUEST,
-            code: "invalid_request",
+            status: ErrorCode::InvalidRequest.status(),
+            code: ErrorCode::InvalidRequest.as_str(),
             message: format!("{field}: {message}"),
             details: json!({ "field": field }),
         }
@@ -86,26 +192,26 @@ impl From<ClaimError> for ApiError {
         let message = crate::echo::bounded_message(&e.to_string());
         match e {
             ClaimError::Refused(r) => ApiError {
-                status: StatusCode::CONFLICT,
-                code: "claim_refused",
+                status: ErrorCode::ClaimRefused.status(),
+                code: ErrorCode::ClaimRefused.as_str(),
                 message,
                 details: serde_json::to_value(&*r).unwrap_or(Value::Null),
             },
             ClaimError::Conflict { id, .. } => ApiError {
-                status: StatusCode::CONFLICT,
-                code: "conflict",
+                status: ErrorCode::Conflict.status(),
+                code: ErrorCode::Conflict.as_str(),
                 message,
                 details: json!({ "id": id }),
             },
             ClaimError::Invalid { field, .. } => ApiError {
-                status: StatusCode::BAD_REQUEST,
-                code: "invalid_request",
+                status: ErrorCode::InvalidRequest.status(),
+                code: ErrorCode::InvalidRequest.as_str(),
                 message,
                 details: json!({ "field": field }),
             },
             ClaimError::NotFound { what, id } => ApiError {
-                status: StatusCode::NOT_FOUND,
-                code: "not_found",
+                status: ErrorCode::NotFound.status(),
+                code: ErrorCode::NotFound.as_str(),
                 message,
                 details: json!({ "kind": what, "id": id }),
             },
@@ -118,14 +224,10 @@ impl From<ServiceError> for ApiError {
         match e {
             ServiceError::Claim(c) => c.into(),
             ServiceError::Store(s) => store_error(&s),
-            ServiceError::Unavailable(reason) => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "store_unavailable",
+            ServiceError::Unavailable(reason) => ApiError::new(ErrorCode::StoreUnavailable,
                 format!("rtrackd cannot read its store, so it changes nothing until it can ({reason}); nothing was changed, retry later"),
             ),
-            ServiceError::Stopped => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "shutting_down",
+            ServiceError::Stopped => ApiError::new(ErrorCode::ShuttingDown,
                 "rtrackd is shutting down; retry once it is back",
             ),
         }
@@ -134,8 +236,7 @@ impl From<ServiceError> for ApiError {
 
 fn store_error(e: &StoreError) -> ApiError {
     ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "store_failed",
+        ErrorCode::StoreFailed,
         format!("{e}; nothing was changed, the request can be retried"),
     )
 }

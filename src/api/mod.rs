@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use axum::extract::connect_info::Connected;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Request, State};
-use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -25,7 +24,7 @@ use axum::Router;
 
 use crate::daemon::peer::Peer;
 use crate::daemon::shared::DaemonState;
-pub use error::ApiError;
+pub use error::{ApiError, ErrorCode};
 
 /// The peer of a socket connection, taken when it connects.
 #[derive(Debug, Clone)]
@@ -106,8 +105,7 @@ async fn check_peer(
         tracing::warn!(peer = %peer.0.describe(), method = %req.method(), path = %req.uri().path(), %group,
             "API request refused: the peer is neither root nor in the socket group");
         return ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
+            ErrorCode::Forbidden,
             format!(
                 "{} may not use rtrackd: only root and members of group {group} may",
                 peer.0.describe()
@@ -117,8 +115,7 @@ async fn check_peer(
     }
     if state.stopping() {
         return ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "shutting_down",
+            ErrorCode::ShuttingDown,
             "rtrackd is shutting down; retry once it is back",
         )
         .into_response();
@@ -155,9 +152,7 @@ async fn timeout(State(limit): State<Duration>, req: Request, next: Next) -> Res
         Ok(r) => r,
         Err(_) => {
             tracing::warn!(%path, limit_s = limit.as_secs_f64(), "API request timed out");
-            ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "timeout",
+            ApiError::new(ErrorCode::Timeout,
                 format!(
                     "the request took longer than {} s and was abandoned; a claim it was making is aborted once decided, unless a retry of it was answered meanwhile (claims are idempotent: retry to learn which)",
                     limit.as_secs_f64()

@@ -4,6 +4,7 @@
 
 use serde_json::{json, Value};
 
+use super::error::ErrorCode;
 use crate::objects::compute_node::ComputeNode;
 use crate::objects::NovaObject;
 use crate::tracker::states::{TASK_STATES, VM_STATES};
@@ -46,22 +47,21 @@ pub fn path_matches(template: &str, path: &str) -> bool {
             .all(|(a, b)| (a.starts_with('{') && !b.is_empty()) || a == b)
 }
 
-fn err_responses(codes: &[u16]) -> serde_json::Map<String, Value> {
+fn err_responses(statuses: &[u16]) -> serde_json::Map<String, Value> {
     let mut m = serde_json::Map::new();
-    for c in codes {
-        let what = match c {
-            400 => "Malformed JSON, unknown field or bad value (the message names the field)",
-            403 => "The peer is neither root nor in the socket group",
-            404 => "No such claim, migration or instance",
-            409 => "Refused: does not fit (code claim_refused, details say why) or conflicts with what is tracked",
-            413 => "Body larger than [api] max_body_bytes",
-            415 => "Content-Type is not application/json",
-            500 => "The store failed; nothing was changed",
-            503 => "Shutting down, not ready, the request timed out, or the store cannot be read (store_unavailable: nothing is changed until it can)",
-            _ => "Error",
+    for status in statuses {
+        let codes: Vec<&str> = ErrorCode::ALL
+            .iter()
+            .filter(|c| c.status().as_u16() == *status)
+            .map(|c| c.as_str())
+            .collect();
+        let what = if codes.is_empty() {
+            "error".to_string()
+        } else {
+            format!("codes: {}", codes.join(", "))
         };
         m.insert(
-            c.to_string(),
+            status.to_string(),
             json!({"description": what, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}),
         );
     }
@@ -107,6 +107,7 @@ pub fn document() -> Value {
     let uuid = json!({"type": "string", "format": "uuid"});
     let id = json!({"type": "integer", "format": "int64", "minimum": 1});
     let std_errors = [403, 503];
+    let error_codes: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
     let name = json!({"type": "string", "maxLength": super::bodies::MAX_NAME});
     let vm_state = json!({"type": "string", "enum": VM_STATES});
     let task_state = json!({"type": "string", "enum": TASK_STATES});
@@ -174,7 +175,7 @@ pub fn document() -> Value {
         },
         "components": {"schemas": {
             "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "object", "required": ["code", "message", "details"], "properties": {
-                "code": {"type": "string", "enum": ["invalid_request", "malformed_json", "bad_body", "payload_too_large", "unsupported_media_type", "forbidden", "not_found", "no_such_route", "method_not_allowed", "conflict", "claim_refused", "store_failed", "store_unavailable", "shutting_down", "not_ready", "timeout", "internal_error"]},
+                "code": {"type": "string", "enum": error_codes},
                 "message": {"type": "string"},
                 "details": {"description": "claim_refused: {instance_uuid, resources: [{class, requested, used, capacity, max_unit}], pci: {request_id, alias_name, requested, usable, pools: [{pool, count, rejected}]}}; others: the field or id"}}}}},
             "Health": {"type": "object", "properties": {"status": {"type": "string", "enum": ["ok", "degraded", "stopping"]}, "version": {"type": "string"},
@@ -318,6 +319,42 @@ mod tests {
             schemas["MigrationRequest"]["properties"]["source_compute"]["maxLength"],
             255
         );
+    }
+
+    #[test]
+    fn every_error_code_is_documented_once_with_its_status() {
+        let doc = document();
+        let listed = &doc["components"]["schemas"]["Error"]["properties"]["error"]["properties"]
+            ["code"]["enum"];
+        let codes: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(listed, &json!(codes));
+        let unique: std::collections::BTreeSet<&str> = codes.iter().copied().collect();
+        assert_eq!(unique.len(), codes.len(), "a code string is used twice");
+        let api_md = include_str!("../../docs/api.md");
+        for c in ErrorCode::ALL {
+            assert!(
+                api_md.contains(&format!("`{}`", c.as_str())),
+                "{} is not in docs/api.md",
+                c.as_str()
+            );
+            if matches!(c, ErrorCode::NoSuchRoute | ErrorCode::MethodNotAllowed) {
+                // Answered for paths and methods the document does not have.
+                continue;
+            }
+            let status = c.status().as_u16().to_string();
+            let described = doc["paths"]
+                .as_object()
+                .unwrap()
+                .values()
+                .flat_map(|item| item.as_object().unwrap().values())
+                .filter_map(|op| op.get("responses"))
+                .any(|r| r.get(&status).is_some());
+            assert!(
+                described,
+                "status {status} of {} is in no operation",
+                c.as_str()
+            );
+        }
     }
 
     #[test]

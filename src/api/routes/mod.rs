@@ -20,7 +20,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::bodies::parse_body;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorCode};
 use crate::daemon::shared::DaemonState;
 use crate::echo::{bounded_message, quoted};
 use crate::inventory::format_utc;
@@ -37,8 +37,7 @@ pub(super) async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f).await.map_err(|e| {
         tracing::error!(error = %e, "an API operation panicked or was cancelled");
         ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal_error",
+            ErrorCode::InternalError,
             format!("the operation failed inside rtrackd ({e}); nothing was acknowledged"),
         )
     })?
@@ -47,14 +46,12 @@ pub(super) async fn blocking<T: Send + 'static>(
 pub(super) fn body_error(r: BytesRejection, limit_hint: &str) -> ApiError {
     if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
         ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
+            ErrorCode::PayloadTooLarge,
             format!("the body is larger than {limit_hint} ([api] max_body_bytes)"),
         )
     } else {
         ApiError::new(
-            r.status(),
-            "bad_body",
+            ErrorCode::BadBody,
             format!("cannot read the body: {}", bounded_message(&r.to_string())),
         )
     }
@@ -62,16 +59,14 @@ pub(super) fn body_error(r: BytesRejection, limit_hint: &str) -> ApiError {
 
 pub(super) fn query_error(r: QueryRejection) -> ApiError {
     ApiError::new(
-        StatusCode::BAD_REQUEST,
-        "invalid_request",
+        ErrorCode::InvalidRequest,
         format!("query string: {}", bounded_message(&r.body_text())),
     )
 }
 
 pub(super) fn path_error(r: PathRejection) -> ApiError {
     ApiError::new(
-        StatusCode::BAD_REQUEST,
-        "invalid_request",
+        ErrorCode::InvalidRequest,
         format!("path: {}", bounded_message(&r.body_text())),
     )
 }
@@ -91,8 +86,7 @@ pub(super) fn json_body<T: serde::de::DeserializeOwned>(
         let essence = ct.split(';').next().unwrap_or("").trim();
         if !(essence.eq_ignore_ascii_case("application/json") || essence.ends_with("+json")) {
             return Err(ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
+                ErrorCode::UnsupportedMediaType,
                 format!("Content-Type {}: expected application/json", quoted(ct)),
             ));
         }
@@ -207,8 +201,7 @@ pub async fn openapi() -> Response {
 /// Unknown path.
 pub async fn no_route(uri: Uri) -> Response {
     ApiError::new(
-        StatusCode::NOT_FOUND,
-        "no_such_route",
+        ErrorCode::NoSuchRoute,
         format!(
             "{} is not a route of this API; see GET /v1/openapi.json",
             uri.path()
@@ -225,8 +218,7 @@ pub async fn wrong_method(method: Method, uri: Uri) -> Response {
         .map(|(m, _)| *m)
         .collect();
     ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
+        ErrorCode::MethodNotAllowed,
         format!(
             "{method} is not accepted on {}; use {}",
             uri.path(),

@@ -2,13 +2,12 @@
 
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
 use serde_json::{json, Value};
 
 use super::super::bodies::VersionQuery;
-use super::super::error::ApiError;
+use super::super::error::{ApiError, ErrorCode};
 use super::*;
 use crate::echo::quoted;
 use crate::objects::{current_manifest, ObjVersion};
@@ -17,13 +16,9 @@ use crate::tracker::ClaimError;
 /// `GET /v1/inventory`: the `--once` report of the probe the tracker holds, with the
 /// ComputeNode as it is now.
 pub async fn inventory(State(state): St) -> ApiResult {
-    let probed_at = state.probed_at().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not_ready",
-            "no probe has completed yet",
-        )
-    })?;
+    let probed_at = state
+        .probed_at()
+        .ok_or_else(|| ApiError::new(ErrorCode::NotReady, "no probe has completed yet"))?;
     let body = blocking(move || {
         let (report, node) = state.service.read(|t| {
             let report = crate::inventory::InventoryReport {
@@ -39,8 +34,7 @@ pub async fn inventory(State(state): St) -> ApiResult {
         });
         let mut v = serde_json::to_value(&report).map_err(|e| {
             ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal_error",
+                ErrorCode::InternalError,
                 format!("cannot encode the report: {e}"),
             )
         })?;

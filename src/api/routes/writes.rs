@@ -12,7 +12,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::super::bodies::{ClaimBody, DryRunQuery, MigrationBody, ParsedClaim, ParsedMove};
-use super::super::error::ApiError;
+use super::super::error::{ApiError, ErrorCode};
 use super::*;
 use crate::daemon::metrics::ClaimDecision;
 use crate::daemon::shared::DaemonState;
@@ -123,8 +123,7 @@ async fn claim_for_caller<V: Send + 'static>(
     });
     rx.await.map_err(|_| {
         ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal_error",
+            ErrorCode::InternalError,
             "the claim operation ended without an answer; nothing was acknowledged",
         )
     })?
