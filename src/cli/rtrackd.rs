@@ -72,6 +72,12 @@ pub struct Cli {
     #[arg(long, value_name = "PATH")]
     pub instances_path: Option<String>,
 
+    /// Start even though the state database holds no rtrack state (empty, truncated, another
+    /// file): move it aside to rtrack.db.bad-<time> and begin with no claims. A database that
+    /// opens is never touched.
+    #[arg(long)]
+    pub start_empty: bool,
+
     /// State directory (compute node uuid, database). Default: [host] state_dir, else
     /// $STATE_DIRECTORY, else /var/lib/rtrack.
     #[arg(long, value_name = "DIR")]
@@ -170,6 +176,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     let opts = DaemonOptions {
         config_path: cli.config.clone(),
         overrides: cli.overrides(),
+        start_empty: cli.start_empty,
     };
     run::run(opts, loaded, log)
         .inspect_err(|e| tracing::error!(error = %format!("{e:#}"), "rtrackd failed"))
@@ -239,6 +246,17 @@ fn once(cli: &Cli, loaded: &LoadedConfig) -> anyhow::Result<()> {
         state_dir: config_file::state_dir(cfg),
         instances_path,
         include_virtual_disks: cli.include_virtual_disks,
+    };
+    // `--once` only reads the state directory, unless it has to create the node's identity:
+    // that write takes the daemon's lock, so it never races a daemon on the same directory.
+    let _state_lock = if opts.state_dir.join("compute_id").exists() {
+        None
+    } else {
+        match std::fs::create_dir_all(&opts.state_dir) {
+            Ok(()) => Some(crate::store::lock::StateDirLock::acquire(&opts.state_dir)?),
+            // Not writable: the report says so and uses an identity derived from the name.
+            Err(_) => None,
+        }
     };
     let mut result = run_once(cfg, &opts, time::OffsetDateTime::now_utc())?;
     let full_node = result.report.compute_node.clone();

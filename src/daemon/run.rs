@@ -22,6 +22,7 @@ use super::{socket, systemd};
 use crate::api::{self, Limits};
 use crate::config::diff;
 use crate::service::TrackerService;
+use crate::store::lock::StateDirLock;
 use crate::store::node_id;
 use crate::tracker::model::HostNames;
 use crate::tracker::state::TrackerSettings;
@@ -36,6 +37,8 @@ pub struct DaemonOptions {
     pub config_path: Option<PathBuf>,
     /// Overrides of file values.
     pub overrides: Overrides,
+    /// `--start-empty`: move a database that holds no rtrack state aside and start with none.
+    pub start_empty: bool,
 }
 
 /// Runs the daemon until SIGTERM/SIGINT. `loaded` is the configuration already checked by the
@@ -86,6 +89,9 @@ async fn main_loop(
             state_dir.display()
         )
     })?;
+    // Held until the daemon exits: a second daemon on this directory would hand out the same
+    // devices twice.
+    let _state_lock = StateDirLock::acquire(&state_dir)?;
     let id = node_id::load_or_create(&state_dir)
         .map_err(|e| anyhow::anyhow!("compute node identity: {e}"))?;
 
@@ -108,6 +114,9 @@ async fn main_loop(
         "rtrackd starting"
     );
     let db = state_dir.join("rtrack.db");
+    if opts.start_empty {
+        start_empty(&db)?;
+    }
     let service = {
         let db = db.clone();
         tokio::task::spawn_blocking(move || TrackerService::open(settings, host, &db)).await??
@@ -373,4 +382,42 @@ fn reload(
         valid: next.valid,
         ..next
     })
+}
+
+/// `--start-empty`: a database that cannot be opened as rtrack's is moved aside (never deleted)
+/// so the daemon starts with no claims; one that opens is kept, and the flag does nothing.
+fn start_empty(db: &std::path::Path) -> anyhow::Result<()> {
+    if !db.exists() {
+        return Ok(());
+    }
+    match crate::store::Store::open(db) {
+        Ok(_) => {
+            tracing::warn!(path = %db.display(), "--start-empty: the database holds rtrack state; it is kept and used");
+            Ok(())
+        }
+        Err(
+            e @ (crate::store::StoreError::Sqlite { .. } | crate::store::StoreError::TooNew { .. }),
+        ) => {
+            // Locked, unreadable, or from a newer rtrack: not something to start over from.
+            Err(anyhow::anyhow!("--start-empty does not apply: {e}"))
+        }
+        Err(e) => {
+            let stamp = time::OffsetDateTime::now_utc().unix_timestamp();
+            let mut aside = db.as_os_str().to_owned();
+            aside.push(format!(".bad-{stamp}"));
+            let aside = PathBuf::from(aside);
+            std::fs::rename(db, &aside).map_err(|r| {
+                anyhow::anyhow!("--start-empty: cannot move {} aside: {r}", db.display())
+            })?;
+            for suffix in ["-wal", "-shm"] {
+                let mut side = db.as_os_str().to_owned();
+                side.push(suffix);
+                let mut side_aside = aside.as_os_str().to_owned();
+                side_aside.push(suffix);
+                let _ = std::fs::rename(PathBuf::from(side), PathBuf::from(side_aside));
+            }
+            tracing::warn!(path = %db.display(), kept_as = %aside.display(), reason = %e, "--start-empty: the database held no usable rtrack state; it was moved aside and rtrackd starts with no claims");
+            Ok(())
+        }
+    }
 }

@@ -49,6 +49,14 @@ pub enum StoreError {
         /// Supported.
         supported: i64,
     },
+    /// The file is there but holds no rtrack state.
+    #[error("{path}: not an rtrack database: {what}, so it holds no rtrack state; rtrackd will not take it for an empty one (that would forget every claim). Restore it from a backup, or start once with `rtrackd --start-empty` to move it aside (it is kept as {path}.bad-<time>) and begin with no claims")]
+    NotRtrack {
+        /// The database.
+        path: PathBuf,
+        /// What it is instead.
+        what: String,
+    },
     /// A record cannot be decoded.
     #[error("{path}: {table} row {key}: {message}")]
     Corrupt {
@@ -81,18 +89,85 @@ const TABLES: &[(&str, &str)] = &[
 ];
 
 impl Store {
-    /// Opens (or creates) the database, applying forward migrations.
+    /// Opens the database, applying forward migrations; creates it when there is no file. A
+    /// file that is there but holds no rtrack state (empty, truncated, another database,
+    /// garbage) is refused, never taken for an empty state: that would forget every claim.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let not_rtrack = |what: &str| StoreError::NotRtrack {
+            path: path.to_path_buf(),
+            what: what.to_string(),
+        };
+        match std::fs::metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Self::create(path)?,
+            Err(e) => {
+                return Err(StoreError::Sqlite {
+                    path: path.to_path_buf(),
+                    message: format!("cannot read the file: {e}"),
+                })
+            }
+            Ok(m) if !m.is_file() => return Err(not_rtrack("it is not a regular file")),
+            Ok(m) if m.len() == 0 => return Err(not_rtrack("it is empty (0 bytes)")),
+            Ok(_) => {}
+        }
+        let store = Self::connect(path).map_err(|e| match e {
+            StoreError::Sqlite { message, .. } if message.starts_with("not an rtrack database") => {
+                not_rtrack("it is not a SQLite database")
+            }
+            other => other,
+        })?;
+        let has_meta: bool = store
+            .conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n > 0)
+            .map_err(|e| store.sql(e))?;
+        if !has_meta {
+            return Err(not_rtrack(
+                "it is a SQLite database without rtrack's tables",
+            ));
+        }
+        let mut store = store;
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// A new database: built under a temporary name and renamed into place once its schema is
+    /// committed, so a crash never leaves a half-made database under the real name.
+    fn create(path: &Path) -> Result<(), StoreError> {
+        let io = |what: &str, e: std::io::Error| StoreError::Sqlite {
+            path: path.to_path_buf(),
+            message: format!("{what}: {e}"),
+        };
+        let parent = path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(parent).map_err(|e| io("cannot create the directory", e))?;
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".new");
+        let tmp = PathBuf::from(tmp);
+        for leftover in ["", "-wal", "-shm"] {
+            let mut p = tmp.as_os_str().to_owned();
+            p.push(leftover);
+            let _ = std::fs::remove_file(PathBuf::from(p));
+        }
+        {
+            let mut store = Self::connect(&tmp)?;
+            store.migrate()?;
+        }
+        std::fs::rename(&tmp, path).map_err(|e| io("cannot put the new database in place", e))?;
+        std::fs::File::open(parent)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io("cannot sync the state directory", e))?;
+        Ok(())
+    }
+
+    /// A connection with rtrack's settings.
+    fn connect(path: &Path) -> Result<Store, StoreError> {
         let err = |e: rusqlite::Error| StoreError::Sqlite {
             path: path.to_path_buf(),
             message: describe(&e),
         };
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| StoreError::Sqlite {
-                path: path.to_path_buf(),
-                message: format!("cannot create the directory: {e}"),
-            })?;
-        }
         let conn = Connection::open(path).map_err(err)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(err)?;
@@ -112,12 +187,10 @@ impl Store {
             "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA cache_size=-256;",
         )
         .map_err(err)?;
-        let mut store = Store {
+        Ok(Store {
             conn,
             path: path.to_path_buf(),
-        };
-        store.migrate()?;
-        Ok(store)
+        })
     }
 
     /// The database file.
@@ -133,6 +206,20 @@ impl Store {
     }
 
     fn migrate(&mut self) -> Result<(), StoreError> {
+        // Nothing to do is the common case at every start: find out without a write
+        // transaction, so a start on a full disk or beside a held write lock needs no write.
+        let current: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'schema_version'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .unwrap_or(None);
+        if current.as_deref() == Some(SCHEMA_VERSION.to_string().as_str()) {
+            return Ok(());
+        }
         let path = self.path.clone();
         let tx = self
             .conn
@@ -312,18 +399,64 @@ impl Store {
                 "SELECT CAST({key} AS TEXT), layout, record FROM {table} ORDER BY {key}"
             ))
             .map_err(|e| self.sql(e))?;
+        // Columns are read as whatever SQLite holds, so a damaged row is named with its table,
+        // key and column rather than failing with a bare type error.
         let rows = stmt
             .query_map([], |r| {
                 Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, String>(2)?,
+                    r.get::<_, rusqlite::types::Value>(0)?,
+                    r.get::<_, rusqlite::types::Value>(1)?,
+                    r.get::<_, rusqlite::types::Value>(2)?,
                 ))
             })
             .map_err(|e| self.sql(e))?;
         let mut out = Vec::new();
-        for row in rows {
-            let (k, layout, text) = row.map_err(|e| self.sql(e))?;
+        for (n, row) in rows.enumerate() {
+            let (k, layout, text) = row.map_err(|e| StoreError::Corrupt {
+                path: self.path.clone(),
+                table,
+                key: format!("#{}", n + 1),
+                message: describe(&e),
+            })?;
+            let corrupt = |key: &str, message: String| StoreError::Corrupt {
+                path: self.path.clone(),
+                table,
+                key: key.to_string(),
+                message,
+            };
+            let k = match k {
+                rusqlite::types::Value::Text(t) => t,
+                other => {
+                    return Err(corrupt(
+                        &format!("#{}", n + 1),
+                        format!("column {key}: expected text, found {}", sql_value(&other)),
+                    ))
+                }
+            };
+            let layout = match layout {
+                rusqlite::types::Value::Integer(i) => i,
+                other => {
+                    return Err(corrupt(
+                        &k,
+                        format!(
+                            "column layout: expected an integer, found {}",
+                            sql_value(&other)
+                        ),
+                    ))
+                }
+            };
+            let text = match text {
+                rusqlite::types::Value::Text(t) => t,
+                other => {
+                    return Err(corrupt(
+                        &k,
+                        format!(
+                            "column record: expected JSON text, found {}",
+                            sql_value(&other)
+                        ),
+                    ))
+                }
+            };
             if layout > RECORD_LAYOUT {
                 return Err(StoreError::TooNew {
                     path: self.path.clone(),
@@ -337,7 +470,7 @@ impl Store {
                     path: self.path.clone(),
                     table,
                     key: k.clone(),
-                    message: format!("record is not JSON: {e}"),
+                    message: format!("record is not JSON (column record): {e}"),
                 })?;
             let value =
                 upgrade_record(table, layout, value).map_err(|message| StoreError::Corrupt {
@@ -350,7 +483,10 @@ impl Store {
                 path: self.path.clone(),
                 table,
                 key: k.clone(),
-                message: format!("record does not fit: {e}"),
+                message: format!(
+                    "record does not fit (column record, a {table} record): {}",
+                    crate::echo::bounded_message(&e.to_string())
+                ),
             })?;
             out.push((k, (rec, layout < RECORD_LAYOUT)));
         }
@@ -486,6 +622,18 @@ fn parse_id(k: &str, table: &'static str, path: &Path) -> Result<i64, StoreError
         key: k.to_string(),
         message: "key is not an integer id".into(),
     })
+}
+
+/// A column's value in words, bounded.
+fn sql_value(v: &rusqlite::types::Value) -> String {
+    use rusqlite::types::Value;
+    match v {
+        Value::Null => "null".into(),
+        Value::Integer(i) => format!("the integer {i}"),
+        Value::Real(f) => format!("the number {f}"),
+        Value::Text(t) => format!("the text {}", crate::echo::quoted(t)),
+        Value::Blob(b) => format!("a blob of {} bytes", b.len()),
+    }
 }
 
 fn describe(e: &rusqlite::Error) -> String {
