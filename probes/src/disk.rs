@@ -170,7 +170,10 @@ fn probe_block_devices(
                 "0" => Some(false),
                 "1" => Some(true),
                 _ => {
-                    w.push(&path, format!("value {raw:?} is not 0 or 1"));
+                    w.push(
+                        &path,
+                        format!("value {} is not 0 or 1", crate::read::quoted(&raw)),
+                    );
                     None
                 }
             }

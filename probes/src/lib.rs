@@ -8,6 +8,7 @@
 //! One module per probe: [`cpu`], [`numa`], [`memory`], [`disk`], [`pci`], [`host`];
 //! [`probe_host`] runs them all in the order their inputs need.
 
+pub mod confine;
 pub mod cpu;
 pub mod cpulist;
 pub mod disk;
@@ -70,6 +71,7 @@ pub struct ProbeOptions {
 /// Runs every probe. Fails only when the roots are unusable.
 pub fn probe_host(root: &HostRoot, opts: &ProbeOptions) -> Result<HostInventory, ProbeError> {
     root.check()?;
+    let _confined = confine::Confined::enter(root);
     let mut w = Warnings::new();
     let cpu_lists = cpu::read_cpu_lists(root, &mut w);
     let numa = numa::probe_numa_nodes(root, &cpu_lists.online, &mut w);

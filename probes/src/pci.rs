@@ -23,7 +23,9 @@ use serde::{Serialize, Serializer};
 
 use crate::cpulist::CpuSet;
 use crate::numa::NumaTopology;
-use crate::read::{list_dir, parse_hex, parse_int, read_prefix, ReadFailure, SysDir, Warnings};
+use crate::read::{
+    list_dir, parse_hex, parse_int, quoted, read_prefix, ReadFailure, SysDir, Warnings,
+};
 use crate::HostRoot;
 
 /// A PCI function address `domain:bus:device.function`. The domain can be wider than 16 bits
@@ -271,11 +273,17 @@ fn probe_function(
         let raw = sysdir.read_optional(name, w)?;
         let path = dir.join(name);
         let expected = format!("a hex value like 0x{}", "0".repeat(digits));
+        // The kernel writes these as `0x` and zero-padded hex digits: anything else (a decimal
+        // `65536`, a sign) is not what sysfs says, and is not guessed at.
+        if !(raw.starts_with("0x") || raw.starts_with("0X")) {
+            w.push(&path, format!("value {} is not {expected}", quoted(&raw)));
+            return None;
+        }
         let v = parse_hex(&raw, &path, &expected, w)?;
         if u64::from(v) >= 1u64 << (4 * digits as u32) {
             w.push(
                 &path,
-                format!("value {raw:?} is wider than {digits} hex digits"),
+                format!("value {} is wider than {digits} hex digits", quoted(&raw)),
             );
             return None;
         }
@@ -509,7 +517,13 @@ pub fn parse_uevent(text: &str, path: &Path, w: &mut Warnings) -> PciUevent {
         present: true,
         ..PciUevent::default()
     };
-    let hex = |v: &str, max: u32| u32::from_str_radix(v, 16).ok().filter(|n| *n <= max);
+    // Hex digits only: `from_str_radix` would take a sign (`+1`).
+    let hex = |v: &str, max: u32| {
+        (!v.is_empty() && v.len() <= 8 && v.bytes().all(|b| b.is_ascii_hexdigit()))
+            .then(|| u32::from_str_radix(v, 16).ok())
+            .flatten()
+            .filter(|n| *n <= max)
+    };
     for line in text.lines() {
         let Some((key, value)) = line.split_once('=') else {
             continue;
@@ -524,7 +538,10 @@ pub fn parse_uevent(text: &str, path: &Path, w: &mut Warnings) -> PciUevent {
                     (_, Some((v, d))) => {
                         (ue.subsystem_vendor, ue.subsystem_device) = (Some(v), Some(d))
                     }
-                    (_, None) => w.push(path, format!("{key}={value:?} is not VVVV:DDDD hex")),
+                    (_, None) => w.push(
+                        path,
+                        format!("{key}={} is not VVVV:DDDD hex", quoted(value)),
+                    ),
                 }
             }
             "DRIVER" if !value.is_empty() => ue.driver = Some(value.to_string()),
@@ -532,7 +549,7 @@ pub fn parse_uevent(text: &str, path: &Path, w: &mut Warnings) -> PciUevent {
                 Some(c) => ue.class = Some(c),
                 None => w.push(
                     path,
-                    format!("PCI_CLASS={value:?} is not a 24-bit hex class"),
+                    format!("PCI_CLASS={} is not a 24-bit hex class", quoted(value)),
                 ),
             },
             _ => {}
@@ -741,5 +758,21 @@ mod tests {
         let devs = probe_pci(&root, &numa, &mut w);
         assert_eq!(devs[0].numa_node, Some(1));
         assert_eq!(devs[0].numa_node_source, Some(NumaSource::LocalCpulist));
+    }
+
+    #[test]
+    fn class_and_id_values_that_sysfs_never_writes_are_refused_with_a_warning() {
+        let path = Path::new("/t/uevent");
+        for bad in ["+1", "65536x", "1000000", "-20000", ""] {
+            let mut w = Warnings::new();
+            let ue = parse_uevent(&format!("PCI_CLASS={bad}\n"), path, &mut w);
+            assert_eq!(ue.class, None, "{bad}");
+            assert_eq!(w.len(), 1, "{bad}: {w:?}");
+        }
+        let mut w = Warnings::new();
+        let ue = parse_uevent("PCI_CLASS=20000\nPCI_ID=+808:1889\n", path, &mut w);
+        assert_eq!(ue.class, Some(0x20000));
+        assert_eq!(ue.vendor, None);
+        assert_eq!(w.len(), 1, "{w:?}");
     }
 }

@@ -16,6 +16,25 @@ pub const SYSFS_CAP: usize = 64 * 1024;
 /// Largest procfs file we accept (`/proc/cpuinfo` on a 512-CPU host is a few MB).
 pub const PROCFS_CAP: usize = 32 * 1024 * 1024;
 
+/// Characters of a file's value quoted in a warning; longer values are cut and say their size.
+pub const ECHO_LIMIT: usize = 120;
+
+/// `value` cut to `limit` characters, then `…(N bytes)` when it was longer.
+pub fn bounded(value: &str, limit: usize) -> String {
+    match value.char_indices().nth(limit) {
+        None => value.to_string(),
+        Some((cut, _)) => format!("{}…({} bytes)", &value[..cut], value.len()),
+    }
+}
+
+/// A file's value quoted for a warning (as `{:?}` prints it), cut at [`ECHO_LIMIT`] characters.
+pub fn quoted(value: &str) -> String {
+    match value.char_indices().nth(ECHO_LIMIT) {
+        None => format!("{value:?}"),
+        Some((cut, _)) => format!("{:?}…({} bytes)", &value[..cut], value.len()),
+    }
+}
+
 /// Something a probe could not read or understand; the report carries these.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, PartialOrd, Ord)]
 pub struct Warning {
@@ -35,11 +54,12 @@ impl Warnings {
         Warnings::default()
     }
 
-    /// Records a warning about `path`.
+    /// Records a warning about `path`. The message is bounded whatever it quotes.
     pub fn push(&mut self, path: &Path, message: impl Into<String>) {
+        let message = message.into();
         self.0.push(Warning {
-            path: path.display().to_string(),
-            message: message.into(),
+            path: bounded(&path.display().to_string(), 4 * ECHO_LIMIT),
+            message: bounded(&message, 4 * ECHO_LIMIT),
         });
     }
 
@@ -80,6 +100,9 @@ pub enum ReadFailure {
     TooLarge(usize),
     /// The file is not UTF-8 text.
     NotText,
+    /// Not a regular file (a FIFO, socket or device): never read, since it could block or
+    /// never end.
+    NotRegular(&'static str),
 }
 
 impl std::fmt::Display for ReadFailure {
@@ -89,13 +112,62 @@ impl std::fmt::Display for ReadFailure {
             ReadFailure::Io(e) => write!(f, "unreadable: {e}"),
             ReadFailure::TooLarge(cap) => write!(f, "longer than the {cap}-byte cap"),
             ReadFailure::NotText => write!(f, "not UTF-8 text"),
+            ReadFailure::NotRegular(kind) => {
+                write!(
+                    f,
+                    "unreadable: {kind}, not a regular file (expected a sysfs or procfs attribute)"
+                )
+            }
         }
     }
 }
 
-/// Reads a whole file, at most `cap` bytes, without `stat`.
+/// Opens a file to read it. `O_NONBLOCK` keeps the open itself from waiting (a FIFO without a
+/// writer), and the `fstat` refuses anything that is not a regular file before it is read:
+/// every sysfs and procfs attribute is one, and a FIFO or a device in a probed tree could
+/// block or never end.
+pub fn open_regular(path: &Path) -> Result<File, ReadFailure> {
+    use nix::fcntl::OFlag;
+    let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+    let fd = crate::confine::open(path, flags).map_err(errno_failure)?;
+    regular(File::from(fd))
+}
+
+fn errno_failure(e: nix::errno::Errno) -> ReadFailure {
+    match e {
+        // EXDEV: a link that leads out of the probed root (see `confine`).
+        nix::errno::Errno::EXDEV => ReadFailure::Io(io::Error::other(
+            "a symbolic link on the way leads out of the probed root; not followed",
+        )),
+        e => io_failure(io::Error::from(e)),
+    }
+}
+
+/// `file` if it is a regular file.
+fn regular(file: File) -> Result<File, ReadFailure> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = file.metadata().map_err(io_failure)?.file_type();
+    if t.is_file() {
+        return Ok(file);
+    }
+    Err(ReadFailure::NotRegular(if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_dir() {
+        "a directory"
+    } else {
+        "a special file"
+    }))
+}
+
+/// Reads a whole file, at most `cap` bytes, without trusting its size.
 pub fn read_capped(path: &Path, cap: usize) -> Result<Vec<u8>, ReadFailure> {
-    let file = File::open(path).map_err(io_failure)?;
+    let file = open_regular(path)?;
     let mut buf = Vec::with_capacity(256);
     // One byte past the cap tells "exactly cap" from "too long".
     file.take(cap as u64 + 1)
@@ -119,7 +191,7 @@ fn io_failure(e: io::Error) -> ReadFailure {
 /// Reads the first `n` bytes of a file (fewer if it is shorter). For PCI `config`, of which only
 /// the standard 64-byte header may be read without root and without side effects.
 pub fn read_prefix(path: &Path, n: usize) -> Result<Vec<u8>, ReadFailure> {
-    let file = File::open(path).map_err(io_failure)?;
+    let file = open_regular(path)?;
     let mut buf = Vec::with_capacity(n);
     file.take(n as u64)
         .read_to_end(&mut buf)
@@ -132,7 +204,7 @@ pub fn read_prefix(path: &Path, n: usize) -> Result<Vec<u8>, ReadFailure> {
 /// captured tree) returns less than asked only at EOF, so the usual extra `read` that returns 0
 /// is skipped: on a host with a thousand VFs that is thousands of syscalls per probe.
 pub fn read_sysfs(path: &Path, cap: usize) -> Result<Vec<u8>, ReadFailure> {
-    let file = File::open(path).map_err(io_failure)?;
+    let file = open_regular(path)?;
     read_sysfs_file(file, cap)
 }
 
@@ -214,7 +286,10 @@ pub fn link_basename(path: &Path, w: &mut Warnings) -> Option<String> {
             None => {
                 w.push(
                     path,
-                    format!("link target {} has no file name", target.display()),
+                    format!(
+                        "link target {} has no file name",
+                        quoted(&target.to_string_lossy())
+                    ),
                 );
                 None
             }
@@ -235,28 +310,8 @@ pub fn link_basename(path: &Path, w: &mut Warnings) -> Option<String> {
 /// Lists the names in a directory, sorted. `None` when the directory is missing (no warning);
 /// a warning when it exists but cannot be listed.
 pub fn list_dir(path: &Path, w: &mut Warnings) -> Option<Vec<String>> {
-    let rd = match std::fs::read_dir(path) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
-        Err(e) if e.raw_os_error() == Some(nix::libc::ENOTDIR) => {
-            w.push(path, "expected a directory, found a file");
-            return None;
-        }
-        Err(e) => {
-            w.push(path, format!("directory cannot be listed: {e}"));
-            return None;
-        }
-    };
-    let mut names = Vec::new();
-    for entry in rd {
-        match entry {
-            Ok(e) => names.push(e.file_name().to_string_lossy().into_owned()),
-            Err(e) => {
-                w.push(path, format!("directory listing failed part-way: {e}"));
-                break;
-            }
-        }
-    }
+    let mut dir = SysDir::open(path, w)?;
+    let mut names = dir.entries(w);
     names.sort();
     Some(names)
 }
@@ -313,7 +368,7 @@ impl SysDir {
     fn open_fd(path: &Path, w: &mut Warnings) -> Option<std::os::fd::OwnedFd> {
         use nix::fcntl::OFlag;
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-        match nix::fcntl::open(path, flags, nix::sys::stat::Mode::empty()) {
+        match crate::confine::open(path, flags) {
             Ok(fd) => Some(fd),
             Err(nix::errno::Errno::ENOENT) => None,
             Err(nix::errno::Errno::ENOTDIR) => {
@@ -366,11 +421,10 @@ impl SysDir {
     /// Reads an attribute of this directory like [`read_optional`]: silent `None` when missing.
     pub fn read_optional(&self, name: &str, w: &mut Warnings) -> Option<String> {
         use nix::fcntl::OFlag;
-        let fd = match nix::fcntl::openat(
-            &self.fd,
-            name,
-            OFlag::O_RDONLY | OFlag::O_CLOEXEC,
-            nix::sys::stat::Mode::empty(),
+        // Through the root, not this directory's fd: a link in it must not leave the root.
+        let fd = match crate::confine::open(
+            &self.join(name),
+            OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
         ) {
             Ok(fd) => fd,
             Err(nix::errno::Errno::ENOENT) | Err(nix::errno::Errno::ENOTDIR) => return None,
@@ -382,7 +436,10 @@ impl SysDir {
                 return None;
             }
         };
-        match read_sysfs_file(File::from(fd), SYSFS_CAP).and_then(text_of) {
+        match regular(File::from(fd))
+            .and_then(|f| read_sysfs_file(f, SYSFS_CAP))
+            .and_then(text_of)
+        {
             Ok(s) => Some(trim_value(&s).to_string()),
             Err(e) => {
                 w.push(&self.join(name), format!("file is {e}"));
@@ -399,7 +456,10 @@ impl SysDir {
                 None => {
                     w.push(
                         &self.join(name),
-                        format!("link target {} has no file name", target.to_string_lossy()),
+                        format!(
+                            "link target {} has no file name",
+                            quoted(&target.to_string_lossy())
+                        ),
                     );
                     None
                 }
@@ -431,7 +491,7 @@ pub fn parse_int<T: std::str::FromStr>(
     match raw.parse::<T>() {
         Ok(v) => Some(v),
         Err(_) => {
-            w.push(path, format!("value {raw:?} is not {expected}"));
+            w.push(path, format!("value {} is not {expected}", quoted(raw)));
             None
         }
     }
@@ -443,14 +503,15 @@ pub fn parse_hex(raw: &str, path: &Path, expected: &str, w: &mut Warnings) -> Op
         .strip_prefix("0x")
         .or_else(|| raw.strip_prefix("0X"))
         .unwrap_or(raw);
-    if digits.is_empty() || digits.len() > 8 {
-        w.push(path, format!("value {raw:?} is not {expected}"));
+    // `from_str_radix` takes a leading `+`; a sysfs hex value never has one.
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+        w.push(path, format!("value {} is not {expected}", quoted(raw)));
         return None;
     }
     match u32::from_str_radix(digits, 16) {
         Ok(v) => Some(v),
         Err(_) => {
-            w.push(path, format!("value {raw:?} is not {expected}"));
+            w.push(path, format!("value {} is not {expected}", quoted(raw)));
             None
         }
     }
@@ -563,5 +624,43 @@ mod tests {
             w.as_slice()[0].message,
             "value \"0xzz\" is not a hex id like 0x8086"
         );
+    }
+
+    #[test]
+    fn fifos_sockets_and_devices_are_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("meminfo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+        // No writer: a blocking open would never return.
+        let e = read_sysfs(&fifo, SYSFS_CAP).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "unreadable: a FIFO, not a regular file (expected a sysfs or procfs attribute)"
+        );
+        assert!(matches!(
+            read_capped(&fifo, 10),
+            Err(ReadFailure::NotRegular("a FIFO"))
+        ));
+        assert!(matches!(
+            read_prefix(&fifo, 64),
+            Err(ReadFailure::NotRegular("a FIFO"))
+        ));
+        let mut w = Warnings::new();
+        assert_eq!(read_optional(&fifo, &mut w), None);
+        assert!(w.as_slice()[0].message.contains("a FIFO"), "{w:?}");
+        let mut w = Warnings::new();
+        let d = SysDir::open(dir.path(), &mut w).unwrap();
+        assert_eq!(d.read_optional("meminfo", &mut w), None);
+        assert!(w.as_slice()[0].message.contains("a FIFO"), "{w:?}");
+        // A device reached through a link: /dev/zero would never end.
+        let zero = dir.path().join("size");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        assert!(matches!(
+            read_sysfs(&zero, SYSFS_CAP),
+            Err(ReadFailure::NotRegular("a character device"))
+        ));
+        let sock = dir.path().join("sock");
+        let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        assert!(read_sysfs(&sock, SYSFS_CAP).is_err());
     }
 }

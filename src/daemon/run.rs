@@ -55,7 +55,11 @@ pub fn run(opts: DaemonOptions, loaded: LoadedConfig, log: LogHandle) -> anyhow:
         .enable_all()
         .thread_name("rtrackd")
         .build()?;
-    runtime.block_on(main_loop(opts, loaded, log))
+    let result = runtime.block_on(main_loop(opts, loaded, log));
+    // A probe stuck in the kernel (a hung filesystem) holds its blocking thread forever; the
+    // process exits anyway instead of waiting for it.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    result
 }
 
 fn settings_for(
@@ -95,16 +99,42 @@ async fn main_loop(
     let id = node_id::load_or_create(&state_dir)
         .map_err(|e| anyhow::anyhow!("compute node identity: {e}"))?;
 
-    // The first probe must work: without it there is no inventory to claim against.
+    // Signals are ours from here on: SIGTERM during startup ends it cleanly, even while the
+    // first probe hangs.
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sighup = signal(SignalKind::hangup())?;
+
+    // The first probe must work: without it there is no inventory to claim against. It is
+    // bounded in time like every later one.
     let probe_cfg = cfg.clone();
-    let host = tokio::task::spawn_blocking(move || {
+    let limit = audit::time_limit(cfg.audit_interval_s);
+    let first_probe = tokio::task::spawn_blocking(move || {
         let host =
             crate::probes::probe_host(&probe_cfg.probe_root, &audit::probe_options(&probe_cfg))
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
         audit::check_plausible(&host, &probe_cfg.probe_root).map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok::<_, anyhow::Error>(host)
-    })
-    .await??;
+    });
+    let host = tokio::select! {
+        r = tokio::time::timeout(limit, first_probe) => match r {
+            Ok(joined) => joined??,
+            Err(_) => anyhow::bail!(
+                "the first probe of {} and {} has not finished after {} s (a hung filesystem, or a file that never ends?); nothing was started",
+                cfg.probe_root.sys.display(),
+                cfg.probe_root.proc.display(),
+                limit.as_secs()
+            ),
+        },
+        _ = sigterm.recv() => {
+            tracing::info!("SIGTERM during startup: exiting");
+            return Ok(());
+        }
+        _ = sigint.recv() => {
+            tracing::info!("SIGINT during startup: exiting");
+            return Ok(());
+        }
+    };
     let settings = settings_for(&cfg, &id, &host);
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -258,9 +288,6 @@ async fn main_loop(
         })
     });
 
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sighup = signal(SignalKind::hangup())?;
     let mut current = loaded;
     loop {
         tokio::select! {
