@@ -48,12 +48,24 @@ pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<LoadedConfig, 
             })?;
             let config = Config::parse(&text, p)?;
             // Parsed twice: typed for use, untyped for the key-by-key diff on reload.
-            let raw: toml::Value =
-                toml::from_str(&text).map_err(|e: toml::de::Error| ConfigError::Syntax {
+            let raw: toml::Value = toml::from_str(&text)
+                .map_err(|e: toml::de::Error| crate::config::syntax_error(&text, p, &e))?;
+            let valid = config.validate(p)?;
+            // Upstream sections are checked here too, so that startup, SIGHUP and
+            // --check-config accept and refuse exactly the same files.
+            crate::upstream::validate_placement(&valid.placement).map_err(|e| {
+                ConfigError::Upstream {
                     file: p.clone(),
                     message: e.to_string(),
-                })?;
-            (config.validate(p)?, raw)
+                }
+            })?;
+            crate::upstream::validate_http_push(valid.upstream_http.as_ref()).map_err(|e| {
+                ConfigError::Upstream {
+                    file: p.clone(),
+                    message: e.to_string(),
+                }
+            })?;
+            (valid, raw)
         }
         None => (
             ValidConfig::defaults(),
