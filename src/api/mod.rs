@@ -10,16 +10,15 @@ pub mod bodies;
 pub mod error;
 pub mod openapi;
 pub mod routes;
+pub mod server;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::connect_info::Connected;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::IncomingStream;
 use axum::Router;
 
 use crate::daemon::peer::Peer;
@@ -29,12 +28,6 @@ pub use error::{ApiError, ErrorCode};
 /// The peer of a socket connection, taken when it connects.
 #[derive(Debug, Clone)]
 pub struct PeerInfo(pub Arc<Peer>);
-
-impl Connected<IncomingStream<'_, tokio::net::UnixListener>> for PeerInfo {
-    fn connect_info(stream: IncomingStream<'_, tokio::net::UnixListener>) -> PeerInfo {
-        PeerInfo(Arc::new(Peer::of(stream.io())))
-    }
-}
 
 /// Limits applied to every request.
 #[derive(Debug, Clone, Copy)]

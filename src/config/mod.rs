@@ -189,6 +189,11 @@ pub struct ApiConfig {
     pub max_body_bytes: Option<u64>,
     /// Request timeout, seconds. Default 30.
     pub request_timeout_s: Option<u64>,
+    /// Connections served at once; more are closed at once. Default 256.
+    pub max_connections: Option<u64>,
+    /// Seconds a connection may take to send a request header, new or idle between
+    /// requests. Default 10.
+    pub header_timeout_s: Option<u64>,
 }
 
 /// `[metrics]`
@@ -478,6 +483,28 @@ impl Config {
             }
         };
 
+        let max_connections = match self.api.max_connections {
+            None => 256,
+            Some(n @ 1..=100_000) => n,
+            Some(n) => {
+                return Err(err(
+                    "api.max_connections",
+                    n.to_string(),
+                    "must be from 1 to 100000",
+                ))
+            }
+        };
+        let header_timeout_s = match self.api.header_timeout_s {
+            None => 10,
+            Some(n @ 1..=3_600) => n,
+            Some(n) => {
+                return Err(err(
+                    "api.header_timeout_s",
+                    n.to_string(),
+                    "must be from 1 to 3600 (seconds)",
+                ))
+            }
+        };
         let socket_mode = match &self.api.socket_mode {
             None => 0o660,
             Some(s) => u32::from_str_radix(s.trim_start_matches("0o"), 8)
@@ -553,6 +580,8 @@ impl Config {
                 .unwrap_or_else(|| "rtrack".to_string()),
             max_body_bytes: self.api.max_body_bytes.unwrap_or(1 << 20),
             request_timeout_s: self.api.request_timeout_s.unwrap_or(30),
+            max_connections,
+            header_timeout_s,
             metrics_listen,
             log_format,
             log_level,
@@ -659,6 +688,10 @@ pub struct ValidConfig {
     pub max_body_bytes: u64,
     /// Request timeout.
     pub request_timeout_s: u64,
+    /// Connections served at once.
+    pub max_connections: u64,
+    /// Header (and idle) timeout of a connection, seconds.
+    pub header_timeout_s: u64,
     /// Metrics TCP listener.
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// Log format.

@@ -49,6 +49,8 @@ pub struct Metrics {
     pub forbidden_peers: Counter,
     /// API requests by route and status.
     pub api_requests: Family<Labels, Counter>,
+    /// API connections open, and those closed at once over the cap.
+    pub connections: crate::api::server::ConnCounters,
 }
 
 impl Default for Metrics {
@@ -84,6 +86,7 @@ impl Metrics {
             upstream_reports: Family::default(),
             forbidden_peers: Counter::default(),
             api_requests: Family::default(),
+            connections: crate::api::server::ConnCounters::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -165,6 +168,16 @@ impl Metrics {
             "api_forbidden_peers",
             "API connections refused because the peer is neither root nor in the socket group",
             m.forbidden_peers.clone(),
+        );
+        registry.register(
+            "api_connections",
+            "API connections open now (socket and metrics listener)",
+            m.connections.open.clone(),
+        );
+        registry.register(
+            "api_connections_rejected",
+            "API connections closed at once because [api] max_connections were open",
+            m.connections.rejected.clone(),
         );
         registry.register(
             "api_requests",

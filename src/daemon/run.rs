@@ -183,16 +183,18 @@ async fn main_loop(
         timeout: Duration::from_secs(cfg.request_timeout_s),
     };
     let (stop_tx, stop_rx) = watch::channel(false);
-    let app =
-        api::router(state.clone(), limits).into_make_service_with_connect_info::<api::PeerInfo>();
-    let mut server_stop = stop_rx.clone();
-    let server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = server_stop.wait_for(|s| *s).await;
-            })
-            .await
-    });
+    let conn_limits = api::server::ConnLimits {
+        max_connections: connection_cap(cfg.max_connections),
+        header_timeout: Duration::from_secs(cfg.header_timeout_s),
+    };
+    let counters = metrics.connections.clone();
+    let server = tokio::spawn(api::server::serve(
+        listener,
+        api::router(state.clone(), limits),
+        conn_limits,
+        counters.clone(),
+        stop_rx.clone(),
+    ));
     let metrics_server = match cfg.metrics_listen {
         None => None,
         Some(addr) => {
@@ -200,15 +202,13 @@ async fn main_loop(
                 anyhow::anyhow!("[metrics] listen = \"{addr}\": cannot listen: {e}")
             })?;
             tracing::info!(%addr, "metrics listener up");
-            let app = api::metrics_router(state.clone());
-            let mut stop = stop_rx.clone();
-            Some(tokio::spawn(async move {
-                axum::serve(l, app)
-                    .with_graceful_shutdown(async move {
-                        let _ = stop.wait_for(|s| *s).await;
-                    })
-                    .await
-            }))
+            Some(tokio::spawn(api::server::serve(
+                l,
+                api::metrics_router(state.clone()),
+                conn_limits,
+                counters,
+                stop_rx.clone(),
+            )))
         }
     };
 
@@ -324,8 +324,7 @@ async fn main_loop(
     state.set_stopping();
     let _ = stop_tx.send(true);
     match tokio::time::timeout(DRAIN_LIMIT, server).await {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => tracing::warn!(error = %e, "the API server ended with an error"),
+        Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::warn!(error = %e, "the API server task failed"),
         Err(_) => tracing::warn!(
             limit_s = DRAIN_LIMIT.as_secs(),
@@ -447,4 +446,33 @@ fn start_empty(db: &std::path::Path) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// Descriptors kept for everything but API connections: the store, the probe's files, the
+/// upstream client, the log.
+const RESERVED_FDS: u64 = 128;
+
+/// The connection cap that fits the process's descriptor limit. The soft limit is raised to
+/// the hard one first (systemd's default soft limit is 1024); a configured cap that still does
+/// not fit is lowered, with a warning, so that audits and commits always have descriptors.
+fn connection_cap(configured: u64) -> usize {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let soft = match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => hard,
+            Err(_) => soft,
+        },
+        Ok((soft, _)) => soft,
+        Err(_) => 1024,
+    };
+    let fits = soft.saturating_sub(RESERVED_FDS).max(1);
+    if configured > fits {
+        tracing::warn!(
+            configured,
+            used = fits,
+            nofile = soft,
+            "[api] max_connections does not fit the descriptor limit (LimitNOFILE); serving fewer"
+        );
+    }
+    usize::try_from(configured.min(fits)).unwrap_or(usize::MAX)
 }
