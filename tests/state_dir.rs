@@ -223,3 +223,90 @@ fn a_database_without_rtrack_state_is_refused_and_start_empty_keeps_it_aside() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// A tmpfs of `size` mounted at `at` until dropped (tests run as root; elsewhere they say why
+/// they skip).
+struct SmallFs(PathBuf);
+
+impl SmallFs {
+    fn mount(at: &Path, size: &str) -> Option<SmallFs> {
+        std::fs::create_dir_all(at).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(at)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| SmallFs(at.to_path_buf()))
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Fills the filesystem holding `dir` with one file; returns its path.
+fn fill(dir: &Path) -> PathBuf {
+    let filler = dir.join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    let block = vec![0xa5u8; 64 * 1024];
+    let mut small = vec![0xa5u8; 4096];
+    use std::io::Write;
+    while f.write_all(&block).is_ok() {}
+    while f.write_all(&small).is_ok() {}
+    small.truncate(1);
+    while f.write_all(&small).is_ok() {}
+    let _ = f.sync_all();
+    filler
+}
+
+#[test]
+fn a_full_disk_neither_stops_a_restart_nor_loses_a_claim_and_claims_resume_with_room() {
+    let e = env();
+    let Some(_fs) = SmallFs::mount(&e.dir.join("state"), "8m") else {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN)");
+        return;
+    };
+    let mut d = Daemon::start_with(
+        Path::new(RTRACKD),
+        &e.dir,
+        &base_config(&e.root, &e.dir),
+        &[],
+    );
+    for n in 0..20 {
+        let (s, v) = d.call("POST", "/v1/claims", Some(&claim(&uuid(n), 1, 64, 1, None)));
+        assert_eq!(s, 201, "{v}");
+    }
+    d.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(d.wait_exit(Duration::from_secs(10)).is_some());
+    let filler = fill(&e.dir.join("state"));
+
+    // A restart with nothing changed needs no room.
+    d.spawn();
+    d.wait_ready();
+    let (s, v) = d.call("GET", "/v1/claims", None);
+    assert_eq!(s, 200);
+    assert_eq!(v.as_array().map(Vec::len), Some(20), "{v}");
+    // A claim is refused cleanly, saying why, and leaves nothing.
+    let body = claim(&uuid(100), 1, 64, 1, None);
+    let (s, v) = d.call("POST", "/v1/claims", Some(&body));
+    assert_eq!(s, 507, "{v}");
+    assert_eq!(v["error"]["code"], "insufficient_storage", "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("full"),
+        "{v}"
+    );
+    let (s, _) = d.call("GET", &format!("/v1/claims/{}", uuid(100)), None);
+    assert_eq!(s, 404);
+    // With room again, claims resume without a restart, and are durable.
+    std::fs::remove_file(&filler).unwrap();
+    let (s, v) = d.call("POST", "/v1/claims", Some(&body));
+    assert_eq!(s, 201, "{v}");
+    d.kill();
+    d.spawn();
+    d.wait_ready();
+    let (s, v) = d.call("GET", "/v1/claims", None);
+    assert_eq!(s, 200);
+    assert_eq!(v.as_array().map(Vec::len), Some(21), "{v}");
+}

@@ -40,6 +40,8 @@ pub enum ErrorCode {
     StoreFailed,
     /// The store cannot be read after a failed commit; nothing is changed until it can.
     StoreUnavailable,
+    /// The disk holding the store is full; nothing was changed.
+    InsufficientStorage,
     /// Shutting down.
     ShuttingDown,
     /// No probe has completed yet.
@@ -66,6 +68,7 @@ impl ErrorCode {
         ErrorCode::ClaimRefused,
         ErrorCode::StoreFailed,
         ErrorCode::StoreUnavailable,
+        ErrorCode::InsufficientStorage,
         ErrorCode::ShuttingDown,
         ErrorCode::NotReady,
         ErrorCode::Timeout,
@@ -88,6 +91,7 @@ impl ErrorCode {
             ErrorCode::ClaimRefused => "claim_refused",
             ErrorCode::StoreFailed => "store_failed",
             ErrorCode::StoreUnavailable => "store_unavailable",
+            ErrorCode::InsufficientStorage => "insufficient_storage",
             ErrorCode::ShuttingDown => "shutting_down",
             ErrorCode::NotReady => "not_ready",
             ErrorCode::Timeout => "timeout",
@@ -108,6 +112,7 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::Conflict | ErrorCode::ClaimRefused => StatusCode::CONFLICT,
             ErrorCode::StoreFailed | ErrorCode::InternalError => StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::InsufficientStorage => StatusCode::INSUFFICIENT_STORAGE,
             ErrorCode::StoreUnavailable
             | ErrorCode::ShuttingDown
             | ErrorCode::NotReady
@@ -235,8 +240,12 @@ impl From<ServiceError> for ApiError {
 }
 
 fn store_error(e: &StoreError) -> ApiError {
+    let code = match e {
+        StoreError::Full { .. } => ErrorCode::InsufficientStorage,
+        _ => ErrorCode::StoreFailed,
+    };
     ApiError::new(
-        ErrorCode::StoreFailed,
+        code,
         format!("{e}; nothing was changed, the request can be retried"),
     )
 }

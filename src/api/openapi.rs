@@ -142,19 +142,19 @@ pub fn document() -> Value {
                     "responses": responses(&[("200", ok("claims", json!({"type": "array", "items": schema_ref("Claim")})))], &std_errors)},
                 "post": {"operationId": "createClaim", "summary": "Claim resources for an instance (Nova's instance_claim); idempotent for the same request",
                     "parameters": [dry_run_param()], "requestBody": body("ClaimRequest"),
-                    "responses": responses(&[("201", ok("claimed", schema_ref("Claim"))), ("200", ok("already held (same request), or a dry run that fits", json!({"oneOf": [schema_ref("Claim"), schema_ref("DryRun")]})))], &[400, 403, 409, 413, 415, 500, 503])}},
+                    "responses": responses(&[("201", ok("claimed", schema_ref("Claim"))), ("200", ok("already held (same request), or a dry run that fits", json!({"oneOf": [schema_ref("Claim"), schema_ref("DryRun")]})))], &[400, 403, 409, 413, 415, 500, 503, 507])}},
             "/v1/claims/{instance_uuid}": {
                 "parameters": [path_param("instance_uuid", uuid.clone(), "Instance")],
                 "get": {"operationId": "getClaim", "summary": "The instance's claim (or its move claim here)",
                     "responses": responses(&[("200", ok("claim", schema_ref("Claim")))], &[400, 403, 404, 503])},
                 "delete": {"operationId": "abortClaim", "summary": "Abort the claim (Nova's abort_instance_claim); frees its devices",
-                    "responses": responses(&[("200", ok("aborted", json!({"type": "object", "properties": {"instance_uuid": uuid, "aborted": {"type": "boolean"}}})))], &[400, 403, 404, 500, 503])}},
+                    "responses": responses(&[("200", ok("aborted", json!({"type": "object", "properties": {"instance_uuid": uuid, "aborted": {"type": "boolean"}}})))], &[400, 403, 404, 500, 503, 507])}},
             "/v1/migrations": {
                 "get": {"operationId": "listMigrations", "summary": "Migrations known to this host",
                     "responses": responses(&[("200", ok("migrations", json!({"type": "array", "items": schema_ref("Migration")})))], &std_errors)},
                 "post": {"operationId": "createMigration", "summary": "Resize, migrate, live-migrate or evacuate: the destination claims, the source records the outgoing move",
                     "parameters": [dry_run_param()], "requestBody": body("MigrationRequest"),
-                    "responses": responses(&[("201", ok("claimed", schema_ref("MoveClaim"))), ("200", ok("already held, or a dry run that fits", schema_ref("MoveClaim")))], &[400, 403, 409, 413, 415, 500, 503])}},
+                    "responses": responses(&[("201", ok("claimed", schema_ref("MoveClaim"))), ("200", ok("already held, or a dry run that fits", schema_ref("MoveClaim")))], &[400, 403, 409, 413, 415, 500, 503, 507])}},
             "/v1/migrations/{id}": {
                 "parameters": [path_param("id", id.clone(), "Migration id")],
                 "get": {"operationId": "getMigration", "summary": "One migration",

@@ -166,10 +166,15 @@ async fn main_loop(
         access.clone(),
     ));
     let auditor = Arc::new(Auditor::new(state.clone()));
-    auditor
+    // The probe above worked; an audit that cannot save what it found (a full disk, a locked
+    // store) does not keep rtrackd from serving what the store holds: it is logged, /healthz
+    // says degraded, and the next interval tries again.
+    if let Err(e) = auditor
         .run_once(audit::time_limit(cfg.audit_interval_s))
         .await
-        .map_err(|e| anyhow::anyhow!("first audit: {e}"))?;
+    {
+        tracing::error!(error = %e, "the first audit failed; serving what the store holds and retrying every interval");
+    }
 
     audit::release_free_memory();
     let socket_path = config_file::socket_path(&cfg);

@@ -73,9 +73,15 @@ impl StateDirLock {
             }
             Err((_, errno)) => return Err(io(std::io::Error::from(errno))),
         };
-        file.set_len(0).map_err(io)?;
-        file.seek(SeekFrom::Start(0)).map_err(io)?;
-        writeln!(file, "{}", std::process::id()).map_err(io)?;
+        // The pid is for the message a second daemon prints; the lock holds without it (a
+        // start on a full disk must not fail here).
+        let written = file
+            .set_len(0)
+            .and_then(|()| file.seek(SeekFrom::Start(0)))
+            .and_then(|_| writeln!(file, "{}", std::process::id()));
+        if let Err(e) = written {
+            tracing::warn!(path = %path.display(), error = %e, "cannot record rtrackd's pid in the lock file");
+        }
         Ok(StateDirLock { _file: file, path })
     }
 

@@ -37,6 +37,14 @@ pub enum StoreError {
         /// What failed.
         message: String,
     },
+    /// The disk (or the filesystem's quota) is full: nothing was written.
+    #[error("{path}: {message} (the filesystem is full: free some space; nothing was written)")]
+    Full {
+        /// The database.
+        path: PathBuf,
+        /// What SQLite said.
+        message: String,
+    },
     /// The database was written by a newer rtrack.
     #[error("{path}: {what} {found} was written by a newer rtrack (this one knows up to {supported}); refusing to touch it")]
     TooNew {
@@ -130,8 +138,33 @@ impl Store {
             ));
         }
         let mut store = store;
+        store.keep_wal_files()?;
         store.migrate()?;
         Ok(store)
+    }
+
+    /// Keeps the `-wal` and `-shm` files when the database is closed (the WAL emptied), so a
+    /// restart with nothing to write needs no disk space: a full disk must not keep rtrackd
+    /// from starting and answering from what it has.
+    fn keep_wal_files(&self) -> Result<(), StoreError> {
+        let mut on: std::ffi::c_int = 1;
+        // SAFETY: the handle is this open connection's; SQLITE_FCNTL_PERSIST_WAL reads and
+        // writes one int through the pointer, which lives across the call.
+        let rc = unsafe {
+            rusqlite::ffi::sqlite3_file_control(
+                self.conn.handle(),
+                c"main".as_ptr(),
+                rusqlite::ffi::SQLITE_FCNTL_PERSIST_WAL,
+                (&mut on as *mut std::ffi::c_int).cast(),
+            )
+        };
+        if rc != rusqlite::ffi::SQLITE_OK {
+            return Err(StoreError::Sqlite {
+                path: self.path.clone(),
+                message: format!("cannot keep the WAL files (SQLite code {rc})"),
+            });
+        }
+        Ok(())
     }
 
     /// A new database: built under a temporary name and renamed into place once its schema is
@@ -184,7 +217,7 @@ impl Store {
         // A small page cache: the state is read once at start and kept in memory; commits
         // touch a few pages each.
         conn.execute_batch(
-            "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA cache_size=-256;",
+            "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA cache_size=-256; PRAGMA journal_size_limit=1048576;",
         )
         .map_err(err)?;
         Ok(Store {
@@ -199,10 +232,7 @@ impl Store {
     }
 
     fn sql(&self, e: rusqlite::Error) -> StoreError {
-        StoreError::Sqlite {
-            path: self.path.clone(),
-            message: describe(&e),
-        }
+        sqlite_error(&self.path, &e)
     }
 
     fn migrate(&mut self) -> Result<(), StoreError> {
@@ -499,10 +529,7 @@ impl Store {
         batch: impl IntoIterator<Item = &'a Changes>,
     ) -> Result<(), StoreError> {
         let path = self.path.clone();
-        let sql = |e: rusqlite::Error| StoreError::Sqlite {
-            path: path.clone(),
-            message: describe(&e),
-        };
+        let sql = |e: rusqlite::Error| sqlite_error(&path, &e);
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -622,6 +649,23 @@ fn parse_id(k: &str, table: &'static str, path: &Path) -> Result<i64, StoreError
         key: k.to_string(),
         message: "key is not an integer id".into(),
     })
+}
+
+/// A SQLite error as a store error: a full disk is told apart (the API answers it 507 and the
+/// claim can be retried once there is room).
+fn sqlite_error(path: &Path, e: &rusqlite::Error) -> StoreError {
+    match e {
+        rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::DiskFull => {
+            StoreError::Full {
+                path: path.to_path_buf(),
+                message: describe(e),
+            }
+        }
+        _ => StoreError::Sqlite {
+            path: path.to_path_buf(),
+            message: describe(e),
+        },
+    }
 }
 
 /// A column's value in words, bounded.
