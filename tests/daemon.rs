@@ -6,43 +6,21 @@ mod support;
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use rtrack_fixtures::real::scratch_dir;
-use rtrack_fixtures::synthetic::SyntheticHost;
 use serde_json::{json, Value};
-use support::{base_config, claim, request_spec, uuid, Daemon};
+use support::{base_config, claim, env, request_spec, uuid, Daemon, Env};
 
 const RTRACKD: &str = env!("CARGO_BIN_EXE_rtrackd");
 const RTRACKCTL: &str = env!("CARGO_BIN_EXE_rtrackctl");
 
-struct Env {
-    _tmp: tempfile::TempDir,
-    root: PathBuf,
-    dir: PathBuf,
-}
-
-fn env() -> Env {
-    let tmp = scratch_dir();
-    let root = tmp.path().join("host");
-    SyntheticHost::small().write(&root);
-    let dir = tmp.path().join("d");
-    std::fs::create_dir_all(&dir).unwrap();
-    Env {
-        root,
-        dir,
-        _tmp: tmp,
-    }
-}
-
 fn start(e: &Env, extra: &str) -> Daemon {
-    let config = base_config(&e.root, &e.dir) + extra;
-    Daemon::start_with(Path::new(RTRACKD), &e.dir, &config, &[])
+    support::start_on(Path::new(RTRACKD), e, extra)
 }
 
 fn used(d: &Daemon, class: &str) -> i64 {

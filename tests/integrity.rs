@@ -10,35 +10,13 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use rtrack::cli::client;
-use rtrack_fixtures::real::scratch_dir;
-use rtrack_fixtures::synthetic::SyntheticHost;
 use serde_json::{json, Value};
-use support::{base_config, claim, request_spec, uuid, Daemon};
+use support::{claim, env, request_spec, uuid, Daemon, Env};
 
 const RTRACKD: &str = env!("CARGO_BIN_EXE_rtrackd");
 
-struct Env {
-    _tmp: tempfile::TempDir,
-    root: PathBuf,
-    dir: PathBuf,
-}
-
-fn env() -> Env {
-    let tmp = scratch_dir();
-    let root = tmp.path().join("host");
-    SyntheticHost::small().write(&root);
-    let dir = tmp.path().join("d");
-    std::fs::create_dir_all(&dir).unwrap();
-    Env {
-        root,
-        dir,
-        _tmp: tmp,
-    }
-}
-
 fn start(e: &Env, extra: &str) -> Daemon {
-    let config = base_config(&e.root, &e.dir) + extra;
-    Daemon::start_with(Path::new(RTRACKD), &e.dir, &config, &[])
+    support::start_on(Path::new(RTRACKD), e, extra)
 }
 
 fn db(e: &Env) -> PathBuf {

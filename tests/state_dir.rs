@@ -7,30 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use rtrack_fixtures::real::scratch_dir;
-use rtrack_fixtures::synthetic::SyntheticHost;
-use support::{base_config, claim, uuid, Daemon};
+use support::{base_config, claim, env, uuid, Daemon};
 
 const RTRACKD: &str = env!("CARGO_BIN_EXE_rtrackd");
-
-struct Env {
-    _tmp: tempfile::TempDir,
-    root: PathBuf,
-    dir: PathBuf,
-}
-
-fn env() -> Env {
-    let tmp = scratch_dir();
-    let root = tmp.path().join("host");
-    SyntheticHost::small().write(&root);
-    let dir = tmp.path().join("d");
-    std::fs::create_dir_all(&dir).unwrap();
-    Env {
-        root,
-        dir,
-        _tmp: tmp,
-    }
-}
 
 /// Runs rtrackd to completion (it must exit by itself within the limit).
 fn run(args: &[&str], config: &Path) -> Output {

@@ -24,6 +24,36 @@ pub struct Daemon {
     binary: PathBuf,
 }
 
+/// The small synthetic host written to a scratch directory, and a directory for a daemon's
+/// config, state, socket and log beside it.
+pub struct Env {
+    _tmp: tempfile::TempDir,
+    /// The fixture root (`root/sys`, `root/proc`).
+    pub root: PathBuf,
+    /// The daemon's directory.
+    pub dir: PathBuf,
+}
+
+/// A new [`Env`].
+pub fn env() -> Env {
+    let tmp = rtrack_fixtures::real::scratch_dir();
+    let root = tmp.path().join("host");
+    rtrack_fixtures::synthetic::SyntheticHost::small().write(&root);
+    let dir = tmp.path().join("d");
+    std::fs::create_dir_all(&dir).unwrap();
+    Env {
+        root,
+        dir,
+        _tmp: tmp,
+    }
+}
+
+/// `binary` started on `e` with the base configuration and `extra` appended.
+pub fn start_on(binary: &Path, e: &Env, extra: &str) -> Daemon {
+    let config = base_config(&e.root, &e.dir) + extra;
+    Daemon::start_with(binary, &e.dir, &config, &[])
+}
+
 /// The base configuration for a fixture root (more sections can be appended).
 pub fn base_config(root: &Path, dir: &Path) -> String {
     format!(
