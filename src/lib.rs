@@ -11,6 +11,7 @@ pub mod daemon;
 pub mod echo;
 pub mod inventory;
 pub mod objects;
+pub mod pci_policy;
 pub mod service;
 pub mod store;
 pub mod tracker;

@@ -2,15 +2,18 @@
 //! orchestrator on the same host. Routes are listed in [`openapi::ROUTES`] and described in the
 //! OpenAPI document served at `/v1/openapi.json`; `docs/api.md` shows examples.
 //!
-//! Every request runs through, in order: the peer check (SO_PEERCRED, [`crate::daemon::peer`]),
+//! Every request runs through, in order: the peer check (SO_PEERCRED, [`peer`]),
 //! a request timeout, a body size limit, then the route. Tracker operations run on the blocking
 //! pool: they wait for their commit (fsync), and must not stall the runtime.
 
 pub mod bodies;
 pub mod error;
+pub mod metrics;
 pub mod openapi;
+pub mod peer;
 pub mod routes;
 pub mod server;
+pub mod shared;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,8 +24,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
-use crate::daemon::peer::Peer;
-use crate::daemon::shared::DaemonState;
+use crate::api::peer::Peer;
+use crate::api::shared::DaemonState;
 pub use error::{ApiError, ErrorCode};
 
 /// The peer of a socket connection, taken when it connects.

@@ -79,7 +79,7 @@ impl Accept for tokio::net::UnixListener {
     type Io = tokio::net::UnixStream;
     async fn accept(&self) -> std::io::Result<(Self::Io, Option<PeerInfo>)> {
         let (stream, _) = tokio::net::UnixListener::accept(self).await?;
-        let peer = PeerInfo(Arc::new(crate::daemon::peer::Peer::of(&stream)));
+        let peer = PeerInfo(Arc::new(crate::api::peer::Peer::of(&stream)));
         Ok((stream, Some(peer)))
     }
 }

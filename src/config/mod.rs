@@ -669,9 +669,9 @@ pub struct ValidConfig {
     /// Reserved amounts and ratios.
     pub resources: Resources,
     /// PCI device specs, in file order (first match wins).
-    pub device_specs: Vec<crate::tracker::pci::DeviceSpec>,
+    pub device_specs: Vec<crate::pci_policy::DeviceSpec>,
     /// PCI aliases by name (same-name entries ORed, as Nova does).
-    pub aliases: crate::tracker::pci::AliasTable,
+    pub aliases: crate::pci_policy::AliasTable,
     /// `[pci] report_in_placement`.
     pub report_pci_in_placement: bool,
     /// Audit interval.

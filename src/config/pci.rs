@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::tracker::pci::alias::add_alias;
-use crate::tracker::pci::{AliasTable, DeviceSpec, SpecError};
+use crate::pci_policy::alias::add_alias;
+use crate::pci_policy::{AliasTable, DeviceSpec, SpecError};
 
 use super::ConfigError;
 

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::shared::DaemonState;
 use super::systemd;
+use crate::api::shared::DaemonState;
 use crate::probes::{self, HostInventory};
 
 /// Probe options from the configuration.

@@ -4,11 +4,8 @@
 pub mod audit;
 pub mod config_file;
 pub mod logging;
-pub mod metrics;
 pub mod once;
-pub mod peer;
 pub mod report;
 pub mod run;
-pub mod shared;
 pub mod socket;
 pub mod systemd;

@@ -11,7 +11,7 @@ use serde_json::Value;
 use tokio::sync::{watch, Notify};
 use uuid::Uuid;
 
-use super::shared::DaemonState;
+use crate::api::shared::DaemonState;
 use crate::tracker::compute_node::without_updated_at;
 use crate::tracker::pci::devices::DeviceStatus;
 use crate::tracker::state::Tracker;

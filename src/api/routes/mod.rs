@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 
 use super::bodies::parse_body;
 use super::error::{ApiError, ErrorCode};
-use crate::daemon::shared::DaemonState;
+use crate::api::shared::DaemonState;
 use crate::echo::{bounded_message, quoted};
 use crate::inventory::format_utc;
 use crate::tracker::state::{ClaimOutcome, ClaimRecord};

@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 use super::super::bodies::{ClaimBody, DryRunQuery, MigrationBody, ParsedClaim, ParsedMove};
 use super::super::error::{ApiError, ErrorCode};
 use super::*;
-use crate::daemon::metrics::ClaimDecision;
-use crate::daemon::shared::DaemonState;
+use crate::api::metrics::ClaimDecision;
+use crate::api::shared::DaemonState;
 use crate::service::{Granted, ServiceError, TrackerService};
 use crate::tracker::state::{ClaimOutcome, InstanceUpdate, MoveRequest};
 

@@ -1,12 +1,12 @@
 //! PCI passthrough tracking, with Nova's semantics: device specs select tracked devices, aliases
 //! turn flavor extra specs into requests, pools summarise available devices.
 
-pub mod alias;
 pub mod claim;
 pub mod devices;
 pub mod pools;
-pub mod spec;
 
+// The policy lives below the configuration and the tracker; these paths stay for callers.
+pub use crate::pci_policy::{alias, spec};
 pub use alias::{Alias, AliasTable, NumaPolicy};
 pub use devices::{DeviceStatus, PoolKey, TrackedDevice};
 pub use pools::Pool;
