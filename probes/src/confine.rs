@@ -122,6 +122,31 @@ pub fn open(path: &Path, flags: OFlag) -> nix::Result<OwnedFd> {
     })
 }
 
+/// Opens `name` in the directory `dir` (whose path is `dir_path`): beneath it with one
+/// `openat2` (an attribute is a plain file in its directory), and only if that meets a link
+/// leading out of the directory, through the root as [`open`] does.
+pub fn open_in<Fd: AsFd>(
+    dir: &Fd,
+    dir_path: &Path,
+    name: &str,
+    flags: OFlag,
+) -> nix::Result<OwnedFd> {
+    let confined = ROOTS.with(|roots| !roots.borrow().is_empty());
+    if !confined {
+        return nix::fcntl::openat(dir.as_fd(), name, flags, Mode::empty());
+    }
+    if !NO_OPENAT2.load(Ordering::Relaxed) {
+        let how = OpenHow::new()
+            .flags(flags)
+            .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+        match nix::fcntl::openat2(dir.as_fd(), name, how) {
+            Err(Errno::EXDEV | Errno::ELOOP | Errno::EAGAIN | Errno::ENOSYS) => {}
+            other => return other,
+        }
+    }
+    open(&dir_path.join(name), flags)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,6 +182,23 @@ mod tests {
         let mut s = String::new();
         std::io::Read::read_to_string(&mut std::fs::File::from(fd), &mut s).unwrap();
         assert_eq!(s, "7");
+        // Relative to a directory: a plain attribute opens beneath it, a link out of the root
+        // is refused, a link inside the root is followed.
+        let dir = nix::fcntl::open(
+            sys.as_path(),
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+            Mode::empty(),
+        )
+        .unwrap();
+        assert!(open_in(&dir, &sys, "abs", flags).is_err());
+        assert!(open_in(&dir, &sys, "rel", flags).is_err());
+        let x = nix::fcntl::open(
+            sys.join("devices/x").as_path(),
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+            Mode::empty(),
+        )
+        .unwrap();
+        assert!(open_in(&x, &sys.join("devices/x"), "value", flags).is_ok());
         // Outside every root, paths open as they are.
         assert!(open(&outside.path().join("secret"), flags).is_ok());
     }

@@ -122,15 +122,29 @@ impl std::fmt::Display for ReadFailure {
     }
 }
 
-/// Opens a file to read it. `O_NONBLOCK` keeps the open itself from waiting (a FIFO without a
-/// writer), and the `fstat` refuses anything that is not a regular file before it is read:
-/// every sysfs and procfs attribute is one, and a FIFO or a device in a probed tree could
-/// block or never end.
-pub fn open_regular(path: &Path) -> Result<File, ReadFailure> {
+/// Opens a file to read it, inside the probed root. `O_NONBLOCK` keeps the open and the reads
+/// from waiting (a FIFO without a writer gives EOF at once, a device "try again"), so nothing
+/// in a probed tree can block; [`settle`] then names what was not a regular file.
+pub fn open_nonblocking(path: &Path) -> Result<File, ReadFailure> {
     use nix::fcntl::OFlag;
     let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
     let fd = crate::confine::open(path, flags).map_err(errno_failure)?;
-    regular(File::from(fd))
+    Ok(File::from(fd))
+}
+
+/// A read's outcome, checked: every sysfs and procfs attribute is a regular file, so a read
+/// that failed or found nothing asks `fstat` what the file is, and anything else (a FIFO, a
+/// device, a directory) is refused as such. A read that found something needs no extra
+/// syscall: nothing that is not a regular file can make a read of ours block or run past its
+/// cap, and the cap's error is checked the same way.
+fn settle(file: &File, read: Result<Vec<u8>, ReadFailure>) -> Result<Vec<u8>, ReadFailure> {
+    match &read {
+        Ok(bytes) if !bytes.is_empty() => read,
+        _ => {
+            regular(file)?;
+            read
+        }
+    }
 }
 
 fn errno_failure(e: nix::errno::Errno) -> ReadFailure {
@@ -143,12 +157,12 @@ fn errno_failure(e: nix::errno::Errno) -> ReadFailure {
     }
 }
 
-/// `file` if it is a regular file.
-fn regular(file: File) -> Result<File, ReadFailure> {
+/// Ok if `file` is a regular file.
+fn regular(file: &File) -> Result<(), ReadFailure> {
     use std::os::unix::fs::FileTypeExt;
     let t = file.metadata().map_err(io_failure)?.file_type();
     if t.is_file() {
-        return Ok(file);
+        return Ok(());
     }
     Err(ReadFailure::NotRegular(if t.is_fifo() {
         "a FIFO"
@@ -167,16 +181,21 @@ fn regular(file: File) -> Result<File, ReadFailure> {
 
 /// Reads a whole file, at most `cap` bytes, without trusting its size.
 pub fn read_capped(path: &Path, cap: usize) -> Result<Vec<u8>, ReadFailure> {
-    let file = open_regular(path)?;
+    let file = open_nonblocking(path)?;
     let mut buf = Vec::with_capacity(256);
     // One byte past the cap tells "exactly cap" from "too long".
-    file.take(cap as u64 + 1)
+    let read = (&file)
+        .take(cap as u64 + 1)
         .read_to_end(&mut buf)
-        .map_err(io_failure)?;
-    if buf.len() > cap {
-        return Err(ReadFailure::TooLarge(cap));
-    }
-    Ok(buf)
+        .map_err(io_failure)
+        .and_then(|_| {
+            if buf.len() > cap {
+                Err(ReadFailure::TooLarge(cap))
+            } else {
+                Ok(std::mem::take(&mut buf))
+            }
+        });
+    settle(&file, read)
 }
 
 fn io_failure(e: io::Error) -> ReadFailure {
@@ -191,12 +210,14 @@ fn io_failure(e: io::Error) -> ReadFailure {
 /// Reads the first `n` bytes of a file (fewer if it is shorter). For PCI `config`, of which only
 /// the standard 64-byte header may be read without root and without side effects.
 pub fn read_prefix(path: &Path, n: usize) -> Result<Vec<u8>, ReadFailure> {
-    let file = open_regular(path)?;
+    let file = open_nonblocking(path)?;
     let mut buf = Vec::with_capacity(n);
-    file.take(n as u64)
+    let read = (&file)
+        .take(n as u64)
         .read_to_end(&mut buf)
-        .map_err(io_failure)?;
-    Ok(buf)
+        .map_err(io_failure)
+        .map(|_| buf);
+    settle(&file, read)
 }
 
 /// Reads a sysfs attribute: one `read(2)` into a page-sized buffer, more only if it came back
@@ -204,11 +225,12 @@ pub fn read_prefix(path: &Path, n: usize) -> Result<Vec<u8>, ReadFailure> {
 /// captured tree) returns less than asked only at EOF, so the usual extra `read` that returns 0
 /// is skipped: on a host with a thousand VFs that is thousands of syscalls per probe.
 pub fn read_sysfs(path: &Path, cap: usize) -> Result<Vec<u8>, ReadFailure> {
-    let file = open_regular(path)?;
-    read_sysfs_file(file, cap)
+    let file = open_nonblocking(path)?;
+    let read = read_sysfs_file(&file, cap);
+    settle(&file, read)
 }
 
-fn read_sysfs_file(mut file: File, cap: usize) -> Result<Vec<u8>, ReadFailure> {
+fn read_sysfs_file(mut file: &File, cap: usize) -> Result<Vec<u8>, ReadFailure> {
     let mut buf = vec![0u8; 4096.min(cap + 1)];
     let mut len = 0;
     loop {
@@ -421,9 +443,12 @@ impl SysDir {
     /// Reads an attribute of this directory like [`read_optional`]: silent `None` when missing.
     pub fn read_optional(&self, name: &str, w: &mut Warnings) -> Option<String> {
         use nix::fcntl::OFlag;
-        // Through the root, not this directory's fd: a link in it must not leave the root.
-        let fd = match crate::confine::open(
-            &self.join(name),
+        // Beneath this directory (one path component, no link may lead out), else through
+        // the root for a link that stays inside it.
+        let fd = match crate::confine::open_in(
+            &self.fd,
+            &self.path,
+            name,
             OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
         ) {
             Ok(fd) => fd,
@@ -436,10 +461,9 @@ impl SysDir {
                 return None;
             }
         };
-        match regular(File::from(fd))
-            .and_then(|f| read_sysfs_file(f, SYSFS_CAP))
-            .and_then(text_of)
-        {
+        let file = File::from(fd);
+        let read = read_sysfs_file(&file, SYSFS_CAP);
+        match settle(&file, read).and_then(text_of) {
             Ok(s) => Some(trim_value(&s).to_string()),
             Err(e) => {
                 w.push(&self.join(name), format!("file is {e}"));

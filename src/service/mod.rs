@@ -89,6 +89,8 @@ pub struct TrackerService {
     unanswered: Mutex<HashMap<String, u64>>,
     next_token: std::sync::atomic::AtomicU64,
     health: Mutex<StoreHealth>,
+    /// Mirrors `health.unavailable.is_some()`, read without the lock.
+    unavailable: std::sync::atomic::AtomicBool,
     tx: Mutex<Option<mpsc::Sender<Job>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
     store_path: std::path::PathBuf,
@@ -137,6 +139,7 @@ impl TrackerService {
             unanswered: Mutex::new(HashMap::new()),
             next_token: std::sync::atomic::AtomicU64::new(1),
             health: Mutex::new(StoreHealth::default()),
+            unavailable: std::sync::atomic::AtomicBool::new(false),
             tx: Mutex::new(Some(tx)),
             writer: Mutex::new(Some(writer)),
             store_path: db.to_path_buf(),
@@ -259,6 +262,8 @@ impl TrackerService {
                 if let Some(reason) = health.unavailable.take() {
                     tracing::warn!(was = %reason, "the store can be read again; changes are accepted again");
                 }
+                self.unavailable
+                    .store(false, std::sync::atomic::Ordering::Release);
             }
             Err(e) => {
                 let reason = e.to_string();
@@ -266,12 +271,18 @@ impl TrackerService {
                     tracing::error!(error = %reason, "cannot read the store back after a failed commit; refusing every change until it can be read");
                 }
                 health.unavailable = Some(reason);
+                self.unavailable
+                    .store(true, std::sync::atomic::Ordering::Release);
             }
         }
     }
 
     /// Refuses changes while the store is unavailable, trying it again now and then.
     fn check_store_available(&self, working: &mut Tracker) -> Result<(), ServiceError> {
+        // The common case costs one atomic load, on the hot path of every claim.
+        if !self.unavailable.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(());
+        }
         let mut health = self.health.lock();
         let Some(reason) = health.unavailable.clone() else {
             return Ok(());

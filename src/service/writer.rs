@@ -133,8 +133,8 @@ pub fn writer_loop(
                     Ok(()) => {
                         // Readers see the batch only now, and before its callers are answered.
                         let mut view = committed.lock();
-                        for (changes, host) in &batch {
-                            view.apply_committed(host.clone(), changes);
+                        for (changes, host) in batch.drain(..) {
+                            view.apply_committed(host, *changes);
                         }
                         Ok(())
                     }

@@ -217,7 +217,7 @@ impl Store {
         // A small page cache: the state is read once at start and kept in memory; commits
         // touch a few pages each.
         conn.execute_batch(
-            "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA cache_size=-256; PRAGMA journal_size_limit=1048576;",
+            "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA cache_size=-256; PRAGMA journal_size_limit=8388608;",
         )
         .map_err(err)?;
         Ok(Store {

@@ -66,31 +66,32 @@ pub struct TrackerState {
 }
 
 impl TrackerState {
-    /// Applies committed changes, as the store does: `Some` writes a row, `None` deletes it.
-    pub fn apply(&mut self, c: &Changes) {
-        fn put<K: Ord + Clone, V: Clone>(map: &mut BTreeMap<K, V>, rows: &BTreeMap<K, Option<V>>) {
+    /// Applies committed changes it owns (no copies), as the store does: `Some` writes a row,
+    /// `None` deletes it.
+    pub fn apply_owned(&mut self, c: Changes) {
+        fn put<K: Ord, V>(map: &mut BTreeMap<K, V>, rows: BTreeMap<K, Option<V>>) {
             for (k, v) in rows {
                 match v {
                     Some(v) => {
-                        map.insert(k.clone(), v.clone());
+                        map.insert(k, v);
                     }
                     None => {
-                        map.remove(k);
+                        map.remove(&k);
                     }
                 }
             }
         }
-        put(&mut self.devices, &c.devices);
-        put(&mut self.instances, &c.instances);
-        put(&mut self.migrations, &c.migrations);
-        put(&mut self.claims, &c.claims);
-        put(&mut self.move_claims, &c.move_claims);
+        put(&mut self.devices, c.devices);
+        put(&mut self.instances, c.instances);
+        put(&mut self.migrations, c.migrations);
+        put(&mut self.claims, c.claims);
+        put(&mut self.move_claims, c.move_claims);
         if let Some(counters) = c.counters {
             self.failed_builds = counters.failed_builds;
             self.next_migration_id = counters.next_migration_id;
         }
-        if let Some(node) = &c.compute_node {
-            self.compute_node = Some(node.clone());
+        if let Some(node) = c.compute_node {
+            self.compute_node = Some(node);
         }
     }
 }
@@ -296,7 +297,7 @@ impl Tracker {
     pub fn apply_committed(
         &mut self,
         host: Option<std::sync::Arc<HostInventory>>,
-        changes: &Changes,
+        changes: Changes,
     ) {
         self.invalidate_usage();
         if let Some(host) = host {
@@ -304,7 +305,7 @@ impl Tracker {
             self.host = host;
             self.refresh_inventory();
         }
-        self.state.apply(changes);
+        self.state.apply_owned(changes);
     }
 
     /// Replaces the settings (a reloaded configuration). Claims already granted stay.
