@@ -39,19 +39,7 @@ impl InventoryReport {
     }
 }
 
-/// `YYYY-MM-DDTHH:MM:SSZ` (UTC, whole seconds), the form Nova's objects use too.
-pub fn format_utc(t: OffsetDateTime) -> String {
-    let t = t.to_offset(time::UtcOffset::UTC);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second()
-    )
-}
+pub use crate::objects::fields::format_utc;
 
 #[cfg(test)]
 mod tests {

@@ -78,7 +78,7 @@ pub type Manifest = BTreeMap<String, ObjVersion>;
 
 /// Which fields count as changed.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum Changes {
+pub enum ChangedFields {
     /// Nothing changed (as if loaded from the database): no `changes` key.
     #[default]
     None,
@@ -97,7 +97,7 @@ pub struct Versioned<T> {
     /// without a target uses this version, as Nova does.
     pub version: ObjVersion,
     /// Changed fields.
-    pub changes: Changes,
+    pub changes: ChangedFields,
 }
 
 impl<T: NovaObject> Versioned<T> {
@@ -106,7 +106,7 @@ impl<T: NovaObject> Versioned<T> {
         Versioned {
             obj,
             version: T::VERSION,
-            changes: Changes::AllSet,
+            changes: ChangedFields::AllSet,
         }
     }
 
@@ -115,7 +115,7 @@ impl<T: NovaObject> Versioned<T> {
         Versioned {
             obj,
             version: T::VERSION,
-            changes: Changes::None,
+            changes: ChangedFields::None,
         }
     }
 
@@ -148,8 +148,8 @@ impl<T: NovaObject> Versioned<T> {
             depth,
         })?;
         let changes = match env.changes {
-            None => Changes::None,
-            Some(list) => Changes::Fields(list),
+            None => ChangedFields::None,
+            Some(list) => ChangedFields::Fields(list),
         };
         Ok(Versioned {
             obj,
@@ -211,9 +211,9 @@ impl<T: NovaObject> Versioned<T> {
             T::make_compatible(&mut data, target, manifest)?;
         }
         let mut changes: BTreeSet<String> = match &self.changes {
-            Changes::None => BTreeSet::new(),
-            Changes::AllSet => data.keys().cloned().collect(),
-            Changes::Fields(f) => f.clone(),
+            ChangedFields::None => BTreeSet::new(),
+            ChangedFields::AllSet => data.keys().cloned().collect(),
+            ChangedFields::Fields(f) => f.clone(),
         };
         // A parent counts a field whose child object has changes (obj_what_changed).
         changes.extend(changed_children);

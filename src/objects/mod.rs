@@ -17,6 +17,7 @@ pub mod flavor;
 pub mod hv_spec;
 pub mod instance;
 pub mod migration;
+pub mod nested;
 pub mod numa;
 pub mod opaque;
 pub mod pci_device;
@@ -25,7 +26,7 @@ pub mod pci_request;
 pub mod request_spec;
 pub mod service;
 
-pub use base::{Changes, Manifest, NovaObject, ObjVersion, ObjectError, Versioned};
+pub use base::{ChangedFields, Manifest, NovaObject, ObjVersion, ObjectError, Versioned};
 pub use fields::{Field, NField};
 
 /// Declares an object's fields: the struct, and `decode_fields`/`encode_fields` reading and

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{json, Map, Value};
 
 use super::super::base::{
-    describe, Changes, NovaObject, ObjVersion, ObjectError, Reader, Versioned,
+    describe, ChangedFields, NovaObject, ObjVersion, ObjectError, Reader, Versioned,
 };
 use super::super::compute_node::ComputeNode;
 use super::super::fields::{Int, Kind, ListStr, NField, Str, Uuid};
@@ -522,6 +522,6 @@ fn group_from_filter_properties(
     Ok(NField::Set(Versioned {
         obj: Opaque::new(data),
         version: ObjVersion::new(1, 11),
-        changes: Changes::Fields(changes),
+        changes: ChangedFields::Fields(changes),
     }))
 }
