@@ -30,17 +30,17 @@ pub struct MemoryInfo {
 /// The `/proc/meminfo` values rtrack uses, in KiB (counts for HugePages_*).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Meminfo {
-    /// MemTotal.
+    /// `MemTotal`: usable RAM (physical less what the kernel reserves), KiB.
     pub mem_total_kb: Option<u64>,
-    /// MemFree.
+    /// `MemFree`: RAM not used for anything, KiB.
     pub mem_free_kb: Option<u64>,
-    /// MemAvailable.
+    /// `MemAvailable`: the kernel's estimate of RAM free for new work without swapping, KiB.
     pub mem_available_kb: Option<u64>,
-    /// Hugepagesize.
+    /// `Hugepagesize`: the default hugepage size, KiB.
     pub hugepagesize_kb: Option<u64>,
     /// HugePages_Total (pages of the default size).
     pub hugepages_total: Option<u64>,
-    /// HugePages_Free.
+    /// `HugePages_Free`: pages of the default size not yet allocated (a count).
     pub hugepages_free: Option<u64>,
 }
 

@@ -34,7 +34,7 @@ use crate::HostRoot;
 pub struct PciAddress {
     /// Segment/domain.
     pub domain: u32,
-    /// Bus.
+    /// Bus number, 0-255.
     pub bus: u8,
     /// Device (slot), 0-31.
     pub device: u8,

@@ -265,9 +265,9 @@ fn request_spec(
 
 /// An instance's request and identity, checked.
 pub struct ParsedClaim {
-    /// Who.
+    /// Who the instance is: uuid, owner, states, host and node.
     pub info: InstanceInfo,
-    /// What.
+    /// What the instance asks of the host: flavor, PCI requests, NUMA cells.
     pub request: InstanceRequest,
 }
 

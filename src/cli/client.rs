@@ -18,7 +18,7 @@ pub enum ClientError {
     Connect {
         /// The socket.
         path: PathBuf,
-        /// Why.
+        /// The error that made connecting fail.
         source: std::io::Error,
         /// What to check.
         hint: &'static str,
@@ -30,7 +30,7 @@ pub enum ClientError {
         path: PathBuf,
         /// What was being done.
         what: &'static str,
-        /// Why.
+        /// The I/O error that made it fail.
         source: std::io::Error,
     },
     /// The answer is not HTTP as expected.
@@ -50,7 +50,7 @@ pub struct Response {
     pub status: u16,
     /// Content-Type, if any.
     pub content_type: Option<String>,
-    /// Body.
+    /// The response body's bytes (any chunked framing removed).
     pub body: Vec<u8>,
 }
 

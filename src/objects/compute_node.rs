@@ -18,7 +18,7 @@ use super::numa::NUMATopology;
 use super::pci_device_pool::PciDevicePoolList;
 
 crate::nova_object_fields! {
-    /// ComputeNode.
+    /// Nova's ComputeNode object: one hypervisor node, what it offers and what is used of it.
     pub struct ComputeNode {
         /// Database id (read-only in Nova).
         id: req Int,
@@ -28,7 +28,7 @@ crate::nova_object_fields! {
         service_id: opt Int,
         /// Service host (1.7).
         host: opt Str,
-        /// VCPUs.
+        /// Nova's `vcpus`: host CPUs the node offers for guest VCPUs, before the allocation ratio.
         vcpus: req Int,
         /// Memory, MiB.
         memory_mb: req Int,
@@ -84,7 +84,7 @@ crate::nova_object_fields! {
         updated_at: opt DateTime,
         /// Deletion time.
         deleted_at: opt DateTime,
-        /// Soft-deleted.
+        /// Nova's `deleted`: true once the record is soft-deleted (kept, but marked gone).
         deleted: req Bool,
     }
 }

@@ -2,7 +2,7 @@
 
 use super::fields::EnumValues;
 
-/// ArchitectureField.
+/// ArchitectureField: a CPU architecture name Nova knows (`x86_64`, `aarch64`...).
 pub struct Architecture;
 impl EnumValues for Architecture {
     const NAME: &'static str = "architecture";
@@ -44,7 +44,7 @@ impl EnumValues for Architecture {
     ];
 }
 
-/// HVTypeField.
+/// HVTypeField: a hypervisor type as Nova names it (`kvm`, `qemu`, `ironic`...).
 pub struct HvType;
 impl EnumValues for HvType {
     const NAME: &'static str = "hypervisor virt type";
@@ -74,21 +74,21 @@ impl EnumValues for HvType {
     ];
 }
 
-/// VMModeField.
+/// VMModeField: the ABI a guest expects (`hvm` for full virtualization, `xen`, `uml`, `exe`).
 pub struct VmMode;
 impl EnumValues for VmMode {
     const NAME: &'static str = "VM mode";
     const VALUES: &'static [&'static str] = &["hvm", "xen", "uml", "exe"];
 }
 
-/// PciDeviceTypeField.
+/// PciDeviceTypeField: what a PCI device is (plain device, SR-IOV PF or VF, or vDPA device).
 pub struct PciDeviceType;
 impl EnumValues for PciDeviceType {
     const NAME: &'static str = "PCI device type";
     const VALUES: &'static [&'static str] = &["type-PCI", "type-PF", "type-VF", "vdpa"];
 }
 
-/// PciDeviceStatusField.
+/// PciDeviceStatusField: where a PCI device is in Nova's claim and allocation life cycle.
 pub struct PciDeviceStatus;
 impl EnumValues for PciDeviceStatus {
     const NAME: &'static str = "PCI device status";
@@ -103,7 +103,7 @@ impl EnumValues for PciDeviceStatus {
     ];
 }
 
-/// MigrationTypeField.
+/// MigrationTypeField: the kind of move (cold migration, resize, live migration, evacuation).
 pub struct MigrationType;
 impl EnumValues for MigrationType {
     const NAME: &'static str = "migration type";
@@ -111,7 +111,7 @@ impl EnumValues for MigrationType {
         &["migration", "resize", "live-migration", "evacuation"];
 }
 
-/// PCINUMAAffinityPolicyField.
+/// PCINUMAAffinityPolicyField: how strictly a PCI device must share the guest's NUMA node.
 pub struct PciNumaAffinityPolicy;
 impl EnumValues for PciNumaAffinityPolicy {
     const NAME: &'static str = "PCI NUMA affinity policy";

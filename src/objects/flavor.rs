@@ -6,15 +6,15 @@ use super::base::{Manifest, NovaObject, ObjVersion, ObjectError, Reader, Writer}
 use super::fields::{older, Bool, DateTime, DictStr, Float, Int, ListStr, Str};
 
 crate::nova_object_fields! {
-    /// Flavor.
+    /// Nova's Flavor object: the size an instance is built to (CPUs, memory, disks, extra specs).
     pub struct Flavor {
         /// Database id (the instance's `instance_type_id`).
         id: req Int,
-        /// Name.
+        /// Nova's `name`: the flavor's display name (`m1.small`).
         name: opt Str,
         /// Memory, MiB.
         memory_mb: req Int,
-        /// VCPUs.
+        /// Nova's `vcpus`: guest VCPUs an instance of the flavor gets.
         vcpus: req Int,
         /// Root disk, GiB (0 for boot-from-volume flavors).
         root_gb: req Int,
@@ -28,9 +28,9 @@ crate::nova_object_fields! {
         rxtx_factor: opt Float,
         /// CPU weight.
         vcpu_weight: opt Int,
-        /// Disabled.
+        /// Nova's `disabled`: true when the flavor is withdrawn and new servers may not use it.
         disabled: req Bool,
-        /// Public.
+        /// Nova's `is_public`: true when every project may use it, else only those in `projects`.
         is_public: req Bool,
         /// Extra specs (`pci_passthrough:alias`, `hw:...`).
         extra_specs: req DictStr,
@@ -44,7 +44,7 @@ crate::nova_object_fields! {
         updated_at: opt DateTime,
         /// Deletion time.
         deleted_at: opt DateTime,
-        /// Soft-deleted.
+        /// Nova's `deleted`: true once the record is soft-deleted (kept, but marked gone).
         deleted: req Bool,
     }
 }

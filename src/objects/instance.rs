@@ -20,7 +20,7 @@ use super::opaque::{
 use super::pci_request::InstancePCIRequests;
 
 crate::nova_object_fields! {
-    /// Instance.
+    /// Nova's Instance object: one server, where it runs and what it was built with.
     pub struct Instance {
         /// Database id.
         id: req Int,
@@ -28,13 +28,13 @@ crate::nova_object_fields! {
         user_id: opt Str,
         /// Owner project.
         project_id: opt Str,
-        /// Image.
+        /// Nova's `image_ref`: the image it was built from (empty when booted from a volume).
         image_ref: opt Str,
         /// Kernel image.
         kernel_id: opt Str,
         /// Ramdisk image.
         ramdisk_id: opt Str,
-        /// Hostname.
+        /// Nova's `hostname`: the guest's host name, as the metadata service gives it.
         hostname: opt Str,
         /// Index in a multi-create.
         launch_index: opt Int,
@@ -62,7 +62,7 @@ crate::nova_object_fields! {
         ephemeral_key_uuid: opt Uuid,
         /// Service host.
         host: opt Str,
-        /// Node.
+        /// Nova's `node`: the hypervisor node it runs on (a ComputeNode's `hypervisor_hostname`).
         node: opt Str,
         /// ComputeNode id (2.8).
         compute_id: opt Int,
@@ -70,7 +70,7 @@ crate::nova_object_fields! {
         instance_type_id: opt Int,
         /// User data.
         user_data: opt Str,
-        /// Reservation.
+        /// Nova's `reservation_id`: shared by the instances of one multi-create request.
         reservation_id: opt Str,
         /// Launch time.
         launched_at: opt DateTime,
@@ -84,7 +84,7 @@ crate::nova_object_fields! {
         display_description: opt Str,
         /// Host it was first launched on.
         launched_on: opt Str,
-        /// Locked.
+        /// Nova's `locked`: true when the instance is locked against changes (see `locked_by`).
         locked: req Bool,
         /// Who locked it.
         locked_by: opt Str,
@@ -94,7 +94,7 @@ crate::nova_object_fields! {
         architecture: opt Str,
         /// Guest VM mode.
         vm_mode: opt Str,
-        /// Uuid.
+        /// Nova's `uuid`: the instance's id everywhere outside Nova's database.
         uuid: req Uuid,
         /// Root device.
         root_device_name: opt Str,
@@ -110,7 +110,7 @@ crate::nova_object_fields! {
         access_ip_v6: opt Str,
         /// Auto disk config.
         auto_disk_config: req Bool,
-        /// Progress.
+        /// Nova's `progress`: percentage done of the current operation (build, resize...).
         progress: opt Int,
         /// Shutdown terminates.
         shutdown_terminate: req Bool,
@@ -118,7 +118,7 @@ crate::nova_object_fields! {
         disable_terminate: req Bool,
         /// Cells v1 name.
         cell_name: opt Str,
-        /// Metadata.
+        /// Nova's `metadata`: the user's key-value server metadata.
         metadata: req DictStr,
         /// System metadata.
         system_metadata: req DictNullStr,
@@ -138,7 +138,7 @@ crate::nova_object_fields! {
         pci_requests: opt Obj<InstancePCIRequests>,
         /// Device metadata (2.3).
         device_metadata: opt Obj<Opaque<InstanceDeviceMetadataName>>,
-        /// Tags.
+        /// Nova's `tags`: the user's server tags.
         tags: req Obj<Opaque<TagListName>>,
         /// Current flavor.
         flavor: req Obj<Flavor>,
@@ -166,7 +166,7 @@ crate::nova_object_fields! {
         updated_at: opt DateTime,
         /// Deletion time.
         deleted_at: opt DateTime,
-        /// Soft-deleted.
+        /// Nova's `deleted`: true once the record is soft-deleted (kept, but marked gone).
         deleted: req Bool,
     }
 }
@@ -244,9 +244,9 @@ crate::nova_object_fields! {
     pub struct InstanceNUMATopology {
         /// Unused id.
         id: req Int,
-        /// Instance.
+        /// Nova's `instance_uuid`: the instance whose guest topology this is.
         instance_uuid: req Uuid,
-        /// Cells.
+        /// Nova's `cells`: the guest's NUMA cells, each with the host cell it is placed on.
         cells: req ListObj<InstanceNUMACell>,
         /// Emulator threads policy (1.3).
         emulator_threads_policy: opt Str,
@@ -341,7 +341,7 @@ impl NovaObject for InstanceNUMACell {
 crate::nova_object_fields! {
     /// An instance's move in progress: what it holds on each side.
     pub struct MigrationContext {
-        /// Instance.
+        /// Nova's `instance_uuid`: the instance being moved.
         instance_uuid: req Uuid,
         /// Migration id.
         migration_id: req Int,
@@ -367,7 +367,7 @@ crate::nova_object_fields! {
         updated_at: opt DateTime,
         /// Deletion time.
         deleted_at: opt DateTime,
-        /// Soft-deleted.
+        /// Nova's `deleted`: true once the record is soft-deleted (kept, but marked gone).
         deleted: req Bool,
     }
 }

@@ -7,7 +7,7 @@ use super::enums::MigrationType;
 use super::fields::{drop_fields, older, Bool, DateTime, Enum, Int, Str, Uuid};
 
 crate::nova_object_fields! {
-    /// Migration.
+    /// Nova's Migration object: one move of an instance, with its hosts, flavors and progress.
     pub struct Migration {
         /// Database id.
         id: req Int,
@@ -62,7 +62,7 @@ crate::nova_object_fields! {
         updated_at: opt DateTime,
         /// Deletion time.
         deleted_at: opt DateTime,
-        /// Soft-deleted.
+        /// Nova's `deleted`: true once the record is soft-deleted (kept, but marked gone).
         deleted: req Bool,
     }
 }

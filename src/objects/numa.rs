@@ -12,7 +12,7 @@ use super::fields::{
 crate::nova_object_fields! {
     /// NUMATopology: the host's cells.
     pub struct NUMATopology {
-        /// Cells.
+        /// Nova's `cells`: the host's NUMA cells, each with its CPUs, memory and page pools.
         cells: req ListObj<NUMACell>,
     }
 }
@@ -97,7 +97,7 @@ crate::nova_object_fields! {
     pub struct NUMAPagesTopology {
         /// Page size in KiB.
         size_kb: req Int,
-        /// Pages.
+        /// Nova's `total`: pages of this size in the cell.
         total: req Int,
         /// Pages used.
         used: req Int,

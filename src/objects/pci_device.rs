@@ -7,7 +7,7 @@ use super::enums::{PciDeviceStatus, PciDeviceType};
 use super::fields::{older, Bool, DateTime, DictStr, Enum, Int, Str, Uuid};
 
 crate::nova_object_fields! {
-    /// PciDevice.
+    /// Nova's PciDevice object: one PCI device of a compute node, its state and its owner.
     pub struct PciDevice {
         /// Database id.
         id: req Int,
@@ -27,7 +27,7 @@ crate::nova_object_fields! {
         status: req Enum<PciDeviceStatus>,
         /// `pci_<address>` in Nova.
         dev_id: opt Str,
-        /// Label.
+        /// Nova's `label`: names the device's kind (libvirt writes `label_<vendor>_<product>`).
         label: opt Str,
         /// Owning instance.
         instance_uuid: opt Str,
@@ -45,7 +45,7 @@ crate::nova_object_fields! {
         updated_at: opt DateTime,
         /// Deletion time.
         deleted_at: opt DateTime,
-        /// Soft-deleted.
+        /// Nova's `deleted`: true once the record is soft-deleted (kept, but marked gone).
         deleted: req Bool,
     }
 }

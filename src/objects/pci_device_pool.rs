@@ -47,7 +47,7 @@ impl NovaObject for PciDevicePool {
 crate::nova_object_fields! {
     /// The list of pools.
     pub struct PciDevicePoolList {
-        /// Pools.
+        /// Nova's `objects`: the pools, one per set of ids, NUMA node and tags.
         objects: req ListObj<PciDevicePool>,
     }
 }

@@ -46,7 +46,7 @@ crate::nova_object_fields! {
         spec: req SpecList,
         /// The flavor alias, or null for neutron port requests.
         alias_name: opt Str,
-        /// Deprecated.
+        /// Nova's `is_new` flag of the request, carried as Nova sends it (rtrack does not use it).
         is_new: req Bool,
         /// Request id (1.1).
         request_id: opt Uuid,
@@ -87,9 +87,9 @@ impl NovaObject for InstancePCIRequest {
 crate::nova_object_fields! {
     /// An instance's requests.
     pub struct InstancePCIRequests {
-        /// Instance.
+        /// Nova's `instance_uuid`: the instance making the requests.
         instance_uuid: req Uuid,
-        /// Requests.
+        /// Nova's `requests`: the instance's PCI requests, from flavor aliases and Neutron ports.
         requests: req ListObj<InstancePCIRequest>,
     }
 }

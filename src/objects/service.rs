@@ -8,23 +8,23 @@ use super::compute_node::ComputeNode;
 use super::fields::{backport_child, older, Bool, DateTime, Int, Obj, Str, Uuid};
 
 crate::nova_object_fields! {
-    /// Service.
+    /// Nova's Service object: one Nova service (a binary such as `nova-compute`) on one host.
     pub struct Service {
         /// Database id.
         id: req Int,
         /// Uuid (1.21).
         uuid: req Uuid,
-        /// Host.
+        /// Nova's `host`: the host name the service runs under (`[DEFAULT] host`).
         host: opt Str,
         /// Binary (`nova-compute`).
         binary: opt Str,
         /// RPC topic.
         topic: opt Str,
-        /// Heartbeats.
+        /// Nova's `report_count`: heartbeats the service has reported so far.
         report_count: req Int,
         /// Disabled by an operator.
         disabled: req Bool,
-        /// Why.
+        /// Nova's `disabled_reason`: the operator's reason for disabling the service, if given.
         disabled_reason: opt Str,
         /// Availability zone.
         availability_zone: opt Str,
@@ -42,7 +42,7 @@ crate::nova_object_fields! {
         updated_at: opt DateTime,
         /// Deletion time.
         deleted_at: opt DateTime,
-        /// Soft-deleted.
+        /// Nova's `deleted`: true once the record is soft-deleted (kept, but marked gone).
         deleted: req Bool,
     }
 }

@@ -75,13 +75,13 @@ pub enum Location {
 /// `dddd:bb:ss.f` with `None` for `*`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GlobAddress {
-    /// Domain.
+    /// PCI domain (segment) to match; `None` matches any.
     pub domain: Option<u32>,
-    /// Bus.
+    /// Bus number to match; `None` matches any.
     pub bus: Option<u8>,
     /// Slot (device).
     pub slot: Option<u8>,
-    /// Function.
+    /// Function number (0-7) to match; `None` matches any.
     pub function: Option<u8>,
 }
 

@@ -40,11 +40,11 @@ pub enum UsageSource {
 /// One counted consumer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Consumer {
-    /// Instance.
+    /// The instance counted (the moving one, for migration usage).
     pub instance_uuid: String,
     /// Migration, for migration usage.
     pub migration_id: Option<i64>,
-    /// Why.
+    /// Why the resources count here: the instance itself, or which side of a move.
     pub source: UsageSource,
     /// Flavor counted.
     pub flavor_id: i64,

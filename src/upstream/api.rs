@@ -50,13 +50,13 @@ impl fmt::Display for RequestCounts {
 /// A provider as Placement lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct ProviderInfo {
-    /// Uuid.
+    /// The provider's uuid.
     pub uuid: Uuid,
-    /// Name.
+    /// The provider's name.
     pub name: String,
-    /// Generation.
+    /// Provider generation: Placement refuses a write to the provider that gives a stale one.
     pub generation: u64,
-    /// Parent.
+    /// Parent provider's uuid; absent or null for a root provider.
     #[serde(default)]
     pub parent_provider_uuid: Option<Uuid>,
 }

@@ -16,15 +16,15 @@ use super::traits::COMPUTE_MANAGED_PCI_DEVICE;
 /// One inventory record as Placement stores it (every field filled in).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct InventoryRecord {
-    /// Total.
+    /// Amount of the class the provider has, before `reserved` and the ratio apply.
     pub total: i64,
-    /// Reserved.
+    /// Part of `total` that Placement will not allocate to consumers.
     pub reserved: i64,
     /// Smallest allocation.
     pub min_unit: i64,
     /// Largest allocation.
     pub max_unit: i64,
-    /// Granularity.
+    /// Allocations of the class must be a multiple of this.
     pub step_size: i64,
     /// Overcommit ratio.
     pub allocation_ratio: f64,
@@ -45,19 +45,19 @@ impl InventoryRecord {
 /// One provider as last seen in (or written to) Placement.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct CachedProvider {
-    /// Uuid.
+    /// The provider's uuid.
     pub uuid: Uuid,
-    /// Name.
+    /// The provider's name (unique in Placement).
     pub name: String,
-    /// Parent.
+    /// Parent provider's uuid; `None` for the root of a tree.
     pub parent: Option<Uuid>,
     /// The generation Placement last returned.
     pub generation: u64,
     /// Inventories by class.
     pub inventories: BTreeMap<String, InventoryRecord>,
-    /// Traits.
+    /// Every trait set on the provider, rtrack's and others'.
     pub traits: BTreeSet<String>,
-    /// Aggregates.
+    /// Aggregates (by uuid) the provider is a member of.
     pub aggregates: BTreeSet<Uuid>,
     /// Used amounts by class (for the PCI "never below usage" rule).
     pub usages: BTreeMap<String, u64>,
@@ -97,54 +97,54 @@ pub enum Action {
     EnsureTrait(String),
     /// `POST /resource_providers`.
     CreateProvider {
-        /// Uuid.
+        /// Uuid the new provider gets.
         uuid: Uuid,
-        /// Name.
+        /// Name the new provider gets.
         name: String,
-        /// Parent.
+        /// Parent provider's uuid; `None` creates a root provider.
         parent: Option<Uuid>,
     },
     /// `PUT /resource_providers/{uuid}` with a new name.
     RenameProvider {
-        /// Uuid.
+        /// The provider to rename.
         uuid: Uuid,
         /// New name.
         name: String,
     },
     /// `PUT /allocations/{consumer}` with no allocations (removes a consumer's allocations).
     DeleteAllocation {
-        /// Consumer.
+        /// The consumer (instance or migration uuid) whose allocations go.
         consumer: Uuid,
     },
     /// `DELETE /resource_providers/{uuid}`.
     DeleteProvider {
-        /// Uuid.
+        /// The provider to delete.
         uuid: Uuid,
     },
     /// `PUT /resource_providers/{uuid}/inventories` (the whole set).
     PutInventories {
-        /// Provider.
+        /// The provider whose inventories are replaced.
         uuid: Uuid,
         /// New set.
         inventories: BTreeMap<String, InventoryRecord>,
     },
     /// `PUT /resource_providers/{uuid}/traits` (the whole set).
     PutTraits {
-        /// Provider.
+        /// The provider whose traits are replaced.
         uuid: Uuid,
         /// New set.
         traits: BTreeSet<String>,
     },
     /// `PUT /resource_providers/{uuid}/aggregates` (the whole set).
     PutAggregates {
-        /// Provider.
+        /// The provider whose aggregates are replaced.
         uuid: Uuid,
         /// New set.
         aggregates: BTreeSet<Uuid>,
     },
     /// `PUT /allocations/{consumer}`.
     PutAllocation {
-        /// Consumer.
+        /// The consumer (instance or migration uuid) whose allocations are replaced.
         consumer: Uuid,
         /// What it should hold.
         allocation: DesiredAllocation,

@@ -54,7 +54,7 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// Subcommands.
+/// rtrackctl's commands; each is one request to rtrackd's API.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// The host's inventory (the rtrackd --once report, with the ComputeNode as it is now).
@@ -109,7 +109,7 @@ pub struct RequestArgs {
     /// Instance uuid.
     #[arg(long, value_name = "UUID")]
     pub instance: Option<String>,
-    /// VCPUs.
+    /// VCPUs the instance gets (counted as PCPU with --dedicated-cpus).
     #[arg(long, value_name = "N")]
     pub vcpus: Option<i64>,
     /// Memory, MiB.
@@ -144,7 +144,7 @@ pub struct RequestArgs {
     pub flavor_id: Option<i64>,
 }
 
-/// `claim`.
+/// Options of `rtrackctl claim`: the request, and whether only to check that it fits.
 #[derive(Debug, Args)]
 pub struct ClaimArgs {
     /// The request.
@@ -155,7 +155,7 @@ pub struct ClaimArgs {
     pub dry_run: bool,
 }
 
-/// `migrate`.
+/// Options of `rtrackctl migrate`: the request at the destination and the move's details.
 #[derive(Debug, Args)]
 pub struct MigrateArgs {
     /// The request at the destination.
@@ -184,7 +184,7 @@ pub struct MigrateArgs {
     pub dry_run: bool,
 }
 
-/// `state`.
+/// Options of `rtrackctl state`: the instance and what to change about it.
 #[derive(Debug, Args)]
 pub struct StateArgs {
     /// Instance uuid.

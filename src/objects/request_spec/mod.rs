@@ -51,19 +51,19 @@ crate::nova_object_fields! {
     pub struct RequestSpec {
         /// Database id.
         id: req Int,
-        /// Image.
+        /// Nova's `image`: metadata of the image to boot (ImageMeta, carried opaquely).
         image: opt Obj<Opaque<ImageMetaName>>,
         /// Guest NUMA topology.
         numa_topology: opt Obj<InstanceNUMATopology>,
         /// PCI requests.
         pci_requests: opt Obj<InstancePCIRequests>,
-        /// Project.
+        /// Nova's `project_id`: the project the instance belongs to.
         project_id: opt Str,
         /// User (1.9).
         user_id: opt Str,
         /// Availability zone.
         availability_zone: opt Str,
-        /// Flavor.
+        /// Nova's `flavor`: the flavor to place (the new one, for a resize).
         flavor: req Obj<Flavor>,
         /// Instances to place.
         num_instances: req Int,
@@ -75,15 +75,15 @@ crate::nova_object_fields! {
         force_nodes: opt ListStr,
         /// Requested destination (1.6).
         requested_destination: opt Obj<Opaque<DestinationName>>,
-        /// Retries.
+        /// Nova's `retry`: the scheduling attempts so far and the hosts they tried.
         retry: opt Obj<SchedulerRetries>,
-        /// Limits.
+        /// Nova's `limits`: the overcommit limits the scheduler computed for the chosen host.
         limits: opt Obj<SchedulerLimits>,
         /// Server group.
         instance_group: opt Obj<Opaque<InstanceGroupName>>,
         /// Scheduler hints (values are lists).
         scheduler_hints: opt DictListStr,
-        /// Instance.
+        /// Nova's `instance_uuid`: the instance the spec is for.
         instance_uuid: req Uuid,
         /// Security groups (1.8).
         security_groups: req Obj<Opaque<SecurityGroupListName>>,
@@ -218,7 +218,7 @@ impl NovaObject for SchedulerRetries {
 crate::nova_object_fields! {
     /// A list of ComputeNodes.
     pub struct ComputeNodeList {
-        /// Nodes.
+        /// Nova's `objects`: the ComputeNodes in the list.
         objects: req ListObj<ComputeNode>,
     }
 }

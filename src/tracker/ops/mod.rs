@@ -27,11 +27,11 @@ use crate::probes::pci::PciAddress;
 /// Who the instance is (besides what it asks for).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InstanceInfo {
-    /// Uuid.
+    /// The instance's uuid.
     pub uuid: String,
-    /// Project.
+    /// The instance's project, if known.
     pub project_id: Option<String>,
-    /// User.
+    /// The instance's user, if known.
     pub user_id: Option<String>,
     /// Guest OS type.
     pub os_type: Option<String>,

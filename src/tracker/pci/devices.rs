@@ -18,7 +18,7 @@ use super::spec::{first_match, DeviceSpec};
 )]
 #[serde(rename_all = "lowercase")]
 pub enum DeviceStatus {
-    /// Free.
+    /// Free to claim: no holder, and no related PF or VF in use.
     Available,
     /// Held by a claim not yet turned into an allocation.
     Claimed,
@@ -55,7 +55,7 @@ pub struct DeviceOwner {
 /// One tracked device.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct TrackedDevice {
-    /// Address.
+    /// The function's PCI address (`dddd:bb:ss.f`); also its key in the tracker.
     pub address: PciAddress,
     /// Vendor id.
     pub vendor_id: String,
@@ -73,7 +73,7 @@ pub struct TrackedDevice {
     pub spec_index: usize,
     /// That spec's tags, values as Nova stores them.
     pub tags: BTreeMap<String, String>,
-    /// State.
+    /// Where the device is in its claim and allocation life cycle.
     pub status: DeviceStatus,
     /// Holder, when claimed or allocated.
     pub owner: Option<DeviceOwner>,
