@@ -23,15 +23,6 @@ pub enum ConfigError {
         /// The parser's message (names the key and the line).
         message: String,
     },
-    /// `[placement]` or `[upstream.http]` does not hold together (checked by the upstream
-    /// layer, on the same path as the rest).
-    #[error("{file}: {message}")]
-    Upstream {
-        /// The file.
-        file: PathBuf,
-        /// What is wrong (names the key; never a secret's value).
-        message: String,
-    },
     /// A value is out of range or malformed.
     #[error("{file}: {key} = {value}: {expected}")]
     Value {

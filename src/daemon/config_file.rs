@@ -14,11 +14,11 @@ pub const DEFAULT_CONFIG: &str = "/etc/rtrack/rtrack.toml";
 pub struct Overrides {
     /// `--root`: sysfs is DIR/sys, procfs DIR/proc.
     pub root: Option<PathBuf>,
-    /// `--sysfs`.
+    /// `--sysfs`: the sysfs mount point; wins over `--root`.
     pub sysfs: Option<PathBuf>,
-    /// `--procfs`.
+    /// `--procfs`: the procfs mount point; wins over `--root`.
     pub procfs: Option<PathBuf>,
-    /// `--state-dir`.
+    /// `--state-dir`: the state directory (compute node uuid, database).
     pub state_dir: Option<PathBuf>,
 }
 
@@ -50,21 +50,9 @@ pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<LoadedConfig, 
             // Parsed twice: typed for use, untyped for the key-by-key diff on reload.
             let raw: toml::Value = toml::from_str(&text)
                 .map_err(|e: toml::de::Error| crate::config::syntax_error(&text, p, &e))?;
+            // One validation for startup, SIGHUP and --check-config, [placement] and
+            // [upstream.http] included.
             let valid = config.validate(p)?;
-            // Upstream sections are checked here too, so that startup, SIGHUP and
-            // --check-config accept and refuse exactly the same files.
-            crate::upstream::validate_placement(&valid.placement).map_err(|e| {
-                ConfigError::Upstream {
-                    file: p.clone(),
-                    message: e.to_string(),
-                }
-            })?;
-            crate::upstream::validate_http_push(valid.upstream_http.as_ref()).map_err(|e| {
-                ConfigError::Upstream {
-                    file: p.clone(),
-                    message: e.to_string(),
-                }
-            })?;
             (valid, raw)
         }
         None => (

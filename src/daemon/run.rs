@@ -218,11 +218,9 @@ async fn main_loop(
     };
 
     let kick = Arc::new(Notify::new());
-    let placement = crate::upstream::validate_placement(&cfg.placement)
-        .map_err(|e| anyhow::anyhow!("[placement]: {e}"))?;
-    crate::upstream::validate_http_push(cfg.upstream_http.as_ref())
-        .map_err(|e| anyhow::anyhow!("[upstream.http]: {e}"))?;
-    let reporter = if placement.is_some() || cfg.upstream_http.is_some() {
+    // Validated with the rest of the file (Config::validate).
+    let placement = cfg.placement_settings.clone();
+    let reporter = if placement.is_some() || cfg.http_push.is_some() {
         if let Some(p) = &placement {
             tracing::info!(target: "rtrack::upstream", endpoint = %p.endpoint, "reporting to Placement");
         }

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant, SystemTime};
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::json;
 
-use super::config::{AuthSettings, KeystonePassword, Secret};
 use super::UpstreamError;
+use crate::config::upstream::{AuthSettings, KeystonePassword, Secret};
 
 /// A token and when to stop using it.
 #[derive(Debug, Clone)]

@@ -15,7 +15,6 @@ use uuid::Uuid;
 
 use super::api::{ConsumerAllocations, PlacementApi, ProviderInfo, RequestCounts};
 use super::auth::Authenticator;
-use super::config::PlacementSettings;
 use super::desired::DesiredAllocation;
 use super::plan::InventoryRecord;
 use super::transport::{
@@ -23,6 +22,7 @@ use super::transport::{
 };
 pub use super::transport::{MAX_MICROVERSION, MIN_MICROVERSION};
 use super::UpstreamError;
+use crate::config::upstream::PlacementSettings;
 
 /// Placement over HTTP (reqwest, rustls).
 #[derive(Debug)]

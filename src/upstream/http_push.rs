@@ -5,9 +5,9 @@
 
 use serde_json::Value;
 
-use super::config::HttpPushSettings;
 use super::transport::transport_reason;
 use super::UpstreamError;
+use crate::config::upstream::HttpPushSettings;
 
 /// The ComputeNode pusher.
 #[derive(Debug)]

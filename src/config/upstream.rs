@@ -1,14 +1,28 @@
 //! `[placement]` and `[upstream.http]` as written ([`PlacementConfig`], [`UpstreamHttpConfig`])
-//! in, typed settings out. Every error names the key; secrets (`password`, `token`) are never
-//! echoed, not even when they are the bad value.
+//! in, typed settings out ([`PlacementSettings`], [`HttpPushSettings`]). [`super::Config::validate`]
+//! calls these, so that startup, SIGHUP and `--check-config` accept and refuse the same files.
+//! Every error names the key; secrets (`password`, `token`) are never echoed, not even when they
+//! are the bad value.
 
 use std::fmt;
 use std::time::Duration;
 
 use reqwest::Url;
 
-use super::UpstreamError;
-use crate::config::{PlacementConfig, UpstreamHttpConfig};
+use super::{PlacementConfig, UpstreamHttpConfig};
+
+/// A bad `[placement]` or `[upstream.http]` value: the dotted key, the value as written (or
+/// `(hidden)`, `(set)`, `(unset)` where the value is a secret or missing), and what is accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key} = {value}: {expected}")]
+pub struct KeyError {
+    /// Dotted key, e.g. `placement.endpoint`.
+    pub key: String,
+    /// The value as written, or a placeholder for secrets.
+    pub value: String,
+    /// What is accepted.
+    pub expected: String,
+}
 
 /// A password or token. `Debug` and `Display` print `(hidden)`, so a secret cannot reach a log
 /// line or an error message by accident; [`Secret::expose`] is the only way to the text.
@@ -62,7 +76,7 @@ pub struct KeystonePassword {
     pub auth_url: Url,
     /// User name.
     pub username: String,
-    /// Password.
+    /// The user's password (printed as `(hidden)`).
     pub password: Secret,
     /// Project to scope the token to.
     pub project_name: String,
@@ -77,7 +91,7 @@ pub struct KeystonePassword {
 pub struct PlacementSettings {
     /// Base URL, without a trailing slash. Every request goes below it.
     pub endpoint: Url,
-    /// Authentication.
+    /// How requests to Placement authenticate: noauth2, a static token or Keystone.
     pub auth: AuthSettings,
     /// Time between reports (`report_interval_s`, default 60).
     pub report_interval: Duration,
@@ -101,8 +115,8 @@ pub struct HttpPushSettings {
     pub object_version: Option<crate::objects::ObjVersion>,
 }
 
-fn bad(key: &str, value: impl Into<String>, expected: &str) -> UpstreamError {
-    UpstreamError::Config {
+fn bad(key: &str, value: impl Into<String>, expected: &str) -> KeyError {
+    KeyError {
         key: key.to_string(),
         value: value.into(),
         expected: expected.to_string(),
@@ -111,7 +125,7 @@ fn bad(key: &str, value: impl Into<String>, expected: &str) -> UpstreamError {
 
 /// Parses an http(s) URL with no credentials, query or fragment (they would end up in logs or
 /// be silently dropped), and strips trailing slashes so paths can be appended.
-fn parse_base_url(key: &str, s: &str) -> Result<Url, UpstreamError> {
+fn parse_base_url(key: &str, s: &str) -> Result<Url, KeyError> {
     let shown = format!("{s:?}");
     let url = Url::parse(s.trim()).map_err(|e| {
         bad(
@@ -140,12 +154,7 @@ fn parse_base_url(key: &str, s: &str) -> Result<Url, UpstreamError> {
     Ok(url)
 }
 
-fn seconds(
-    key: &str,
-    v: Option<u64>,
-    default: u64,
-    allow_zero: bool,
-) -> Result<u64, UpstreamError> {
+fn seconds(key: &str, v: Option<u64>, default: u64, allow_zero: bool) -> Result<u64, KeyError> {
     match v {
         None => Ok(default),
         Some(0) if !allow_zero => Err(bad(key, "0", "must be at least 1 (seconds)")),
@@ -155,7 +164,7 @@ fn seconds(
 }
 
 /// Validates `[placement]`. `Ok(None)` when `endpoint` is unset (reporting off).
-pub fn validate_placement(c: &PlacementConfig) -> Result<Option<PlacementSettings>, UpstreamError> {
+pub fn validate_placement(c: &PlacementConfig) -> Result<Option<PlacementSettings>, KeyError> {
     let Some(endpoint) = &c.endpoint else {
         // Auth keys without an endpoint are most likely a typo in the endpoint key's section.
         if c.auth.is_some() || c.token.is_some() || c.password.is_some() {
@@ -168,19 +177,18 @@ pub fn validate_placement(c: &PlacementConfig) -> Result<Option<PlacementSetting
         return Ok(None);
     };
     let endpoint = parse_base_url("placement.endpoint", endpoint)?;
-    let non_empty =
-        |key: &str, v: &Option<String>, secret: bool| -> Result<String, UpstreamError> {
-            match v {
-                Some(s) if !s.trim().is_empty() => Ok(s.clone()),
-                Some(_) => Err(bad(
-                    key,
-                    if secret { "(hidden)" } else { "\"\"" },
-                    "must not be empty",
-                )),
-                None => Err(bad(key, "(unset)", "is required for this auth method")),
-            }
-        };
-    let only_for = |method: &str, keys: &[(&str, bool)]| -> Result<(), UpstreamError> {
+    let non_empty = |key: &str, v: &Option<String>, secret: bool| -> Result<String, KeyError> {
+        match v {
+            Some(s) if !s.trim().is_empty() => Ok(s.clone()),
+            Some(_) => Err(bad(
+                key,
+                if secret { "(hidden)" } else { "\"\"" },
+                "must not be empty",
+            )),
+            None => Err(bad(key, "(unset)", "is required for this auth method")),
+        }
+    };
+    let only_for = |method: &str, keys: &[(&str, bool)]| -> Result<(), KeyError> {
         for (key, set) in keys {
             if *set {
                 return Err(bad(
@@ -285,7 +293,7 @@ pub fn validate_placement(c: &PlacementConfig) -> Result<Option<PlacementSetting
 /// Validates `[upstream.http]`. `Ok(None)` when the section is absent.
 pub fn validate_http_push(
     c: Option<&UpstreamHttpConfig>,
-) -> Result<Option<HttpPushSettings>, UpstreamError> {
+) -> Result<Option<HttpPushSettings>, KeyError> {
     let Some(c) = c else { return Ok(None) };
     let object_version = match &c.object_version {
         None => None,

@@ -1,0 +1,238 @@
+//! The configuration file as written: one struct per TOML section, every key optional, unknown
+//! keys refused. [`super::Config::validate`] turns it into a [`super::ValidConfig`].
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use std::collections::BTreeMap;
+
+/// The whole file as written. Every section and key is optional; defaults are Nova's where
+/// Nova has one.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where to probe and where to keep state.
+    #[serde(default)]
+    pub host: HostConfig,
+    /// Reserved amounts and allocation ratios.
+    #[serde(default)]
+    pub resources: ResourcesConfig,
+    /// PCI passthrough: which devices are tracked, and aliases for flavors.
+    #[serde(default)]
+    pub pci: PciConfig,
+    /// The periodic audit.
+    #[serde(default)]
+    pub audit: AuditConfig,
+    /// The local claim API.
+    #[serde(default)]
+    pub api: ApiConfig,
+    /// Prometheus metrics.
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+    /// Logging.
+    #[serde(default)]
+    pub log: LogConfig,
+    /// OpenStack Placement reporting.
+    #[serde(default)]
+    pub placement: PlacementConfig,
+    /// Other upstream reporters.
+    #[serde(default)]
+    pub upstream: UpstreamConfig,
+}
+
+/// `[host]`
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HostConfig {
+    /// Probe a tree: sysfs = root/sys, procfs = root/proc.
+    pub root: Option<PathBuf>,
+    /// sysfs mount point (overrides `root`).
+    pub sysfs: Option<PathBuf>,
+    /// procfs mount point (overrides `root`).
+    pub procfs: Option<PathBuf>,
+    /// State directory (database, compute node uuid). Default `$STATE_DIRECTORY`, else
+    /// `/var/lib/rtrack`.
+    pub state_dir: Option<PathBuf>,
+    /// Where instance disks live (measured for DISK_GB). Default `/var/lib/nova/instances`.
+    pub instances_path: Option<PathBuf>,
+    /// The compute node's name (Nova's `hypervisor_hostname`). Default: the kernel hostname.
+    pub hypervisor_hostname: Option<String>,
+    /// The service host name (Nova's `host`). Default: the kernel hostname.
+    pub host: Option<String>,
+    /// ComputeNode `hypervisor_type`. Default `rtrack`.
+    pub hypervisor_type: Option<String>,
+    /// ComputeNode `host_ip` (Nova's `my_ip`).
+    pub host_ip: Option<String>,
+}
+
+/// `[resources]`
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ResourcesConfig {
+    /// VCPUs kept for the host. Default 0.
+    pub reserved_host_cpus: Option<i64>,
+    /// Memory kept for the host, MiB. Default 512.
+    pub reserved_host_memory_mb: Option<i64>,
+    /// Disk kept for the host, MiB. Default 0.
+    pub reserved_host_disk_mb: Option<i64>,
+    /// VCPU overcommit. Default: `initial_cpu_allocation_ratio`.
+    pub cpu_allocation_ratio: Option<f64>,
+    /// Memory overcommit. Default: `initial_ram_allocation_ratio`.
+    pub ram_allocation_ratio: Option<f64>,
+    /// Disk overcommit. Default: `initial_disk_allocation_ratio`.
+    pub disk_allocation_ratio: Option<f64>,
+    /// Ratio used when none is configured and the node is new. Default 4.0.
+    pub initial_cpu_allocation_ratio: Option<f64>,
+    /// Default 1.0.
+    pub initial_ram_allocation_ratio: Option<f64>,
+    /// Default 1.0.
+    pub initial_disk_allocation_ratio: Option<f64>,
+    /// Host CPUs for pinned instances (PCPU), a cpulist such as "4-15".
+    pub cpu_dedicated_set: Option<String>,
+    /// Host CPUs for floating instances (VCPU), a cpulist. Default: all online CPUs not
+    /// dedicated (none when `cpu_dedicated_set` is set and this is not, as Nova does).
+    pub cpu_shared_set: Option<String>,
+    /// UUID of a sharing resource provider that holds DISK_GB (shared instance storage).
+    pub shared_storage_provider: Option<String>,
+}
+
+/// `[pci]`
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PciConfig {
+    /// Which devices are tracked, Nova's `[pci] device_spec` as an array of tables.
+    #[serde(default)]
+    pub device_spec: Vec<BTreeMap<String, toml::Value>>,
+    /// Flavor aliases, Nova's `[pci] alias` as an array of tables.
+    #[serde(default)]
+    pub alias: Vec<BTreeMap<String, toml::Value>>,
+    /// Report PCI devices to Placement as child resource providers.
+    pub report_in_placement: Option<bool>,
+}
+
+/// `[audit]`
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AuditConfig {
+    /// Seconds between audits (Nova's `update_resources_interval`). Default 60.
+    pub interval_s: Option<u64>,
+    /// Each interval is moved by a random amount up to this many seconds either way, so that
+    /// hosts started together do not audit in step. Default 10% of interval_s.
+    pub jitter_s: Option<u64>,
+}
+
+/// `[api]`
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ApiConfig {
+    /// Unix socket path. Default `$RUNTIME_DIRECTORY/rtrack.sock`, else `/run/rtrack/rtrack.sock`.
+    pub socket: Option<PathBuf>,
+    /// Socket permissions, octal string. Default "0660".
+    pub socket_mode: Option<String>,
+    /// Group allowed to use the socket (besides root). Default "rtrack".
+    pub socket_group: Option<String>,
+    /// Largest request body, bytes. Default 1 MiB.
+    pub max_body_bytes: Option<u64>,
+    /// Request timeout, seconds. Default 30.
+    pub request_timeout_s: Option<u64>,
+    /// Connections served at once; more are closed at once. Default 256.
+    pub max_connections: Option<u64>,
+    /// Seconds a connection may take to send a request header, new or idle between
+    /// requests. Default 10.
+    pub header_timeout_s: Option<u64>,
+}
+
+/// `[metrics]`
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Optional TCP listener for `/metrics`, e.g. "127.0.0.1:9466". Off unless set.
+    pub listen: Option<String>,
+}
+
+/// `[log]`
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// "text" (default) or "json".
+    pub format: Option<String>,
+    /// "error", "warn", "info" (default), "debug", "trace".
+    pub level: Option<String>,
+}
+
+/// `[placement]`. `Debug` hides `token` and `password` (a logged config must not leak them).
+#[derive(Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PlacementConfig {
+    /// Placement endpoint URL; reporting is off when unset.
+    pub endpoint: Option<String>,
+    /// "noauth" (default), "token" or "password".
+    pub auth: Option<String>,
+    /// Static token (auth = "token"), or the noauth user (default "admin").
+    pub token: Option<String>,
+    /// `X-Roles` sent with noauth.
+    pub roles: Option<String>,
+    /// Keystone v3 URL (auth = "password").
+    pub auth_url: Option<String>,
+    /// Keystone user.
+    pub username: Option<String>,
+    /// Keystone password.
+    pub password: Option<String>,
+    /// Keystone project.
+    pub project_name: Option<String>,
+    /// Keystone user domain. Default "Default".
+    pub user_domain_name: Option<String>,
+    /// Keystone project domain. Default "Default".
+    pub project_domain_name: Option<String>,
+    /// Seconds between reports. Default 60.
+    pub report_interval_s: Option<u64>,
+    /// Seconds after which the cached provider tree is re-read. Default 300.
+    pub refresh_interval_s: Option<u64>,
+    /// Mirror local claims as Placement allocations (standalone hosts).
+    pub report_allocations: Option<bool>,
+    /// HTTP timeout, seconds. Default 10.
+    pub timeout_s: Option<u64>,
+}
+
+impl std::fmt::Debug for PlacementConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hidden = |v: &Option<String>| v.as_ref().map(|_| "(hidden)");
+        f.debug_struct("PlacementConfig")
+            .field("endpoint", &self.endpoint)
+            .field("auth", &self.auth)
+            .field("token", &hidden(&self.token))
+            .field("roles", &self.roles)
+            .field("auth_url", &self.auth_url)
+            .field("username", &self.username)
+            .field("password", &hidden(&self.password))
+            .field("project_name", &self.project_name)
+            .field("user_domain_name", &self.user_domain_name)
+            .field("project_domain_name", &self.project_domain_name)
+            .field("report_interval_s", &self.report_interval_s)
+            .field("refresh_interval_s", &self.refresh_interval_s)
+            .field("report_allocations", &self.report_allocations)
+            .field("timeout_s", &self.timeout_s)
+            .finish()
+    }
+}
+
+/// `[upstream]`
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// `[upstream.http]`: POST the ComputeNode primitive when it changes.
+    pub http: Option<UpstreamHttpConfig>,
+}
+
+/// `[upstream.http]`
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamHttpConfig {
+    /// URL to POST to.
+    pub url: String,
+    /// Object version to send (backported). Default: newest.
+    pub object_version: Option<String>,
+    /// HTTP timeout, seconds. Default 10.
+    pub timeout_s: Option<u64>,
+}
