@@ -1,0 +1,155 @@
+//! Reading Placement into the reporter's cache: the whole tree on a refresh, one provider or one
+//! consumer after a generation conflict.
+//!
+//! In: what the desired state names (root, sharing provider, consumers). Out: the
+//! [`ProviderCache`] the planner compares against.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use uuid::Uuid;
+
+use super::Reporter;
+use crate::upstream::api::PlacementApi;
+use crate::upstream::desired::{DesiredState, ProviderRole};
+use crate::upstream::plan::{CachedConsumer, CachedProvider, ProviderCache};
+use crate::upstream::traits::COMPUTE_MANAGED_PCI_DEVICE;
+use crate::upstream::UpstreamError;
+
+impl<P: PlacementApi> Reporter<P> {
+    /// Re-reads everything rtrack manages: our tree, the sharing provider, and (with
+    /// allocations) the consumers on our tree.
+    pub(super) async fn refresh(&mut self, desired: &DesiredState) -> Result<(), UpstreamError> {
+        self.api.negotiate().await?;
+        let mut cache = ProviderCache::default();
+        let mut infos = self.api.providers_in_tree(desired.root).await?;
+        for p in desired
+            .providers
+            .iter()
+            .filter(|p| p.role == ProviderRole::Sharing)
+        {
+            if let Some(info) = self.api.get_provider(p.uuid).await? {
+                infos.push(info);
+            }
+        }
+        for info in infos {
+            let mut p = CachedProvider {
+                uuid: info.uuid,
+                name: info.name,
+                parent: info.parent_provider_uuid,
+                generation: info.generation,
+                ..Default::default()
+            };
+            self.read_provider_parts(&mut p).await?;
+            cache.providers.insert(p.uuid, p);
+        }
+        if desired.allocations.is_some() {
+            // Consumers on our tree only: the sharing provider also carries other hosts'.
+            let mut consumers = BTreeSet::new();
+            for p in cache.providers.values().filter(|p| {
+                desired
+                    .provider(p.uuid)
+                    .is_none_or(|d| d.role != ProviderRole::Sharing)
+            }) {
+                consumers.extend(self.api.provider_consumers(p.uuid).await?);
+            }
+            for c in consumers {
+                let a = self.api.get_consumer(c).await?;
+                cache.consumers.insert(
+                    c,
+                    CachedConsumer {
+                        generation: a.generation,
+                        resources: a.resources,
+                        owner: a.owner,
+                    },
+                );
+            }
+        }
+        // Custom classes and traits in use on our providers exist: no need to PUT them again.
+        for p in cache.providers.values() {
+            let classes: Vec<String> = p
+                .inventories
+                .keys()
+                .filter(|c| c.starts_with("CUSTOM_"))
+                .cloned()
+                .collect();
+            let traits: Vec<String> = p
+                .traits
+                .iter()
+                .filter(|t| t.starts_with("CUSTOM_"))
+                .cloned()
+                .collect();
+            cache.classes.extend(classes);
+            cache.custom_traits.extend(traits);
+        }
+        self.cache = cache;
+        self.cache_valid = true;
+        self.refreshed_at = Some(Instant::now());
+        Ok(())
+    }
+
+    /// Inventories, traits, aggregates (and usages of PCI providers) of one provider.
+    pub(super) async fn read_provider_parts(
+        &mut self,
+        p: &mut CachedProvider,
+    ) -> Result<(), UpstreamError> {
+        let (_, inv) = self.api.get_inventories(p.uuid).await?;
+        let (_, traits) = self.api.get_traits(p.uuid).await?;
+        // The last read's generation: a write in between makes our next write conflict and
+        // re-read, which is safe.
+        let (g, aggs) = self.api.get_aggregates(p.uuid).await?;
+        p.inventories = inv;
+        p.traits = traits;
+        p.aggregates = aggs;
+        p.generation = g;
+        p.usages = if p.traits.contains(COMPUTE_MANAGED_PCI_DEVICE) {
+            self.api.get_usages(p.uuid).await?
+        } else {
+            Default::default()
+        };
+        Ok(())
+    }
+
+    pub(super) async fn reread_provider(
+        &mut self,
+        desired: &DesiredState,
+        uuid: Uuid,
+    ) -> Result<(), UpstreamError> {
+        match self.api.get_provider(uuid).await? {
+            None => {
+                // Gone (deleted by someone, or Placement lost its database): a full refresh
+                // will recreate what is missing.
+                self.refresh(desired).await?;
+            }
+            Some(info) => {
+                let mut p = CachedProvider {
+                    uuid,
+                    name: info.name,
+                    parent: info.parent_provider_uuid,
+                    generation: info.generation,
+                    ..Default::default()
+                };
+                self.read_provider_parts(&mut p).await?;
+                self.cache.providers.insert(uuid, p);
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) async fn reread_consumer(&mut self, consumer: Uuid) -> Result<(), UpstreamError> {
+        let a = self.api.get_consumer(consumer).await?;
+        if a.resources.is_empty() && a.generation.is_none() {
+            self.cache.consumers.remove(&consumer);
+        } else {
+            self.cache.consumers.insert(
+                consumer,
+                CachedConsumer {
+                    generation: a.generation,
+                    resources: a.resources,
+                    owner: a.owner,
+                },
+            );
+        }
+        Ok(())
+    }
+}
