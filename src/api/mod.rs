@@ -2,8 +2,9 @@
 //! orchestrator on the same host. Routes are listed in [`openapi::ROUTES`] and described in the
 //! OpenAPI document served at `/v1/openapi.json`; `docs/api.md` shows examples.
 //!
-//! Every request runs through, in order: the peer check (SO_PEERCRED, [`peer`]),
-//! a request timeout, a body size limit, then the route. Tracker operations run on the blocking
+//! Every request runs through, in order: a `request` tracing span (method, route, request id,
+//! instance uuid), the peer check (SO_PEERCRED, [`peer`]), a request timeout, a body size
+//! limit, then the route. Tracker operations run on the blocking
 //! pool: they wait for their commit (fsync), and must not stall the runtime.
 
 pub mod bodies;
@@ -73,8 +74,58 @@ pub fn router(state: Arc<DaemonState>, limits: Limits) -> Router {
         .method_not_allowed_fallback(routes::wrong_method)
         .layer(DefaultBodyLimit::max(limits.max_body_bytes))
         .layer(middleware::from_fn_with_state(limits.timeout, timeout))
+        .route_layer(middleware::from_fn(record_route))
         .layer(middleware::from_fn_with_state(state.clone(), check_peer))
+        .layer(middleware::from_fn(request_span))
         .with_state(state)
+}
+
+/// Request ids a caller may pass in `X-Request-Id` (OpenStack's `req-<uuid>` among them): short
+/// and plain, so that they can be logged and echoed as they are.
+fn caller_request_id(req: &Request) -> Option<String> {
+    let v = req.headers().get(REQUEST_ID)?.to_str().ok()?;
+    let plain = !v.is_empty()
+        && v.len() <= 64
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    plain.then(|| v.to_string())
+}
+
+/// The header that carries a request's id, both ways.
+pub const REQUEST_ID: &str = "x-request-id";
+
+/// Runs each request inside a `request` span (method, route, request id; the routes add the
+/// instance uuid or migration id), so that every log line says which request it belongs to.
+/// The id is the caller's `X-Request-Id` when it is plain, else a new `req-<uuid>`; it is sent
+/// back in `X-Request-Id`.
+async fn request_span(req: Request, next: Next) -> Response {
+    use tracing::Instrument;
+    let id = caller_request_id(&req).unwrap_or_else(|| format!("req-{}", uuid::Uuid::new_v4()));
+    let span = tracing::info_span!(
+        "request",
+        method = %req.method(),
+        route = tracing::field::Empty,
+        request_id = %id,
+        instance_uuid = tracing::field::Empty,
+        migration_id = tracing::field::Empty,
+    );
+    let mut response = next.run(req).instrument(span).await;
+    if let Ok(v) = axum::http::HeaderValue::from_str(&id) {
+        response.headers_mut().insert(REQUEST_ID, v);
+    }
+    response
+}
+
+/// Records the matched route template (not the path: ids go in their own fields).
+async fn record_route(
+    matched: Option<axum::extract::MatchedPath>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if let Some(m) = matched {
+        tracing::Span::current().record("route", m.as_str());
+    }
+    next.run(req).await
 }
 
 /// The TCP metrics listener: `/metrics` and nothing else.

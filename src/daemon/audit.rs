@@ -11,6 +11,9 @@ use super::systemd;
 use crate::api::shared::DaemonState;
 use crate::probes::{self, HostInventory};
 
+/// How an [`Auditor`] probes the host.
+pub type ProbeFn = Arc<dyn Fn(&DaemonState) -> Result<HostInventory, String> + Send + Sync>;
+
 /// Probe options from the configuration.
 pub fn probe_options(cfg: &crate::config::ValidConfig) -> probes::ProbeOptions {
     probes::ProbeOptions {
@@ -59,15 +62,25 @@ pub fn check_plausible(host: &HostInventory, root: &probes::HostRoot) -> Result<
 /// Runs audits; one at a time.
 pub struct Auditor {
     state: Arc<DaemonState>,
+    probe: ProbeFn,
     probing: Arc<AtomicBool>,
+    /// Audits started, for the `audit` span's `cycle`.
+    cycles: std::sync::atomic::AtomicU64,
 }
 
 impl Auditor {
-    /// An auditor for the daemon.
+    /// An auditor for the daemon: probes the configured root with [`probe`].
     pub fn new(state: Arc<DaemonState>) -> Auditor {
+        Auditor::with_probe(state, Arc::new(probe))
+    }
+
+    /// An auditor that probes with `probe` (tests: a probe that hangs or fails on demand).
+    pub fn with_probe(state: Arc<DaemonState>, probe: ProbeFn) -> Auditor {
         Auditor {
             state,
+            probe,
             probing: Arc::new(AtomicBool::new(false)),
+            cycles: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -75,6 +88,13 @@ impl Auditor {
     /// `/healthz`; never fatal. A probe still running after `limit` goes on in the background
     /// (it cannot be interrupted) and its result still counts when it ends.
     pub async fn run_once(&self, limit: Duration) -> Result<(), String> {
+        use tracing::Instrument;
+        let cycle = self.cycles.fetch_add(1, Ordering::Relaxed) + 1;
+        let span = tracing::info_span!("audit", cycle);
+        self.run_in(limit, span.clone()).instrument(span).await
+    }
+
+    async fn run_in(&self, limit: Duration, span: tracing::Span) -> Result<(), String> {
         if self.probing.swap(true, Ordering::SeqCst) {
             let msg =
                 "the previous probe is still running (a hung filesystem?); skipping this audit"
@@ -86,9 +106,11 @@ impl Auditor {
         }
         let state = self.state.clone();
         let probing = self.probing.clone();
+        let probe_host = self.probe.clone();
         let task = tokio::task::spawn_blocking(move || {
+            let _entered = span.enter();
             let start = Instant::now();
-            let probed = probe(&state);
+            let probed = probe_host(&state);
             // The probe is done: another may start even if the update below waits for the lock.
             probing.store(false, Ordering::SeqCst);
             let result = probed.and_then(|host| {
@@ -201,6 +223,110 @@ pub fn next_delay(interval_s: u64, jitter_s: u64) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::mpsc;
+
+    /// A daemon state over a small synthetic host, its probe, and the directory holding both.
+    fn daemon() -> (tempfile::TempDir, Arc<DaemonState>, HostInventory) {
+        let dir = tempfile::tempdir().unwrap();
+        rtrack_fixtures::synthetic::SyntheticHost::small().write(&dir.path().join("host"));
+        let host = probes::probe_host(
+            &probes::HostRoot::under(&dir.path().join("host")),
+            &probes::ProbeOptions::default(),
+        )
+        .unwrap();
+        let config = crate::config::ValidConfig::defaults();
+        let settings = crate::tracker::TrackerSettings {
+            config: config.clone(),
+            names: crate::tracker::model::HostNames {
+                host: "cmp1".into(),
+                node: "cmp1".into(),
+            },
+            node_uuid: "11111111-2222-3333-4444-555555555555".into(),
+            node_created_at: time::OffsetDateTime::UNIX_EPOCH,
+        };
+        let service = crate::service::TrackerService::open(
+            settings,
+            host.clone(),
+            &dir.path().join("db.sqlite"),
+        )
+        .unwrap();
+        let state = DaemonState::new(
+            Arc::new(service),
+            Arc::new(crate::api::metrics::Metrics::new()),
+            config,
+            crate::api::peer::Access::for_group("rtrack"),
+        );
+        (dir, Arc::new(state), host)
+    }
+
+    /// A probe that hangs past the time limit: the audit gives up in time, the next audit is
+    /// not started beside the hung one, claims go on meanwhile, and the late probe still counts.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hung_probe_times_out_is_not_started_twice_and_does_not_stop_claims() {
+        let (_dir, state, host) = daemon();
+        let (release, wait) = mpsc::channel::<()>();
+        let wait = std::sync::Mutex::new(wait);
+        let probed = host.clone();
+        let auditor = Auditor::with_probe(
+            state.clone(),
+            Arc::new(move |_| {
+                let _ = wait.lock().unwrap().recv();
+                Ok(probed.clone())
+            }),
+        );
+        let e = auditor
+            .run_once(Duration::from_millis(200))
+            .await
+            .unwrap_err();
+        assert!(e.contains("has run for more than"), "{e}");
+        let e = auditor
+            .run_once(Duration::from_millis(200))
+            .await
+            .unwrap_err();
+        assert!(e.contains("previous probe is still running"), "{e}");
+        assert_eq!(state.metrics.audit_failures.get(), 2);
+        // Claims are decided while the probe hangs.
+        let svc = state.service.clone();
+        let granted = tokio::task::spawn_blocking(move || {
+            let info = crate::tracker::InstanceInfo {
+                uuid: "aaaaaaaa-0000-0000-0000-000000000001".into(),
+                vm_state: Some("building".into()),
+                ..Default::default()
+            };
+            let request = crate::tracker::model::InstanceRequest {
+                flavor: crate::tracker::model::FlavorUsage {
+                    id: 1,
+                    flavorid: "f".into(),
+                    name: None,
+                    vcpus: 1,
+                    memory_mb: 256,
+                    root_gb: 0,
+                    ephemeral_gb: 0,
+                    swap_mb: 0,
+                    extra_specs: Default::default(),
+                },
+                is_bfv: true,
+                pci_requests: Vec::new(),
+                numa_cells: Vec::new(),
+            };
+            svc.instance_claim(&info, &request, false)
+                .map(|o| o.existing)
+        })
+        .await
+        .unwrap();
+        assert!(!granted.unwrap(), "a new claim, not an existing one");
+        // Released, the late probe is applied and the next audit may start.
+        release.send(()).unwrap();
+        for _ in 0..100 {
+            if state.probed_at().is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(state.probed_at().is_some(), "the late probe did not count");
+        release.send(()).unwrap();
+        auditor.run_once(Duration::from_secs(5)).await.unwrap();
+    }
 
     #[test]
     fn jitter_stays_within_bounds_and_varies() {

@@ -34,7 +34,8 @@ pub fn init(format: LogFormat, level: &str) -> Result<LogHandle, String> {
         tracing_subscriber::fmt::layer()
             .json()
             .flatten_event(true)
-            .with_current_span(false)
+            .with_current_span(true)
+            .with_span_list(false)
             .with_writer(std::io::stderr)
     });
     tracing_subscriber::registry()

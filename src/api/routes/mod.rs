@@ -34,13 +34,17 @@ pub(super) type ApiResult = Result<Response, ApiError>;
 pub(super) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| {
-        tracing::error!(error = %e, "an API operation panicked or was cancelled");
-        ApiError::new(
-            ErrorCode::InternalError,
-            format!("the operation failed inside rtrackd ({e}); nothing was acknowledged"),
-        )
-    })?
+    // The blocking pool does not inherit the request's span: carry it over.
+    let span = tracing::Span::current();
+    tokio::task::spawn_blocking(move || span.in_scope(f))
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "an API operation panicked or was cancelled");
+            ApiError::new(
+                ErrorCode::InternalError,
+                format!("the operation failed inside rtrackd ({e}); nothing was acknowledged"),
+            )
+        })?
 }
 
 pub(super) fn body_error(r: BytesRejection, limit_hint: &str) -> ApiError {
@@ -123,10 +127,13 @@ pub(super) fn outcome_view(o: &ClaimOutcome) -> Value {
     v
 }
 
+/// An instance uuid from the path, checked; the request's span records it.
 pub(super) fn check_uuid(u: &str, field: &str) -> Result<String, ApiError> {
-    uuid::Uuid::parse_str(u)
+    let uuid = uuid::Uuid::parse_str(u)
         .map(|x| x.hyphenated().to_string())
-        .map_err(|_| ApiError::invalid(field, format!("{} is not a UUID", quoted(u))))
+        .map_err(|_| ApiError::invalid(field, format!("{} is not a UUID", quoted(u))))?;
+    tracing::Span::current().record("instance_uuid", uuid.as_str());
+    Ok(uuid)
 }
 
 pub(super) fn migration_view(state: &DaemonState, id: i64) -> Result<Value, ApiError> {

@@ -83,7 +83,10 @@ async fn claim_for_caller<V: Send + 'static>(
 ) -> Result<(ClaimOutcome, V), ApiError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let st = state.clone();
+    let span = tracing::Span::current();
+    span.record("instance_uuid", uuid.as_str());
     tokio::task::spawn_blocking(move || {
+        let _entered = span.enter();
         let service: &TrackerService = &st.service;
         if is_dry_run {
             let r = dry_run(service);
@@ -240,6 +243,7 @@ pub async fn create_migration(
 }
 
 async fn finish_migration(state: Arc<DaemonState>, id: i64, confirm: bool) -> ApiResult {
+    tracing::Span::current().record("migration_id", id);
     let body = blocking(move || {
         let r = if confirm {
             state.service.confirm(id)
