@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use rtrack::config::{Config, ValidConfig};
 use rtrack::probes::{self, HostInventory, HostRoot};
+use rtrack::tracker::host_view::HostView;
 use rtrack::upstream::desired::{ProviderRole, RatioRule, CONSUMER_INSTANCE, CONSUMER_MIGRATION};
 use rtrack::upstream::{
     Consumer, DesiredState, HttpPlacement, PlacementApi, Reporter, ReporterOptions, ResourceKey,
@@ -172,6 +173,11 @@ impl Raw {
 
 // ------------------------------------------------------------------ test inputs
 
+/// The tracker's view of a probe under `cfg` (what the daemon reports from).
+fn view(inv: &HostInventory, cfg: &ValidConfig) -> HostView {
+    HostView::of_config(inv.clone(), cfg)
+}
+
 fn probe(host: &SyntheticHost, dir: &Path) -> HostInventory {
     if dir.exists() {
         std::fs::remove_dir_all(dir).unwrap();
@@ -317,7 +323,8 @@ async fn registers_then_sends_nothing_while_unchanged() {
     let inv = probe(&SyntheticHost::small(), &tmp.path().join("host"));
     let cfg = config(&srv.url, PCI);
     let node = Uuid::new_v4();
-    let d = DesiredState::build(&inv, &cfg, node, "cmp-unchanged", false, &[]).unwrap();
+    let d =
+        DesiredState::build(&view(&inv, &cfg), &cfg, node, "cmp-unchanged", false, &[]).unwrap();
     let mut r = reporter(&cfg);
 
     let t0 = Instant::now();
@@ -361,13 +368,13 @@ async fn inventory_follows_memory_and_hot_plugged_pci() {
     let raw = srv.client();
     let mut r = reporter(&cfg);
     let inv = probe(&host, &tmp.path().join("h1"));
-    let d = DesiredState::build(&inv, &cfg, node, "cmp-changes", false, &[]).unwrap();
+    let d = DesiredState::build(&view(&inv, &cfg), &cfg, node, "cmp-changes", false, &[]).unwrap();
     r.report(&d).await.unwrap();
 
     // More memory.
     host.memory_mb_per_node = 32768;
     let inv = probe(&host, &tmp.path().join("h2"));
-    let d = DesiredState::build(&inv, &cfg, node, "cmp-changes", false, &[]).unwrap();
+    let d = DesiredState::build(&view(&inv, &cfg), &cfg, node, "cmp-changes", false, &[]).unwrap();
     let before = srv.logged_requests();
     let o = r.report(&d).await.unwrap();
     let seen = srv.logged_requests() - before;
@@ -395,7 +402,7 @@ async fn inventory_follows_memory_and_hot_plugged_pci() {
         driver: Some("nvme".into()),
     });
     let inv = probe(&host, &tmp.path().join("h3"));
-    let d = DesiredState::build(&inv, &cfg, node, "cmp-changes", false, &[]).unwrap();
+    let d = DesiredState::build(&view(&inv, &cfg), &cfg, node, "cmp-changes", false, &[]).unwrap();
     let o = r.report(&d).await.unwrap();
     eprintln!(
         "MEASURE one change (hot-plugged PCI device): {} requests ({})",
@@ -411,7 +418,7 @@ async fn inventory_follows_memory_and_hot_plugged_pci() {
     // Unplugged again: its provider goes, the others stay.
     host.plain.pop();
     let inv = probe(&host, &tmp.path().join("h4"));
-    let d = DesiredState::build(&inv, &cfg, node, "cmp-changes", false, &[]).unwrap();
+    let d = DesiredState::build(&view(&inv, &cfg), &cfg, node, "cmp-changes", false, &[]).unwrap();
     let o = r.report(&d).await.unwrap();
     assert_eq!(o.requests.total(), 1, "{}", o.requests);
     assert_eq!(o.requests.get("delete_provider"), 1);
@@ -430,7 +437,7 @@ async fn traits_sync_and_foreign_traits_survive_a_concurrent_writer() {
     let node = Uuid::new_v4();
     let raw = srv.client();
     let mut r = reporter(&cfg);
-    let d = DesiredState::build(&inv, &cfg, node, "cmp-traits", false, &[]).unwrap();
+    let d = DesiredState::build(&view(&inv, &cfg), &cfg, node, "cmp-traits", false, &[]).unwrap();
     r.report(&d).await.unwrap();
     let traits = raw.get(&format!("/resource_providers/{node}/traits")).await;
     let set: BTreeSet<String> = serde_json::from_value(traits["traits"].clone()).unwrap();
@@ -462,7 +469,7 @@ async fn traits_sync_and_foreign_traits_survive_a_concurrent_writer() {
 
     // The service is disabled: rtrack's cached generation is stale, so its first write gets
     // 409 placement.concurrent_update; it re-reads the provider and retries.
-    let d = DesiredState::build(&inv, &cfg, node, "cmp-traits", true, &[]).unwrap();
+    let d = DesiredState::build(&view(&inv, &cfg), &cfg, node, "cmp-traits", true, &[]).unwrap();
     let o = r.report(&d).await.unwrap();
     eprintln!(
         "MEASURE trait change after a concurrent writer: {} requests ({}), {} conflict(s)",
@@ -480,7 +487,7 @@ async fn traits_sync_and_foreign_traits_survive_a_concurrent_writer() {
     assert_placement_matches(&raw, &d).await;
 
     // Enabled again: only rtrack's trait goes.
-    let d = DesiredState::build(&inv, &cfg, node, "cmp-traits", false, &[]).unwrap();
+    let d = DesiredState::build(&view(&inv, &cfg), &cfg, node, "cmp-traits", false, &[]).unwrap();
     let o = r.report(&d).await.unwrap();
     assert_eq!(o.requests.total(), 1);
     let set: BTreeSet<String> = serde_json::from_value(
@@ -503,7 +510,7 @@ async fn inventory_conflict_from_a_concurrent_writer_is_retried() {
     let raw = srv.client();
     let mut r = reporter(&cfg);
     let d = DesiredState::build(
-        &probe(&host, &tmp.path().join("a")),
+        &view(&probe(&host, &tmp.path().join("a")), &cfg),
         &cfg,
         node,
         "cmp-conflict",
@@ -528,7 +535,7 @@ async fn inventory_conflict_from_a_concurrent_writer_is_retried() {
     assert_eq!(s, 200, "{v}");
     host.memory_mb_per_node = 20480;
     let d = DesiredState::build(
-        &probe(&host, &tmp.path().join("b")),
+        &view(&probe(&host, &tmp.path().join("b")), &cfg),
         &cfg,
         node,
         "cmp-conflict",
@@ -565,7 +572,7 @@ async fn pci_children_name_class_traits() {
     let node = Uuid::new_v4();
     let raw = srv.client();
     let mut r = reporter(&cfg);
-    let d = DesiredState::build(&inv, &cfg, node, "cmp-pci", false, &[]).unwrap();
+    let d = DesiredState::build(&view(&inv, &cfg), &cfg, node, "cmp-pci", false, &[]).unwrap();
     r.report(&d).await.unwrap();
     let names = tree_names(&raw, node).await;
     let want: BTreeSet<String> = [
@@ -625,7 +632,7 @@ async fn reconverges_after_placement_restarts_with_same_or_empty_database() {
     let node = Uuid::new_v4();
     let raw = srv.client();
     let mut r = reporter(&cfg);
-    let d = DesiredState::build(&inv, &cfg, node, "cmp-restart", false, &[]).unwrap();
+    let d = DesiredState::build(&view(&inv, &cfg), &cfg, node, "cmp-restart", false, &[]).unwrap();
     r.report(&d).await.unwrap();
 
     let mut disabled = false;
@@ -636,7 +643,8 @@ async fn reconverges_after_placement_restarts_with_same_or_empty_database() {
         // to send, so reports fail fast and then back off. (With nothing to send, nothing is
         // sent and the outage goes unnoticed until the next refresh.)
         disabled = !disabled;
-        d = DesiredState::build(&inv, &cfg, node, "cmp-restart", disabled, &[]).unwrap();
+        d = DesiredState::build(&view(&inv, &cfg), &cfg, node, "cmp-restart", disabled, &[])
+            .unwrap();
         let e = r.report(&d).await;
         match &e {
             Err(e @ UpstreamError::Transport { .. }) => assert!(e.is_outage()),
@@ -729,7 +737,7 @@ async fn allocations_mode_mirrors_claims_and_moves() {
         ]),
     };
     let d = DesiredState::build(
-        &inv,
+        &view(&inv, &cfg),
         &cfg,
         node,
         "cmp-alloc",
@@ -754,7 +762,7 @@ async fn allocations_mode_mirrors_claims_and_moves() {
     let mut bigger = claim.clone();
     bigger.resources.insert(ResourceKey::Host("VCPU".into()), 4);
     let d = DesiredState::build(
-        &inv,
+        &view(&inv, &cfg),
         &cfg,
         node,
         "cmp-alloc",
@@ -774,13 +782,14 @@ async fn allocations_mode_mirrors_claims_and_moves() {
     assert_eq!(usages["usages"]["VCPU"], json!(6));
 
     // Confirmed: the migration's allocation goes. Then the instance is deleted.
-    let d = DesiredState::build(&inv, &cfg, node, "cmp-alloc", false, &[bigger]).unwrap();
+    let d =
+        DesiredState::build(&view(&inv, &cfg), &cfg, node, "cmp-alloc", false, &[bigger]).unwrap();
     r.report(&d).await.unwrap();
     assert_placement_matches(&raw, &d).await;
     let gone = raw.get(&format!("/allocations/{migration}")).await;
     assert_eq!(gone["allocations"], json!({}));
     // An inventory change right after allocation writes needs no conflict round trip.
-    let d = DesiredState::build(&inv, &cfg, node, "cmp-alloc", true, &[]).unwrap();
+    let d = DesiredState::build(&view(&inv, &cfg), &cfg, node, "cmp-alloc", true, &[]).unwrap();
     let o = r.report(&d).await.unwrap();
     assert_eq!(o.conflicts, 0, "{}", o.requests);
     let gone = raw.get(&format!("/allocations/{instance}")).await;
@@ -793,7 +802,8 @@ async fn allocations_mode_mirrors_claims_and_moves() {
         uuid: Uuid::new_v4(),
         ..claim
     };
-    let d = DesiredState::build(&inv, &cfg, node, "cmp-alloc", false, &[claim2]).unwrap();
+    let d =
+        DesiredState::build(&view(&inv, &cfg), &cfg, node, "cmp-alloc", false, &[claim2]).unwrap();
     r.report(&d).await.unwrap();
     let mut again = reporter(&cfg);
     let o = again.report(&d).await.unwrap();
@@ -829,7 +839,7 @@ async fn shared_storage_goes_to_the_sharing_provider() {
     let node = Uuid::new_v4();
     let raw = srv.client();
     let mut r = reporter(&cfg);
-    let d = DesiredState::build(&inv, &cfg, node, "cmp-shared", false, &[]).unwrap();
+    let d = DesiredState::build(&view(&inv, &cfg), &cfg, node, "cmp-shared", false, &[]).unwrap();
     r.report(&d).await.unwrap();
     assert_placement_matches(&raw, &d).await;
     let root = raw
@@ -873,7 +883,7 @@ async fn name_clash_names_both_uuids() {
         .await;
     assert_eq!(s, 200, "{v}");
     let ours = Uuid::new_v4();
-    let d = DesiredState::build(&inv, &cfg, ours, "cmp-clash", false, &[]).unwrap();
+    let d = DesiredState::build(&view(&inv, &cfg), &cfg, ours, "cmp-clash", false, &[]).unwrap();
     let e = reporter(&cfg).report(&d).await.unwrap_err();
     let msg = e.to_string();
     assert!(matches!(e, UpstreamError::NameClash { .. }), "{msg}");
@@ -985,7 +995,7 @@ async fn keystone_token_is_cached_renewed_and_never_shown() {
     let cfg = config(&srv.url, &auth(&url));
     let mut r = reporter(&cfg);
     let d = DesiredState::build(
-        &probe(&host, &tmp.path().join("a")),
+        &view(&probe(&host, &tmp.path().join("a")), &cfg),
         &cfg,
         node,
         "cmp-ks",
@@ -1001,7 +1011,7 @@ async fn keystone_token_is_cached_renewed_and_never_shown() {
     );
     host.memory_mb_per_node = 12288;
     let d = DesiredState::build(
-        &probe(&host, &tmp.path().join("b")),
+        &view(&probe(&host, &tmp.path().join("b")), &cfg),
         &cfg,
         node,
         "cmp-ks",
@@ -1014,7 +1024,7 @@ async fn keystone_token_is_cached_renewed_and_never_shown() {
     tokio::time::sleep(Duration::from_millis(1200)).await;
     host.memory_mb_per_node = 14336;
     let d = DesiredState::build(
-        &probe(&host, &tmp.path().join("c")),
+        &view(&probe(&host, &tmp.path().join("c")), &cfg),
         &cfg,
         node,
         "cmp-ks",
@@ -1051,20 +1061,22 @@ async fn report_once_registers_the_host() {
     let inv = probe(&SyntheticHost::small(), &tmp.path().join("host"));
     let cfg = config(&srv.url, PCI);
     let node = Uuid::new_v4();
-    let o = rtrack::upstream::report_once(&cfg, &inv, node, "cmp-once", false, &[], None)
-        .await
-        .unwrap();
+    let o =
+        rtrack::upstream::report_once(&cfg, &view(&inv, &cfg), node, "cmp-once", false, &[], None)
+            .await
+            .unwrap();
     assert!(o.changes > 0);
-    let d = DesiredState::build(&inv, &cfg, node, "cmp-once", false, &[]).unwrap();
+    let d = DesiredState::build(&view(&inv, &cfg), &cfg, node, "cmp-once", false, &[]).unwrap();
     assert_placement_matches(&srv.client(), &d).await;
     // Reporting off: a clear error naming the key.
     let off = {
         let f = Path::new("test.toml");
         Config::parse("", f).unwrap().validate(f).unwrap()
     };
-    let e = rtrack::upstream::report_once(&off, &inv, node, "cmp-once", false, &[], None)
-        .await
-        .unwrap_err();
+    let e =
+        rtrack::upstream::report_once(&off, &view(&inv, &off), node, "cmp-once", false, &[], None)
+            .await
+            .unwrap_err();
     assert!(
         e.to_string().starts_with("placement.endpoint = (unset)"),
         "{e}"
@@ -1080,7 +1092,7 @@ async fn in_use_class_is_kept_and_retried_next_cycle() {
     let node = Uuid::new_v4();
     let raw = srv.client();
     let mut r = reporter(&cfg);
-    let d = DesiredState::build(&inv, &cfg, node, "cmp-inuse", false, &[]).unwrap();
+    let d = DesiredState::build(&view(&inv, &cfg), &cfg, node, "cmp-inuse", false, &[]).unwrap();
     r.report(&d).await.unwrap();
     // The scheduler places an instance on 2 VCPUs.
     let (s, v) = raw
@@ -1094,7 +1106,8 @@ async fn in_use_class_is_kept_and_retried_next_cycle() {
     assert_eq!(s, 204, "{v}");
     // Every CPU becomes dedicated: VCPU would go, PCPU comes. VCPU is in use.
     let pinned = config(&srv.url, "[resources]\ncpu_dedicated_set = \"0-7\"\n");
-    let d = DesiredState::build(&inv, &pinned, node, "cmp-inuse", false, &[]).unwrap();
+    let d =
+        DesiredState::build(&view(&inv, &pinned), &pinned, node, "cmp-inuse", false, &[]).unwrap();
     assert!(!d.providers[0].inventories.contains_key("VCPU"));
     let o = r.report(&d).await.unwrap();
     eprintln!(

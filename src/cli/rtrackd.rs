@@ -92,7 +92,7 @@ pub struct Cli {
     pub log_format: Option<LogFormatArg>,
 }
 
-/// `--format`.
+/// `--format`: how `--once` prints the report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
     /// One JSON document (schema in docs/inventory.md).
@@ -103,7 +103,7 @@ pub enum Format {
     Nova,
 }
 
-/// `--log-format`.
+/// `--log-format`: how log records are written (overrides `[log] format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormatArg {
     /// Human-readable lines.
@@ -184,9 +184,8 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
 
 fn check_config(loaded: &LoadedConfig) -> anyhow::Result<()> {
     let c = &loaded.valid;
-    // The Placement section is checked here too, not only when the daemon starts reporting.
-    let placement = crate::upstream::validate_placement(&c.placement)?;
-    crate::upstream::validate_http_push(c.upstream_http.as_ref())?;
+    // [placement] and [upstream.http] were validated with the rest of the file.
+    let placement = c.placement_settings.clone();
     let file = loaded
         .path
         .as_ref()
@@ -320,7 +319,7 @@ fn report(
         .build()?;
     let outcome = runtime.block_on(crate::upstream::report_once(
         cfg,
-        &result.report.inventory,
+        &result.view,
         uuid,
         &name,
         false,

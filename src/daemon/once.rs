@@ -1,9 +1,11 @@
-//! `rtrackd --once`: probe, select the tracked PCI devices, build the ComputeNode, report.
+//! `rtrackd --once`: probe, derive the tracker's view (inventory, tracked PCI devices, the
+//! ComputeNode's host facts), build the ComputeNode, report.
 //!
 //! Nothing here fails on a bad host: only an unusable probe root is an error. Problems with the
 //! node's identity (an unwritable state directory) become warnings and a name-derived uuid.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::config::ValidConfig;
 use crate::inventory::InventoryReport;
@@ -11,9 +13,11 @@ use crate::objects::compute_node::ComputeNode;
 use crate::objects::Versioned;
 use crate::probes::{self, ProbeError, Warning};
 use crate::store::node_id;
-use crate::tracker::compute_node::{build_compute_node, NodeIdentity, NodeUsage};
-use crate::tracker::pci::devices::select_tracked;
+use crate::tracker::host_view::HostView;
+use crate::tracker::model::HostNames;
+use crate::tracker::node_template::{NodeIdentity, NodeUsage};
 use crate::tracker::pci::pools::build_pools;
+use crate::tracker::TrackerSettings;
 
 /// What `--once` needs beyond the configuration.
 #[derive(Debug, Clone)]
@@ -32,6 +36,8 @@ pub struct OnceResult {
     pub report: InventoryReport,
     /// The ComputeNode.
     pub compute_node: Versioned<ComputeNode>,
+    /// What the tracker derives from the probe (for `--report`).
+    pub view: HostView,
 }
 
 /// The node's name: configured, else the probed hostname, else this machine's.
@@ -85,13 +91,24 @@ pub fn run_once(
             }
         }
     };
-    let devices = select_tracked(&inventory.pci_devices, &cfg.device_specs);
-    let pools = build_pools(&devices, &cfg.device_specs);
-    let node = build_compute_node(&inventory, cfg, &identity, &NodeUsage::empty(), &pools, now);
-    let mut report = InventoryReport::new(inventory, now);
+    let settings = TrackerSettings {
+        config: cfg.clone(),
+        names: HostNames {
+            host: identity.host.clone(),
+            node: identity.hypervisor_hostname.clone(),
+        },
+        node_uuid: identity.uuid.clone(),
+        node_created_at: identity.created_at,
+    };
+    // The daemon's audit derives the same view from its probe.
+    let view = HostView::build(Arc::new(inventory), &settings, 0);
+    let pools = build_pools(view.tracked.values(), &cfg.device_specs);
+    let node = view.node.with_usage(&NodeUsage::empty(), &pools, now);
+    let mut report = InventoryReport::new(view.host.as_ref().clone(), now);
     report.compute_node = Some(node.to_primitive());
     Ok(OnceResult {
         report,
         compute_node: node,
+        view,
     })
 }

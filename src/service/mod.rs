@@ -33,6 +33,7 @@ pub use writer::CommitStats;
 
 use crate::probes::HostInventory;
 use crate::store::{Store, StoreError};
+use crate::tracker::host_view::HostView;
 use crate::tracker::model::InstanceRequest;
 use crate::tracker::state::{
     AuditOutcome, Changes, ClaimOutcome, InstanceInfo, InstanceUpdate, MoveRequest, Tracker,
@@ -175,15 +176,15 @@ impl TrackerService {
             self.in_flight.wait_until_settled(&keys);
         };
         let (value, changes) = f(&mut working)?;
-        let host = new_probe.then(|| working.host_shared());
-        if changes.is_empty() && host.is_none() {
+        let view = new_probe.then(|| working.view());
+        if changes.is_empty() && view.is_none() {
             return Ok(value);
         }
         let mut touched = changes.instances_touched();
         touched.extend(keys);
         self.in_flight.enter(&touched);
         // Queued under the lock: commits happen in the order the changes were made.
-        let wait = match self.submit(changes, host) {
+        let wait = match self.submit(changes, view) {
             Ok(wait) => wait,
             Err(e) => {
                 // Nothing was queued: memory goes back to what is committed at once.
@@ -213,14 +214,14 @@ impl TrackerService {
     fn submit(
         &self,
         changes: Changes,
-        host: Option<Arc<HostInventory>>,
+        view: Option<Arc<HostView>>,
     ) -> Result<mpsc::Receiver<CommitResult>, ServiceError> {
         let (done, wait) = mpsc::sync_channel(1);
         let tx = self.tx.lock();
         let tx = tx.as_ref().ok_or(ServiceError::Stopped)?;
         tx.send(Job::Commit {
             changes: Box::new(changes),
-            host,
+            view,
             done,
         })
         .map_err(|_| ServiceError::Stopped)?;
@@ -368,15 +369,19 @@ impl TrackerService {
 
     /// Audit with a new probe (taken by the caller, outside the lock).
     pub fn audit(&self, host: HostInventory) -> Result<AuditOutcome, ServiceError> {
+        // The view (inventory, device selection, the ComputeNode's host facts) is derived
+        // before the lock is taken: claims wait only for the device sync and the usage.
+        let (settings, generation) = self.committed.lock().settings_snapshot();
+        let view = Arc::new(HostView::build(Arc::new(host), &settings, generation));
         let now = time::OffsetDateTime::now_utc();
-        self.mutate(Subject::Host, true, |t| Ok(t.audit(host, now)))
+        self.mutate(Subject::Host, true, |t| Ok(t.audit_view(view, now)))
     }
 
     /// Replaces the settings (configuration reload) in both views.
     pub fn set_settings(&self, settings: TrackerSettings) {
         let mut working = self.working.lock();
-        self.committed.lock().set_settings(settings.clone());
         working.set_settings(settings);
+        self.committed.lock().follow_settings(&working);
     }
 
     /// Puts a reloaded configuration in force; names and node identity stay.

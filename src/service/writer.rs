@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use crate::probes::HostInventory;
 use crate::store::{Store, StoreError};
+use crate::tracker::host_view::HostView;
 use crate::tracker::state::{Changes, Tracker};
 
 /// Why a commit failed, and which failure it belongs to (one reset per failure).
@@ -36,7 +36,7 @@ pub enum Job {
         /// Rows to write.
         changes: Box<Changes>,
         /// A new probe for the committed view.
-        host: Option<Arc<HostInventory>>,
+        view: Option<Arc<HostView>>,
         /// The caller waits here.
         done: mpsc::SyncSender<CommitResult>,
     },
@@ -76,7 +76,7 @@ pub fn writer_loop(
                 Err(_) => break,
             }
         }
-        let mut batch: Vec<(Box<Changes>, Option<Arc<HostInventory>>)> = Vec::new();
+        let mut batch: Vec<(Box<Changes>, Option<Arc<HostView>>)> = Vec::new();
         let mut dones: Vec<mpsc::SyncSender<CommitResult>> = Vec::new();
         for job in jobs {
             match job {
@@ -92,10 +92,10 @@ pub fn writer_loop(
                 }
                 Job::Commit {
                     changes,
-                    host,
+                    view,
                     done,
                 } => {
-                    batch.push((changes, host));
+                    batch.push((changes, view));
                     dones.push(done);
                 }
             }
@@ -132,10 +132,14 @@ pub fn writer_loop(
                 match written {
                     Ok(()) => {
                         // Readers see the batch only now, and before its callers are answered.
+                        let mut replaced = Vec::new();
                         let mut view = committed.lock();
-                        for (changes, host) in batch.drain(..) {
-                            view.apply_committed(host, *changes);
+                        for (changes, host_view) in batch.drain(..) {
+                            replaced.extend(view.apply_committed(host_view, *changes));
                         }
+                        drop(view);
+                        // An old probe is freed here, not under the readers' lock.
+                        drop(replaced);
                         Ok(())
                     }
                     Err(e) => {

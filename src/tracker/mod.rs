@@ -7,11 +7,13 @@
 //! - [`usage`]: usage derived from the records with Nova's instance and migration rules.
 //! - [`pci`]: device specs, aliases, tracked devices, pools, claims.
 //! - [`state`]: the tracker and its operations (claims, moves, confirm, revert, abort, audit).
-//! - [`compute_node`]: the ComputeNode object for the current state.
+//! - [`host_view`]: what one probe means under the settings, derived once per audit.
+//! - [`node_template`]: the ComputeNode: host facts once per probe, usage at each read.
 
-pub mod compute_node;
 pub mod error;
+pub mod host_view;
 pub mod model;
+pub mod node_template;
 pub mod ops;
 pub mod pci;
 pub mod request;

@@ -15,9 +15,9 @@ pub struct FlavorUsage {
     pub id: i64,
     /// Public flavor id.
     pub flavorid: String,
-    /// Name.
+    /// Flavor name (`m1.small`), when the request carried one.
     pub name: Option<String>,
-    /// VCPUs.
+    /// Guest VCPUs; pinned host CPUs (PCPU) when `hw:cpu_policy` is `dedicated`.
     pub vcpus: i64,
     /// Memory, MiB.
     pub memory_mb: i64,
@@ -83,7 +83,7 @@ pub struct PciRequest {
 /// What an instance asks of a host, from a RequestSpec (or legacy dicts) and the instance.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InstanceRequest {
-    /// Flavor.
+    /// The flavor the instance is sized by: the CPUs, memory and disk it takes here.
     pub flavor: FlavorUsage,
     /// Booted from volume: no root disk here.
     pub is_bfv: bool,
@@ -112,11 +112,11 @@ pub struct MigrationContext {
 /// An instance the tracker knows: on this node, or moving to or from it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InstanceRecord {
-    /// Uuid.
+    /// The instance's uuid.
     pub uuid: String,
-    /// Project.
+    /// The instance's project, if known (stats, and the owner of its Placement allocations).
     pub project_id: Option<String>,
-    /// User.
+    /// The instance's user, if known (the owner of its Placement allocations).
     pub user_id: Option<String>,
     /// Guest OS type (stats).
     pub os_type: Option<String>,
@@ -128,8 +128,8 @@ pub struct InstanceRecord {
     pub host: Option<String>,
     /// Node the instance is on.
     pub node: Option<String>,
-    /// Current flavor, booted from volume, PCI requests and NUMA cells.
-    pub request: InstanceRequest,
+    /// Current flavor, booted from volume, PCI requests and NUMA cells; shared with its claim.
+    pub request: std::sync::Arc<InstanceRequest>,
     /// Flavor before a resize.
     pub old_flavor: Option<FlavorUsage>,
     /// Flavor after a resize.
@@ -183,7 +183,7 @@ pub struct MigrationRecord {
     pub dest_compute: Option<String>,
     /// Destination node.
     pub dest_node: Option<String>,
-    /// Status.
+    /// Nova's migration status (`migrating`, `finished`...); see [`FINISHED_MIGRATION_STATUSES`].
     pub status: String,
     /// migration, resize, live-migration or evacuation.
     pub migration_type: String,

@@ -9,17 +9,18 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use super::compute_node::{build_compute_node, NodeIdentity, NodeUsage};
+use std::sync::Arc;
+
 use super::error::{ClaimError, Refusal, ResourceShortfall};
+use super::host_view::HostView;
 use super::model::{FlavorUsage, HostNames, InstanceRecord, InstanceRequest, MigrationRecord};
-use super::pci::claim::{claim_devices, free_owner, Assignment, CellSockets};
+use super::node_template::NodeUsage;
+use super::pci::claim::{claim_devices, free_owner, Assignment};
 use super::pci::devices::TrackedDevice;
 use super::pci::pools::{build_pools, Pool};
 use super::usage::{compute_usage, current_workload, stats, Usage};
 use crate::config::ValidConfig;
-use crate::inventory::resources::{
-    compute_inventory, InventoryOptions, ResourceClass, ResourceInventory,
-};
+use crate::inventory::resources::{ResourceClass, ResourceInventory};
 use crate::objects::compute_node::ComputeNode;
 use crate::objects::Versioned;
 use crate::probes::pci::PciAddress;
@@ -32,8 +33,8 @@ pub struct ClaimRecord {
     pub instance_uuid: String,
     /// For a move claim, the migration.
     pub migration_id: Option<i64>,
-    /// What was asked (a retry must ask the same).
-    pub request: InstanceRequest,
+    /// What was asked (a retry must ask the same); shared with the instance's record.
+    pub request: Arc<InstanceRequest>,
     /// Devices given.
     pub assignments: Vec<Assignment>,
     /// Resources counted, per class.
@@ -66,6 +67,18 @@ pub struct TrackerState {
 }
 
 impl TrackerState {
+    /// Makes each instance claim share its instance's request when they are equal (as they are
+    /// when a claim is made): rows are read one by one, and memory should not hold each twice.
+    pub fn share_requests(&mut self) {
+        for (uuid, claim) in self.claims.iter_mut() {
+            if let Some(inst) = self.instances.get(uuid) {
+                if !Arc::ptr_eq(&claim.request, &inst.request) && claim.request == inst.request {
+                    claim.request = inst.request.clone();
+                }
+            }
+        }
+    }
+
     /// Applies committed changes it owns (no copies), as the store does: `Some` writes a row,
     /// `None` deletes it.
     pub fn apply_owned(&mut self, c: Changes) {
@@ -189,6 +202,19 @@ type TestedClaim = (
     BTreeMap<ResourceClass, i64>,
 );
 
+/// What [`Tracker::test_claim`] checks a request for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TestKind {
+    /// An instance claim: devices claimed, usage from the cache kept in step with claims.
+    Instance,
+    /// The destination side of a move: usage derived afresh from the records (a move changes
+    /// them in ways only a full derivation follows).
+    Move {
+        /// Whether PCI devices are claimed here (every move type but live migration).
+        claim_pci: bool,
+    },
+}
+
 /// Settings the tracker needs from the configuration.
 #[derive(Debug, Clone)]
 pub struct TrackerSettings {
@@ -212,63 +238,29 @@ impl TrackerSettings {
 #[derive(Debug, Clone)]
 pub struct Tracker {
     pub(super) settings: TrackerSettings,
-    /// Shared with the service's committed view: one copy of the probe in memory.
-    pub(super) host: std::sync::Arc<HostInventory>,
-    pub(super) inventory: BTreeMap<ResourceClass, ResourceInventory>,
-    pub(super) sockets: CellSockets,
+    /// Bumped by every [`Tracker::set_settings`]: a view built for older settings is derived
+    /// again.
+    pub(super) generation: u64,
+    /// What the last probe means under the settings; shared with the service's committed view.
+    pub(super) view: Arc<HostView>,
     pub(super) state: TrackerState,
     /// Usage per class, kept between operations: a claim adds to it; anything else clears it
     /// and the next read derives it again from the records.
     pub(super) used_cache: std::cell::RefCell<Option<BTreeMap<ResourceClass, i64>>>,
 }
 
-pub(super) fn cell_sockets(host: &HostInventory) -> CellSockets {
-    host.numa_nodes
-        .iter()
-        .map(|n| {
-            let pkgs: BTreeSet<i64> = host
-                .cpu
-                .cpus
-                .iter()
-                .filter(|c| n.cpus.contains(c.id))
-                .filter_map(|c| c.package)
-                .collect();
-            (
-                n.id,
-                if pkgs.len() == 1 {
-                    pkgs.into_iter().next()
-                } else {
-                    None
-                },
-            )
-        })
-        .collect()
-}
-
 impl Tracker {
     /// A tracker for `host` with `state` (as loaded from the store). Devices are synced with
     /// the host at the first audit, not here.
     pub fn new(settings: TrackerSettings, host: HostInventory, state: TrackerState) -> Tracker {
-        let mut t = Tracker {
-            inventory: BTreeMap::new(),
-            sockets: cell_sockets(&host),
+        let view = Arc::new(HostView::build(Arc::new(host), &settings, 0));
+        Tracker {
             settings,
-            host: std::sync::Arc::new(host),
+            generation: 0,
+            view,
             state,
             used_cache: std::cell::RefCell::new(None),
-        };
-        t.refresh_inventory();
-        t
-    }
-
-    pub(super) fn refresh_inventory(&mut self) {
-        let opts = InventoryOptions {
-            shared_disk: self.settings.shared_disk(),
-        };
-        self.inventory = compute_inventory(&self.host, &self.settings.config.resources, opts)
-            .into_iter()
-            .map(|r| (r.class, r))
-            .collect();
+        }
     }
 
     /// The state (for the store and tests).
@@ -283,41 +275,61 @@ impl Tracker {
 
     /// The probed host the tracker works from.
     pub fn host(&self) -> &HostInventory {
-        &self.host
+        &self.view.host
     }
 
-    /// The probed host, shared (the service hands it to its committed view).
-    pub fn host_shared(&self) -> std::sync::Arc<HostInventory> {
-        self.host.clone()
+    /// What the tracker derived from the last probe, shared (the service hands it to its
+    /// committed view; readers serialize from it after letting go of the lock).
+    pub fn view(&self) -> Arc<HostView> {
+        self.view.clone()
+    }
+
+    /// Derives the view of `host` under the current settings (the service does this outside
+    /// the lock with [`Tracker::settings_snapshot`]).
+    pub fn view_of(&self, host: Arc<HostInventory>) -> HostView {
+        HostView::build(host, &self.settings, self.generation)
+    }
+
+    /// The settings and their generation, to build a [`HostView`] outside the lock.
+    pub fn settings_snapshot(&self) -> (TrackerSettings, u64) {
+        (self.settings.clone(), self.generation)
     }
 
     /// Applies changes that were committed by another tracker working on the same records
-    /// (the service's committed view follows its working tracker this way), with the probe
-    /// that tracker audited against, if it changed.
+    /// (the service's committed view follows its working tracker this way), with the view
+    /// that tracker audited against, if it changed. Returns the view replaced, for the caller
+    /// to drop after letting go of its lock.
     pub fn apply_committed(
         &mut self,
-        host: Option<std::sync::Arc<HostInventory>>,
+        view: Option<Arc<HostView>>,
         changes: Changes,
-    ) {
+    ) -> Option<Arc<HostView>> {
         self.invalidate_usage();
-        if let Some(host) = host {
-            self.sockets = cell_sockets(&host);
-            self.host = host;
-            self.refresh_inventory();
-        }
         self.state.apply_owned(changes);
+        view.map(|v| std::mem::replace(&mut self.view, v))
     }
 
-    /// Replaces the settings (a reloaded configuration). Claims already granted stay.
+    /// Replaces the settings (a reloaded configuration) and derives the view again. Claims
+    /// already granted stay.
     pub fn set_settings(&mut self, settings: TrackerSettings) {
         self.invalidate_usage();
         self.settings = settings;
-        self.refresh_inventory();
+        self.generation += 1;
+        self.view = Arc::new(self.view_of(self.view.host.clone()));
+    }
+
+    /// Takes the settings and view another tracker derived (the service's committed view
+    /// follows its working tracker's reload this way).
+    pub fn follow_settings(&mut self, other: &Tracker) {
+        self.invalidate_usage();
+        self.settings = other.settings.clone();
+        self.generation = other.generation;
+        self.view = other.view.clone();
     }
 
     /// Inventory per class.
     pub fn inventory(&self) -> &BTreeMap<ResourceClass, ResourceInventory> {
-        &self.inventory
+        &self.view.inventory
     }
 
     /// Current usage.
@@ -351,8 +363,10 @@ impl Tracker {
 
     /// Current PCI pools.
     pub fn pools(&self) -> Vec<Pool> {
-        let devices: Vec<TrackedDevice> = self.state.devices.values().cloned().collect();
-        build_pools(&devices, &self.settings.config.device_specs)
+        build_pools(
+            self.state.devices.values(),
+            &self.settings.config.device_specs,
+        )
     }
 
     /// Every PCI pool with how many devices it has in all and how many are free. Devices in
@@ -392,7 +406,7 @@ impl Tracker {
                 continue;
             }
             let used = *usage.get(class).unwrap_or(&0);
-            let (capacity, max_unit) = match self.inventory.get(class) {
+            let (capacity, max_unit) = match self.view.inventory.get(class) {
                 Some(inv) => (inv.capacity(), inv.max_unit),
                 None => (0, 0),
             };
@@ -418,9 +432,12 @@ impl Tracker {
         &self,
         uuid: &str,
         req: &InstanceRequest,
-        claim_pci: bool,
-        cache_usage: bool,
+        kind: TestKind,
     ) -> Result<TestedClaim, ClaimError> {
+        let (claim_pci, cache_usage) = match kind {
+            TestKind::Instance => (true, true),
+            TestKind::Move { claim_pci } => (claim_pci, false),
+        };
         let resources = req
             .flavor
             .resources(req.is_bfv, self.settings.shared_disk());
@@ -438,7 +455,7 @@ impl Tracker {
                 &self.settings.config.device_specs,
                 &req.pci_requests,
                 &req.numa_cells,
-                &self.sockets,
+                &self.view.sockets,
                 uuid,
             )
             .map(|(d, a)| (Some(d), a))
@@ -480,7 +497,7 @@ impl Tracker {
         freed
     }
 
-    /// The ComputeNode for the current state.
+    /// The ComputeNode for the current state: the view's host facts with `usage`.
     pub fn compute_node(&self, usage: &Usage, now: time::OffsetDateTime) -> Versioned<ComputeNode> {
         let mut node_usage = NodeUsage {
             vcpus: usage.used(ResourceClass::Vcpu) + usage.used(ResourceClass::Pcpu),
@@ -491,20 +508,7 @@ impl Tracker {
             ..NodeUsage::default()
         };
         node_usage.current_workload = current_workload(&node_usage.stats);
-        let identity = NodeIdentity {
-            uuid: self.settings.node_uuid.clone(),
-            hypervisor_hostname: self.settings.names.node.clone(),
-            host: self.settings.names.host.clone(),
-            created_at: self.settings.node_created_at,
-        };
-        build_compute_node(
-            &self.host,
-            &self.settings.config,
-            &identity,
-            &node_usage,
-            &self.pools(),
-            now,
-        )
+        self.view.node.with_usage(&node_usage, &self.pools(), now)
     }
 
     pub(super) fn counters(&self) -> Counters {

@@ -2,7 +2,8 @@
 //! no lock; the daemon builds it from data it copied while holding the tracker lock, then lets
 //! go of the lock before reporting.
 //!
-//! In: the probed [`HostInventory`], the [`ValidConfig`], the compute node's uuid and
+//! In: the tracker's [`HostView`] of the probe (inventory per class and the PCI functions the
+//! device specs selected, derived once per audit), the [`ValidConfig`], the compute node's uuid and
 //! `hypervisor_hostname`, whether the service is disabled, and the local claims
 //! ([`Consumer`]s). Out: a [`DesiredState`]: providers (the compute node, PCI children, the
 //! sharing provider), each with inventories, traits and aggregates, and the allocations.
@@ -14,10 +15,9 @@ use uuid::Uuid;
 use super::traits::{self, MISC_SHARES_VIA_AGGREGATE};
 use super::UpstreamError;
 use crate::config::ValidConfig;
-use crate::inventory::resources::{compute_inventory, InventoryOptions, ResourceClass};
-use crate::probes::pci::{PciAddress, PciDevType, PciDevice};
-use crate::probes::HostInventory;
-use crate::tracker::pci::spec::first_match;
+use crate::inventory::resources::ResourceClass;
+use crate::probes::pci::{PciAddress, PciDevType};
+use crate::tracker::host_view::HostView;
 
 /// `consumer_type` of an instance's own allocation.
 pub const CONSUMER_INSTANCE: &str = "INSTANCE";
@@ -180,7 +180,7 @@ impl DesiredState {
     /// only with `[placement] report_allocations = true`, but their PCI usage always keeps a
     /// PCI provider's total from dropping below it.
     pub fn build(
-        inv: &HostInventory,
+        view: &HostView,
         config: &ValidConfig,
         node_uuid: Uuid,
         hypervisor_hostname: &str,
@@ -192,18 +192,12 @@ impl DesiredState {
                 "hypervisor_hostname is empty; it names the compute node provider".into(),
             ));
         }
+        let inv = &*view.host;
         let res = &config.resources;
         let shared = res.shared_storage_provider;
         let mut warnings = Vec::new();
 
         // ---- compute node
-        let records = compute_inventory(
-            inv,
-            res,
-            InventoryOptions {
-                shared_disk: shared.is_some(),
-            },
-        );
         let rule = |class: ResourceClass| match class {
             ResourceClass::Vcpu => res.cpu_allocation_ratio.map_or(
                 RatioRule::InitialOrKeep(res.initial_cpu_allocation_ratio),
@@ -219,8 +213,9 @@ impl DesiredState {
             ),
             ResourceClass::Pcpu => RatioRule::Fixed(1.0),
         };
-        let root_inventories: BTreeMap<String, DesiredInventory> = records
-            .iter()
+        let root_inventories: BTreeMap<String, DesiredInventory> = view
+            .inventory
+            .values()
             .map(|r| {
                 (
                     r.class.as_str().to_string(),
@@ -271,7 +266,7 @@ impl DesiredState {
         // ---- PCI children
         let mut device_provider: BTreeMap<PciAddress, (Uuid, String)> = BTreeMap::new();
         if config.report_pci_in_placement {
-            let groups = pci_groups(inv, config, &mut warnings);
+            let groups = pci_groups(view, config, &mut warnings);
             // Local usage per group, so the total never drops below what is claimed.
             let mut used: BTreeMap<PciAddress, u64> = BTreeMap::new();
             for c in consumers {
@@ -429,19 +424,12 @@ impl DesiredState {
 /// tracked; the first matching device spec decides; a spec with `physical_network` belongs to
 /// Neutron and is not reported; VFs group under their PF; a PF with tracked VFs is not reported
 /// itself; the VFs of one PF must share one class and trait set.
-fn pci_groups(
-    inv: &HostInventory,
-    config: &ValidConfig,
-    warnings: &mut Vec<String>,
-) -> Vec<PciGroup> {
-    let devices: &[PciDevice] = &inv.pci_devices;
+fn pci_groups(view: &HostView, config: &ValidConfig, warnings: &mut Vec<String>) -> Vec<PciGroup> {
     let mut groups: BTreeMap<PciAddress, PciGroup> = BTreeMap::new();
     let mut standalone_pfs: Vec<PciGroup> = Vec::new();
-    for dev in devices {
-        if dev.is_bridge() {
-            continue;
-        }
-        let Some((_, spec)) = first_match(&config.device_specs, dev, devices) else {
+    // The view holds the functions the device specs selected, with the spec that did.
+    for dev in view.tracked.values() {
+        let Some(spec) = config.device_specs.get(dev.spec_index) else {
             continue;
         };
         if spec.tags.contains_key("physical_network") {
@@ -510,7 +498,7 @@ mod tests {
         Config::parse(text, f).unwrap().validate(f).unwrap()
     }
 
-    fn host() -> HostInventory {
+    fn host() -> crate::probes::HostInventory {
         let dir = tempfile::tempdir().unwrap();
         rtrack_fixtures::synthetic::SyntheticHost::small().write(dir.path());
         crate::probes::probe_host(
@@ -540,7 +528,8 @@ mod tests {
         let inv = host();
         let c = config("[resources]\ncpu_allocation_ratio = 2.0\nreserved_host_disk_mb = 1025\n");
         let node = Uuid::new_v4();
-        let d = DesiredState::build(&inv, &c, node, "cmp-1", true, &[]).unwrap();
+        let d = DesiredState::build(&HostView::of_config(inv, &c), &c, node, "cmp-1", true, &[])
+            .unwrap();
         let root = &d.providers[0];
         assert_eq!(root.uuid, node);
         assert_eq!(root.inventories["VCPU"].total, 8);
@@ -586,7 +575,8 @@ resource_class = "nvme disk"
 "#,
         );
         let node = Uuid::new_v4();
-        let d = DesiredState::build(&inv, &c, node, "cmp-1", false, &[]).unwrap();
+        let d = DesiredState::build(&HostView::of_config(inv, &c), &c, node, "cmp-1", false, &[])
+            .unwrap();
         let names: Vec<&str> = d.providers.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(
             names,
@@ -654,8 +644,15 @@ resource_class = "nvme disk"
             uuid: Uuid::new_v4(),
             ..consumer.clone()
         };
-        let d = DesiredState::build(&inv, &c, node, "cmp-1", false, &[consumer.clone(), other])
-            .unwrap();
+        let d = DesiredState::build(
+            &HostView::of_config(inv, &c),
+            &c,
+            node,
+            "cmp-1",
+            false,
+            &[consumer.clone(), other],
+        )
+        .unwrap();
         let child = d
             .providers
             .iter()

@@ -4,7 +4,8 @@
 //!
 //! Data flows one way through this module:
 //!
-//! 1. [`config::validate_placement`] turns `[placement]` into [`PlacementSettings`].
+//! 1. [`crate::config::upstream`] turns `[placement]` into [`PlacementSettings`] (as part of
+//!    the configuration's one validation).
 //! 2. [`DesiredState::build`] turns a snapshot (probed host, configuration, node identity,
 //!    service state, local claims) into the providers, inventories, traits, aggregates and
 //!    allocations Placement should hold. Pure: no I/O, no clock.
@@ -20,7 +21,7 @@ pub mod api;
 pub mod auth;
 pub mod backoff;
 pub mod client;
-pub mod config;
+pub mod consumers;
 pub mod desired;
 pub mod http_push;
 pub mod plan;
@@ -30,10 +31,10 @@ pub mod transport;
 
 use uuid::Uuid;
 
+pub use crate::config::upstream::{AuthSettings, HttpPushSettings, KeyError, PlacementSettings};
 pub use api::{PlacementApi, RequestCounts};
 pub use backoff::Backoff;
 pub use client::HttpPlacement;
-pub use config::{validate_http_push, validate_placement, AuthSettings, PlacementSettings};
 pub use desired::{Consumer, DesiredState, ResourceKey};
 pub use http_push::HttpPush;
 pub use reporter::{ReportOutcome, Reporter, ReporterOptions};
@@ -167,6 +168,31 @@ impl UpstreamError {
     }
 }
 
+impl From<KeyError> for UpstreamError {
+    fn from(e: KeyError) -> UpstreamError {
+        UpstreamError::Config {
+            key: e.key,
+            value: e.value,
+            expected: e.expected,
+        }
+    }
+}
+
+/// Validates `[placement]` (as [`crate::config::Config::validate`] does). `Ok(None)` when
+/// `endpoint` is unset (reporting off).
+pub fn validate_placement(
+    c: &crate::config::PlacementConfig,
+) -> Result<Option<PlacementSettings>, UpstreamError> {
+    Ok(crate::config::upstream::validate_placement(c)?)
+}
+
+/// Validates `[upstream.http]` (as [`crate::config::Config::validate`] does).
+pub fn validate_http_push(
+    c: Option<&crate::config::UpstreamHttpConfig>,
+) -> Result<Option<HttpPushSettings>, UpstreamError> {
+    Ok(crate::config::upstream::validate_http_push(c)?)
+}
+
 /// Reports once: validates `[placement]`, builds the desired state from the probed host, sends
 /// what Placement lacks, and POSTs `compute_node` to `[upstream.http]` when that is configured.
 /// For `rtrackd --once --report`; the daemon keeps a [`Reporter`] instead.
@@ -175,21 +201,24 @@ impl UpstreamError {
 #[allow(clippy::too_many_arguments)]
 pub async fn report_once(
     config: &crate::config::ValidConfig,
-    inventory: &crate::probes::HostInventory,
+    view: &crate::tracker::host_view::HostView,
     node_uuid: Uuid,
     hypervisor_hostname: &str,
     service_disabled: bool,
     consumers: &[Consumer],
     compute_node: Option<&serde_json::Value>,
 ) -> Result<ReportOutcome, UpstreamError> {
-    let settings = validate_placement(&config.placement)?.ok_or_else(|| UpstreamError::Config {
-        key: "placement.endpoint".into(),
-        value: "(unset)".into(),
-        expected: "must be set to report to Placement, e.g. \"http://controller:8778\"".into(),
-    })?;
-    let push = validate_http_push(config.upstream_http.as_ref())?;
+    let settings = config
+        .placement_settings
+        .clone()
+        .ok_or_else(|| UpstreamError::Config {
+            key: "placement.endpoint".into(),
+            value: "(unset)".into(),
+            expected: "must be set to report to Placement, e.g. \"http://controller:8778\"".into(),
+        })?;
+    let push = config.http_push.clone();
     let desired = DesiredState::build(
-        inventory,
+        view,
         config,
         node_uuid,
         hypervisor_hostname,

@@ -20,28 +20,32 @@ pub async fn inventory(State(state): St) -> ApiResult {
         .probed_at()
         .ok_or_else(|| ApiError::new(ErrorCode::NotReady, "no probe has completed yet"))?;
     let body = blocking(move || {
-        let (report, node) = state.service.read(|t| {
-            let report = crate::inventory::InventoryReport {
-                rtrack_version: env!("CARGO_PKG_VERSION").to_string(),
-                probed_at,
-                inventory: t.host().clone(),
-                compute_node: None,
-            };
-            let node = t
-                .compute_node(&t.usage(), time::OffsetDateTime::now_utc())
-                .to_primitive();
-            (report, node)
+        // Under the lock: the ComputeNode (it carries the usage) and the shared view.
+        let (view, node) = state.service.read(|t| {
+            let node = t.compute_node(&t.usage(), time::OffsetDateTime::now_utc());
+            (t.view(), node)
         });
-        let mut v = serde_json::to_value(&report).map_err(|e| {
+        /// The `--once` report, borrowed from the view (same keys as `InventoryReport`).
+        #[derive(serde::Serialize)]
+        struct Report<'a> {
+            rtrack_version: &'a str,
+            probed_at: &'a str,
+            #[serde(flatten)]
+            inventory: &'a crate::probes::HostInventory,
+            compute_node: Value,
+        }
+        let report = Report {
+            rtrack_version: env!("CARGO_PKG_VERSION"),
+            probed_at: &probed_at,
+            inventory: &view.host,
+            compute_node: node.to_primitive(),
+        };
+        serde_json::to_value(&report).map_err(|e| {
             ApiError::new(
                 ErrorCode::InternalError,
                 format!("cannot encode the report: {e}"),
             )
-        })?;
-        if let Value::Object(m) = &mut v {
-            m.insert("compute_node".into(), node);
-        }
-        Ok(v)
+        })
     })
     .await?;
     Ok(Json(body).into_response())

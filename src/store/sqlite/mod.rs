@@ -52,9 +52,9 @@ pub enum StoreError {
         path: PathBuf,
         /// "schema version" or "record layout".
         what: &'static str,
-        /// Found.
+        /// The version of `what` found in the database.
         found: i64,
-        /// Supported.
+        /// The newest version of `what` this rtrack knows.
         supported: i64,
     },
     /// The file is there but holds no rtrack state.
@@ -70,7 +70,7 @@ pub enum StoreError {
     Corrupt {
         /// The database.
         path: PathBuf,
-        /// Table.
+        /// The table holding the bad row.
         table: &'static str,
         /// Row key.
         key: String,
@@ -193,6 +193,7 @@ impl Store {
         if !upgraded.is_empty() {
             self.commit(&[upgraded])?;
         }
+        state.share_requests();
         Ok(state)
     }
 

@@ -1,77 +1,90 @@
-//! The periodic audit (`update_available_resource`): a new probe in; devices re-synced, stale
-//! migrations marked, the ComputeNode rebuilt, and the [`Changes`] out.
+//! The periodic audit (`update_available_resource`): the view of a new probe in; devices
+//! re-synced, stale migrations marked, the ComputeNode rebuilt, and the [`Changes`] out.
 //!
 //! [`Changes`]: super::super::state::Changes
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use super::AuditOutcome;
-use crate::probes::pci::PciAddress;
 use crate::probes::HostInventory;
-use crate::tracker::compute_node::without_updated_at;
-use crate::tracker::pci::claim::recompute_relatives;
-use crate::tracker::pci::devices::{select_tracked, TrackedDevice};
-use crate::tracker::state::{cell_sockets, Changes, Tracker};
+use crate::tracker::host_view::HostView;
+use crate::tracker::node_template::without_updated_at;
+use crate::tracker::pci::claim::recompute_relatives_in;
+use crate::tracker::pci::devices::TrackedDevice;
+use crate::tracker::pci::DeviceStatus;
+use crate::tracker::state::{Changes, Tracker};
 
 impl Tracker {
-    /// The periodic audit (`update_available_resource`): takes the new probe, re-syncs PCI
-    /// devices (new ones become available; vanished free ones are removed; busy ones are kept,
-    /// unchanged, until freed), frees devices held by instances the tracker no longer knows,
-    /// marks stale migrations `error`, and builds the ComputeNode.
+    /// [`Tracker::audit_view`] of a probe, deriving its view here (tests and tools; the
+    /// service derives the view before it takes the lock).
     pub fn audit(
         &mut self,
         host: HostInventory,
         now: time::OffsetDateTime,
     ) -> (AuditOutcome, Changes) {
-        self.invalidate_usage();
-        self.sockets = cell_sockets(&host);
-        self.host = std::sync::Arc::new(host);
-        self.refresh_inventory();
-        let mut changes = Changes::default();
+        let view = Arc::new(self.view_of(Arc::new(host)));
+        self.audit_view(view, now)
+    }
 
-        let desired: BTreeMap<PciAddress, TrackedDevice> =
-            select_tracked(&self.host.pci_devices, &self.settings.config.device_specs)
-                .into_iter()
-                .map(|d| (d.address, d))
-                .collect();
+    /// The periodic audit (`update_available_resource`): takes the view of a new probe,
+    /// re-syncs PCI devices (new ones become available; vanished free ones are removed; busy
+    /// ones are kept, unchanged, until freed), frees devices held by instances the tracker no
+    /// longer knows, marks stale migrations `error`, and builds the ComputeNode. Only the
+    /// devices that change are touched, so that the part under the lock stays small.
+    pub fn audit_view(
+        &mut self,
+        view: Arc<HostView>,
+        now: time::OffsetDateTime,
+    ) -> (AuditOutcome, Changes) {
+        self.invalidate_usage();
+        self.view = if view.generation == self.generation {
+            view
+        } else {
+            // The settings were reloaded while the probe ran.
+            Arc::new(self.view_of(view.host.clone()))
+        };
+        let view = self.view.clone();
+        let mut changes = Changes::default();
         let (mut added, mut removed, mut deferred) = (Vec::new(), Vec::new(), Vec::new());
-        let mut devices: BTreeMap<PciAddress, TrackedDevice> = BTreeMap::new();
-        for (addr, old) in &self.state.devices {
+        let mut touched = BTreeSet::new();
+        for (addr, old) in self.state.devices.iter_mut() {
             let busy = old.owner.is_some();
-            match desired.get(addr) {
+            match view.tracked.get(addr) {
+                // Free: take the probe's properties, keep the state.
                 Some(new) if !busy => {
-                    // Free: take the probe's properties, keep the state.
-                    devices.insert(
-                        *addr,
-                        TrackedDevice {
+                    if !same_properties(old, new) {
+                        *old = TrackedDevice {
                             status: old.status,
                             owner: None,
                             ..new.clone()
-                        },
-                    );
+                        };
+                        touched.insert(*addr);
+                    }
                 }
                 Some(new) => {
                     if !same_properties(old, new) {
                         deferred.push(*addr);
                     }
-                    devices.insert(*addr, old.clone());
                 }
-                None if busy => {
-                    deferred.push(*addr);
-                    devices.insert(*addr, old.clone());
-                }
+                None if busy => deferred.push(*addr),
                 None => removed.push(*addr),
             }
         }
-        for (addr, new) in desired {
-            if !devices.contains_key(&addr) && !self.state.devices.contains_key(&addr) {
-                added.push(addr);
-                devices.insert(addr, new);
+        for addr in &removed {
+            self.state.devices.remove(addr);
+            changes.devices.insert(*addr, None);
+        }
+        for (addr, new) in &view.tracked {
+            if !self.state.devices.contains_key(addr) {
+                added.push(*addr);
+                touched.insert(*addr);
+                self.state.devices.insert(*addr, new.clone());
             }
         }
         // Owners that are neither instances nor moving instances (Nova's clean_usage).
         let mut reclaimed = Vec::new();
-        for d in devices.values_mut() {
+        for d in self.state.devices.values_mut() {
             let orphan = d
                 .owner
                 .as_ref()
@@ -79,24 +92,16 @@ impl Tracker {
             if orphan {
                 reclaimed.push(d.address);
                 d.owner = None;
-                d.status = crate::tracker::pci::DeviceStatus::Available;
+                d.status = DeviceStatus::Available;
+                touched.insert(d.address);
             }
         }
-        let mut list: Vec<TrackedDevice> = devices.into_values().collect();
-        recompute_relatives(&mut list);
-        let new_map: BTreeMap<PciAddress, TrackedDevice> =
-            list.into_iter().map(|d| (d.address, d)).collect();
-        for addr in self.state.devices.keys() {
-            if !new_map.contains_key(addr) {
-                changes.devices.insert(*addr, None);
+        touched.extend(recompute_relatives_in(&mut self.state.devices));
+        for addr in touched {
+            if let Some(d) = self.state.devices.get(&addr) {
+                changes.devices.insert(addr, Some(d.clone()));
             }
         }
-        for (addr, d) in &new_map {
-            if self.state.devices.get(addr) != Some(d) {
-                changes.devices.insert(*addr, Some(d.clone()));
-            }
-        }
-        self.state.devices = new_map;
 
         let usage = self.usage();
         for id in &usage.stale_migrations {
@@ -105,10 +110,9 @@ impl Tracker {
         let compute_node = self.compute_node(&usage, now);
         // Persisted only when it changed (Nova's _resource_change): the audit time alone is
         // not a change.
-        let primitive = compute_node.to_primitive();
-        if self.state.compute_node.as_ref().map(without_updated_at)
-            != Some(without_updated_at(&primitive))
-        {
+        let primitive = without_updated_at(&compute_node.to_primitive());
+        if self.state.compute_node.as_ref().map(without_updated_at) != Some(primitive) {
+            let primitive = compute_node.to_primitive();
             self.state.compute_node = Some(primitive.clone());
             changes.compute_node = Some(primitive);
         }

@@ -6,7 +6,7 @@
 use super::{ClaimOutcome, InstanceInfo};
 use crate::tracker::error::ClaimError;
 use crate::tracker::model::{InstanceRecord, InstanceRequest};
-use crate::tracker::state::{validate_uuid, Changes, ClaimRecord, Tracker};
+use crate::tracker::state::{validate_uuid, Changes, ClaimRecord, TestKind, Tracker};
 use crate::tracker::states::{check_task_state, check_vm_state, releases_resources};
 
 impl Tracker {
@@ -37,7 +37,7 @@ impl Tracker {
             });
         }
         if let Some(existing) = self.state.claims.get(uuid) {
-            if existing.request == *req {
+            if *existing.request == *req {
                 return Ok((
                     ClaimOutcome {
                         claim: existing.clone(),
@@ -64,11 +64,13 @@ impl Tracker {
                 ),
             });
         }
-        let (devices, assignments, resources) = self.test_claim(uuid, req, true, true)?;
+        let (devices, assignments, resources) = self.test_claim(uuid, req, TestKind::Instance)?;
+        // One copy of the request, shared by the instance, its claim and both views.
+        let request = std::sync::Arc::new(req.clone());
         let claim = ClaimRecord {
             instance_uuid: uuid.clone(),
             migration_id: None,
-            request: req.clone(),
+            request: request.clone(),
             assignments,
             resources,
             claimed_at: now,
@@ -94,7 +96,7 @@ impl Tracker {
             task_state: info.task_state.clone(),
             host: Some(self.settings.names.host.clone()),
             node: Some(self.settings.names.node.clone()),
-            request: req.clone(),
+            request,
             old_flavor: None,
             new_flavor: None,
             migration_context: None,

@@ -56,7 +56,7 @@ impl Tracker {
                     message: format!("instance {uuid} has no new flavor (no resize in progress)"),
                 });
             };
-            inst.request.flavor = new;
+            std::sync::Arc::make_mut(&mut inst.request).flavor = new;
         }
         let inst = inst.clone();
         // A state change may make the rules count again what they had stopped counting (an

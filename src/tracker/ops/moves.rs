@@ -3,11 +3,12 @@
 //! tracked and what Nova's usage rules would count, then record the migration and the claim.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use super::{ClaimOutcome, MoveRequest, MoveType};
 use crate::tracker::error::ClaimError;
 use crate::tracker::model::{InstanceRecord, MigrationContext, MigrationRecord};
-use crate::tracker::state::{validate_uuid, Changes, ClaimRecord, Tracker};
+use crate::tracker::state::{validate_uuid, Changes, ClaimRecord, TestKind, Tracker};
 use crate::tracker::states::{check_task_state, check_vm_state, move_is_counted};
 use crate::tracker::usage::on_node;
 
@@ -84,7 +85,7 @@ impl Tracker {
                 .state
                 .instances
                 .get(&uuid)
-                .map(|r| r.request.clone())
+                .map(|r| (*r.request).clone())
                 .unwrap_or_else(|| mv.new.clone()),
         };
         let names = self.settings.names.clone();
@@ -152,7 +153,7 @@ impl Tracker {
 
         // Idempotent retry of the same move claim.
         if let Some(existing) = self.state.move_claims.get(&id) {
-            if existing.instance_uuid == uuid && existing.request == mv.new {
+            if existing.instance_uuid == uuid && *existing.request == mv.new {
                 return Ok((
                     ClaimOutcome {
                         claim: existing.clone(),
@@ -211,14 +212,14 @@ impl Tracker {
 
         let (devices, assignments, resources) = if incoming {
             let claim_pci = move_type != MoveType::LiveMigration;
-            self.test_claim(&uuid, &mv.new, claim_pci, false)?
+            self.test_claim(&uuid, &mv.new, TestKind::Move { claim_pci })?
         } else {
             (None, Vec::new(), BTreeMap::new())
         };
         let claim = ClaimRecord {
             instance_uuid: uuid.clone(),
             migration_id: Some(id),
-            request: mv.new.clone(),
+            request: Arc::new(mv.new.clone()),
             assignments,
             resources,
             claimed_at: now,
@@ -299,7 +300,7 @@ impl Tracker {
             request: existing
                 .as_ref()
                 .map(|i| i.request.clone())
-                .unwrap_or_else(|| current.clone()),
+                .unwrap_or_else(|| Arc::new(current.clone())),
             old_flavor: Some(current.flavor.clone()),
             new_flavor: Some(mv.new.flavor.clone()),
             migration_context: Some(MigrationContext {
@@ -402,10 +403,11 @@ impl Tracker {
                 let new_ctx = inst.migration_context.clone();
                 inst.host = Some(names.host.clone());
                 inst.node = Some(names.node.clone());
-                inst.request.flavor = new_flavor;
+                let request = Arc::make_mut(&mut inst.request);
+                request.flavor = new_flavor;
                 if let Some(ctx) = new_ctx {
-                    inst.request.pci_requests = ctx.new_pci_requests;
-                    inst.request.numa_cells = ctx.new_numa_cells;
+                    request.pci_requests = ctx.new_pci_requests;
+                    request.numa_cells = ctx.new_numa_cells;
                 }
                 inst.old_flavor = None;
                 inst.new_flavor = None;
@@ -457,11 +459,12 @@ impl Tracker {
         if at_source {
             if let Some(inst) = self.state.instances.get_mut(&m.instance_uuid) {
                 if let Some(old) = inst.old_flavor.take() {
-                    inst.request.flavor = old;
+                    Arc::make_mut(&mut inst.request).flavor = old;
                 }
                 if let Some(ctx) = inst.migration_context.take() {
-                    inst.request.pci_requests = ctx.old_pci_requests;
-                    inst.request.numa_cells = ctx.old_numa_cells;
+                    let request = Arc::make_mut(&mut inst.request);
+                    request.pci_requests = ctx.old_pci_requests;
+                    request.numa_cells = ctx.old_numa_cells;
                 }
                 inst.new_flavor = None;
                 inst.host = Some(names.host.clone());

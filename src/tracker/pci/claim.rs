@@ -27,7 +27,7 @@ pub type CellSockets = BTreeMap<u32, Option<i64>>;
 /// A device given to a request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Assignment {
-    /// Device.
+    /// Address of the device given.
     pub address: PciAddress,
     /// Request it satisfies.
     pub request_id: String,
@@ -406,30 +406,72 @@ pub fn free_owner(
 /// unavailable while any VF is allocated or claimed; VFs are unavailable while their PF is.
 /// Every other non-owned device is available.
 pub fn recompute_relatives(devices: &mut [TrackedDevice]) {
-    let busy = |s: DeviceStatus| matches!(s, DeviceStatus::Allocated | DeviceStatus::Claimed);
-    let busy_pfs: BTreeSet<PciAddress> = devices
-        .iter()
-        .filter(|d| d.dev_type == PciDevType::Pf && busy(d.status))
-        .map(|d| d.address)
-        .collect();
-    let pfs_with_busy_vfs: BTreeSet<PciAddress> = devices
-        .iter()
-        .filter(|d| d.dev_type == PciDevType::Vf && busy(d.status))
-        .filter_map(|d| d.parent_addr)
-        .collect();
+    let blocked = BlockedRelatives::of(devices.iter());
     for d in devices.iter_mut() {
-        if busy(d.status) {
-            continue;
+        if let Some(status) = blocked.status_of(d) {
+            d.status = status;
+        }
+    }
+}
+
+/// [`recompute_relatives`] over the tracker's device map; returns the devices whose status
+/// changed.
+pub fn recompute_relatives_in(
+    devices: &mut BTreeMap<PciAddress, TrackedDevice>,
+) -> Vec<PciAddress> {
+    let blocked = BlockedRelatives::of(devices.values());
+    let mut changed = Vec::new();
+    for d in devices.values_mut() {
+        match blocked.status_of(d) {
+            Some(status) if status != d.status => {
+                d.status = status;
+                changed.push(d.address);
+            }
+            _ => {}
+        }
+    }
+    changed
+}
+
+/// The PFs that are busy and the PFs that have a busy VF: their relatives are unavailable.
+struct BlockedRelatives {
+    busy_pfs: BTreeSet<PciAddress>,
+    pfs_with_busy_vfs: BTreeSet<PciAddress>,
+}
+
+impl BlockedRelatives {
+    fn of<'a>(devices: impl Iterator<Item = &'a TrackedDevice> + Clone) -> BlockedRelatives {
+        BlockedRelatives {
+            busy_pfs: devices
+                .clone()
+                .filter(|d| d.dev_type == PciDevType::Pf && is_busy(d.status))
+                .map(|d| d.address)
+                .collect(),
+            pfs_with_busy_vfs: devices
+                .filter(|d| d.dev_type == PciDevType::Vf && is_busy(d.status))
+                .filter_map(|d| d.parent_addr)
+                .collect(),
+        }
+    }
+
+    /// The status a free device should have; `None` for a busy one (it keeps its own).
+    fn status_of(&self, d: &TrackedDevice) -> Option<DeviceStatus> {
+        if is_busy(d.status) {
+            return None;
         }
         let blocked = match d.dev_type {
-            PciDevType::Pf => pfs_with_busy_vfs.contains(&d.address),
-            PciDevType::Vf => d.parent_addr.is_some_and(|p| busy_pfs.contains(&p)),
+            PciDevType::Pf => self.pfs_with_busy_vfs.contains(&d.address),
+            PciDevType::Vf => d.parent_addr.is_some_and(|p| self.busy_pfs.contains(&p)),
             PciDevType::Pci => false,
         };
-        d.status = if blocked {
+        Some(if blocked {
             DeviceStatus::Unavailable
         } else {
             DeviceStatus::Available
-        };
+        })
     }
+}
+
+fn is_busy(s: DeviceStatus) -> bool {
+    matches!(s, DeviceStatus::Allocated | DeviceStatus::Claimed)
 }

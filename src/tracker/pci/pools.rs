@@ -33,9 +33,12 @@ impl Pool {
 }
 
 /// Groups the available devices into pools.
-pub fn build_pools(devices: &[TrackedDevice], specs: &[DeviceSpec]) -> Vec<Pool> {
+pub fn build_pools<'a>(
+    devices: impl IntoIterator<Item = &'a TrackedDevice>,
+    specs: &[DeviceSpec],
+) -> Vec<Pool> {
     let mut by_key: BTreeMap<PoolKey, Vec<usize>> = BTreeMap::new();
-    for (i, d) in devices.iter().enumerate() {
+    for (i, d) in devices.into_iter().enumerate() {
         if d.status == DeviceStatus::Available {
             by_key.entry(d.pool_key(specs)).or_default().push(i);
         }

@@ -210,7 +210,142 @@ pub fn hypervisor_version() -> i64 {
     a * 1_000_000 + b * 1_000 + c
 }
 
-/// Builds the ComputeNode.
+/// The host's part of the ComputeNode: everything that follows from the probe, the
+/// configuration and the node's identity, built once per audit (outside the tracker lock) and
+/// completed with the usage at each read by [`NodeTemplate::with_usage`].
+#[derive(Debug, Clone)]
+pub struct NodeTemplate {
+    node: ComputeNode,
+    numa: Versioned<NUMATopology>,
+    reserved_cpus: i64,
+    reserved_memory_mb: i64,
+    reserved_disk_gb: i64,
+}
+
+impl NodeTemplate {
+    /// The host facts of the ComputeNode, with no usage.
+    pub fn new(inv: &HostInventory, cfg: &ValidConfig, id: &NodeIdentity) -> NodeTemplate {
+        let res = &cfg.resources;
+        let (shared, _) = cpu_sets(inv, res);
+        let local_gb = inv
+            .disks
+            .instances
+            .as_ref()
+            .map_or(0, |f| f.total_gb as i64);
+        let free_gb = inv.disks.instances.as_ref().map_or(0, |f| f.free_gb as i64);
+        let arch = inv.cpu.arch.clone().unwrap_or_default();
+        let hv_specs = if crate::objects::enums::is_nova_architecture(&arch) {
+            vec![
+                Versioned::new(HVSpec::new(&arch, "kvm", "hvm")),
+                Versioned::new(HVSpec::new(&arch, "qemu", "hvm")),
+            ]
+        } else {
+            Vec::new()
+        };
+        let node = ComputeNode {
+            id: Field::Unset,
+            uuid: Field::Set(id.uuid.clone()),
+            service_id: NField::Null,
+            host: NField::Set(id.host.clone()),
+            vcpus: Field::Set(shared.len() as i64),
+            memory_mb: Field::Set(inv.memory.total_mb as i64),
+            local_gb: Field::Set(local_gb),
+            hypervisor_type: Field::Set(cfg.hypervisor_type.clone()),
+            hypervisor_version: Field::Set(hypervisor_version()),
+            hypervisor_hostname: NField::Set(id.hypervisor_hostname.clone()),
+            cpu_info: NField::Set(cpu_info_json(inv)),
+            // libvirt's free space minus what sparse images may still grow by; rtrack measures
+            // the filesystem's available space.
+            disk_available_least: NField::Set(free_gb),
+            metrics: NField::Set("[]".to_string()),
+            host_ip: NField::from_option(cfg.host_ip),
+            supported_hv_specs: Field::Set(hv_specs),
+            cpu_allocation_ratio: Field::Set(
+                res.cpu_allocation_ratio
+                    .unwrap_or(res.initial_cpu_allocation_ratio),
+            ),
+            ram_allocation_ratio: Field::Set(
+                res.ram_allocation_ratio
+                    .unwrap_or(res.initial_ram_allocation_ratio),
+            ),
+            disk_allocation_ratio: Field::Set(
+                res.disk_allocation_ratio
+                    .unwrap_or(res.initial_disk_allocation_ratio),
+            ),
+            mapped: Field::Set(0),
+            created_at: NField::Set(id.created_at),
+            deleted_at: NField::Null,
+            deleted: Field::Set(false),
+            ..ComputeNode::default()
+        };
+        NodeTemplate {
+            node,
+            numa: numa_topology(inv, cfg, &NodeUsage::default()),
+            reserved_cpus: res.reserved_host_cpus,
+            reserved_memory_mb: res.reserved_host_memory_mb,
+            // Nova's disk is MB/1024 truncated.
+            reserved_disk_gb: res.reserved_host_disk_mb / 1024,
+        }
+    }
+
+    /// The ComputeNode with `usage`, the PCI `pools` and the time. The audit starts `*_used`
+    /// at the reserved amounts, as Nova's does.
+    pub fn with_usage(
+        &self,
+        usage: &NodeUsage,
+        pools: &[Pool],
+        now: time::OffsetDateTime,
+    ) -> Versioned<ComputeNode> {
+        let mut node = self.node.clone();
+        let memory_mb = self.node.memory_mb.get().copied().unwrap_or(0);
+        let local_gb = self.node.local_gb.get().copied().unwrap_or(0);
+        let vcpus_used = self.reserved_cpus + usage.vcpus;
+        let memory_mb_used = self.reserved_memory_mb + usage.memory_mb;
+        let local_gb_used = self.reserved_disk_gb + usage.disk_gb;
+        node.vcpus_used = Field::Set(vcpus_used);
+        node.memory_mb_used = Field::Set(memory_mb_used);
+        node.local_gb_used = Field::Set(local_gb_used);
+        node.free_ram_mb = NField::Set(memory_mb - memory_mb_used);
+        node.free_disk_gb = NField::Set(local_gb - local_gb_used);
+        node.current_workload = NField::Set(usage.current_workload);
+        node.running_vms = NField::Set(usage.running_vms);
+        node.stats = NField::Set(
+            usage
+                .stats
+                .iter()
+                .map(|(k, v)| (k.clone(), Some(v.clone())))
+                .collect(),
+        );
+        node.numa_topology = NField::Set(self.numa_with_usage(usage).to_primitive().to_string());
+        node.pci_device_pools = NField::Set(super::pci::pools::pools_object(pools));
+        node.updated_at = NField::Set(now);
+        Versioned::new(node)
+    }
+
+    fn numa_with_usage(&self, usage: &NodeUsage) -> Versioned<NUMATopology> {
+        let mut numa = self.numa.clone();
+        if let Field::Set(cells) = &mut numa.obj.cells {
+            for cell in cells.iter_mut() {
+                let Some(id) = cell.obj.id.get().and_then(|i| u32::try_from(*i).ok()) else {
+                    continue;
+                };
+                cell.obj.cpu_usage = Field::Set(*usage.cell_cpus.get(&id).unwrap_or(&0));
+                cell.obj.memory_usage = Field::Set(*usage.cell_memory_mb.get(&id).unwrap_or(&0));
+                cell.obj.pinned_cpus = Field::Set(
+                    usage
+                        .cell_pinned
+                        .get(&id)
+                        .map(|v| v.iter().map(|c| i64::from(*c)).collect())
+                        .unwrap_or_default(),
+                );
+            }
+        }
+        numa
+    }
+}
+
+/// Builds the ComputeNode in one go (`--once`, tests): [`NodeTemplate::new`] then
+/// [`NodeTemplate::with_usage`].
 pub fn build_compute_node(
     inv: &HostInventory,
     cfg: &ValidConfig,
@@ -219,83 +354,7 @@ pub fn build_compute_node(
     pools: &[Pool],
     now: time::OffsetDateTime,
 ) -> Versioned<ComputeNode> {
-    let res = &cfg.resources;
-    let (shared, _) = cpu_sets(inv, res);
-    let vcpus = shared.len() as i64;
-    let memory_mb = inv.memory.total_mb as i64;
-    let local_gb = inv
-        .disks
-        .instances
-        .as_ref()
-        .map_or(0, |f| f.total_gb as i64);
-    let free_gb = inv.disks.instances.as_ref().map_or(0, |f| f.free_gb as i64);
-    // The audit starts *_used at the reserved amounts; Nova's disk is MB/1024 truncated.
-    let vcpus_used = res.reserved_host_cpus + usage.vcpus;
-    let memory_mb_used = res.reserved_host_memory_mb + usage.memory_mb;
-    let local_gb_used = res.reserved_host_disk_mb / 1024 + usage.disk_gb;
-    let arch = inv.cpu.arch.clone().unwrap_or_default();
-    let hv_specs = if crate::objects::enums::is_nova_architecture(&arch) {
-        vec![
-            Versioned::new(HVSpec::new(&arch, "kvm", "hvm")),
-            Versioned::new(HVSpec::new(&arch, "qemu", "hvm")),
-        ]
-    } else {
-        Vec::new()
-    };
-    let numa = numa_topology(inv, cfg, usage).to_primitive();
-    let node = ComputeNode {
-        id: Field::Unset,
-        uuid: Field::Set(id.uuid.clone()),
-        service_id: NField::Null,
-        host: NField::Set(id.host.clone()),
-        vcpus: Field::Set(vcpus),
-        memory_mb: Field::Set(memory_mb),
-        local_gb: Field::Set(local_gb),
-        vcpus_used: Field::Set(vcpus_used),
-        memory_mb_used: Field::Set(memory_mb_used),
-        local_gb_used: Field::Set(local_gb_used),
-        hypervisor_type: Field::Set(cfg.hypervisor_type.clone()),
-        hypervisor_version: Field::Set(hypervisor_version()),
-        hypervisor_hostname: NField::Set(id.hypervisor_hostname.clone()),
-        free_ram_mb: NField::Set(memory_mb - memory_mb_used),
-        free_disk_gb: NField::Set(local_gb - local_gb_used),
-        current_workload: NField::Set(usage.current_workload),
-        running_vms: NField::Set(usage.running_vms),
-        cpu_info: NField::Set(cpu_info_json(inv)),
-        // libvirt's free space minus what sparse images may still grow by; rtrack measures the
-        // filesystem's available space.
-        disk_available_least: NField::Set(free_gb),
-        metrics: NField::Set("[]".to_string()),
-        stats: NField::Set(
-            usage
-                .stats
-                .iter()
-                .map(|(k, v)| (k.clone(), Some(v.clone())))
-                .collect(),
-        ),
-        host_ip: NField::from_option(cfg.host_ip),
-        numa_topology: NField::Set(numa.to_string()),
-        supported_hv_specs: Field::Set(hv_specs),
-        pci_device_pools: NField::Set(super::pci::pools::pools_object(pools)),
-        cpu_allocation_ratio: Field::Set(
-            res.cpu_allocation_ratio
-                .unwrap_or(res.initial_cpu_allocation_ratio),
-        ),
-        ram_allocation_ratio: Field::Set(
-            res.ram_allocation_ratio
-                .unwrap_or(res.initial_ram_allocation_ratio),
-        ),
-        disk_allocation_ratio: Field::Set(
-            res.disk_allocation_ratio
-                .unwrap_or(res.initial_disk_allocation_ratio),
-        ),
-        mapped: Field::Set(0),
-        created_at: NField::Set(id.created_at),
-        updated_at: NField::Set(now),
-        deleted_at: NField::Null,
-        deleted: Field::Set(false),
-    };
-    Versioned::new(node)
+    NodeTemplate::new(inv, cfg, id).with_usage(usage, pools, now)
 }
 
 /// A ComputeNode primitive without its `updated_at`, for comparisons: the audit time alone is

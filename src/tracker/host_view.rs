@@ -1,0 +1,116 @@
+//! What the tracker derives from one probe and the settings, once per audit and outside the
+//! tracker lock: the inventory per class, the PCI functions the device specs select, the socket
+//! of each NUMA cell, and the host's part of the ComputeNode.
+//!
+//! In: a [`HostInventory`] and the [`TrackerSettings`]. Out: a [`HostView`], shared (`Arc`)
+//! by the working and committed trackers, and read by the report, `/v1/inventory`,
+//! `/v1/compute-node` and `--once`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use super::node_template::{NodeIdentity, NodeTemplate};
+use super::pci::claim::CellSockets;
+use super::pci::devices::{select_tracked, TrackedDevice};
+use super::state::TrackerSettings;
+use crate::inventory::resources::{
+    compute_inventory, InventoryOptions, ResourceClass, ResourceInventory,
+};
+use crate::probes::pci::PciAddress;
+use crate::probes::HostInventory;
+
+/// One probe as the tracker uses it (see the module comment).
+#[derive(Debug)]
+pub struct HostView {
+    /// The probe.
+    pub host: Arc<HostInventory>,
+    /// Inventory per class with a total above zero.
+    pub inventory: BTreeMap<ResourceClass, ResourceInventory>,
+    /// The PCI functions a device spec selects, all available, by address.
+    pub tracked: BTreeMap<PciAddress, TrackedDevice>,
+    /// The socket of each NUMA cell, when all its CPUs share one.
+    pub sockets: CellSockets,
+    /// The ComputeNode's host facts.
+    pub node: NodeTemplate,
+    /// Which settings it was built for: the tracker's settings generation at the time (a
+    /// reload while an audit probes makes the audit derive the view again, under the lock).
+    pub generation: u64,
+}
+
+impl HostView {
+    /// Derives everything the tracker needs from `host` under `settings`.
+    pub fn build(
+        host: Arc<HostInventory>,
+        settings: &TrackerSettings,
+        generation: u64,
+    ) -> HostView {
+        let config = &settings.config;
+        let inventory = compute_inventory(
+            &host,
+            &config.resources,
+            InventoryOptions {
+                shared_disk: settings.shared_disk(),
+            },
+        )
+        .into_iter()
+        .map(|r| (r.class, r))
+        .collect();
+        let tracked = select_tracked(&host.pci_devices, &config.device_specs)
+            .into_iter()
+            .map(|d| (d.address, d))
+            .collect();
+        let identity = NodeIdentity {
+            uuid: settings.node_uuid.clone(),
+            hypervisor_hostname: settings.names.node.clone(),
+            host: settings.names.host.clone(),
+            created_at: settings.node_created_at,
+        };
+        HostView {
+            inventory,
+            tracked,
+            sockets: cell_sockets(&host),
+            node: NodeTemplate::new(&host, config, &identity),
+            generation,
+            host,
+        }
+    }
+
+    /// The view of `host` under `config` alone, with a placeholder node identity: for callers
+    /// that need only the host facts (the Placement tests, tools).
+    pub fn of_config(host: HostInventory, config: &crate::config::ValidConfig) -> HostView {
+        let settings = TrackerSettings {
+            config: config.clone(),
+            names: super::model::HostNames {
+                host: String::new(),
+                node: String::new(),
+            },
+            node_uuid: String::new(),
+            node_created_at: time::OffsetDateTime::UNIX_EPOCH,
+        };
+        HostView::build(Arc::new(host), &settings, 0)
+    }
+}
+
+/// The socket of each NUMA cell: the one package all its CPUs are on, else none.
+pub fn cell_sockets(host: &HostInventory) -> CellSockets {
+    host.numa_nodes
+        .iter()
+        .map(|n| {
+            let pkgs: BTreeSet<i64> = host
+                .cpu
+                .cpus
+                .iter()
+                .filter(|c| n.cpus.contains(c.id))
+                .filter_map(|c| c.package)
+                .collect();
+            (
+                n.id,
+                if pkgs.len() == 1 {
+                    pkgs.into_iter().next()
+                } else {
+                    None
+                },
+            )
+        })
+        .collect()
+}
