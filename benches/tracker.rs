@@ -158,10 +158,14 @@ fn main() {
         let c0 = thread_cpu();
         let view = Arc::new(t.view_of(h));
         view_cpu.push((thread_cpu() - c0).as_secs_f64() * 1000.0);
+        // The service's committed view holds the previous probe until the writer swaps it
+        // (and frees it, outside every lock): hold it here too.
+        let previous = t.view();
         let (c0, w0) = (thread_cpu(), Instant::now());
         let (out, _) = t.audit_view(view, time::OffsetDateTime::UNIX_EPOCH);
         cpu.push((thread_cpu() - c0).as_secs_f64() * 1000.0);
         wall.push(w0.elapsed().as_secs_f64() * 1000.0);
+        drop(previous);
         assert!(out.devices_added.is_empty());
     }
     let mut probe_ms = Vec::new();

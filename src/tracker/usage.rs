@@ -199,26 +199,26 @@ pub fn stats(
     usage: &Usage,
     failed_builds: u64,
 ) -> BTreeMap<String, String> {
-    let mut counts: BTreeMap<String, i64> = BTreeMap::new();
-    let mut bump = |k: String| *counts.entry(k).or_default() += 1;
+    // Counted by (prefix, value) borrowed from the records; the names are built once per
+    // distinct key, not once per instance.
+    let mut by_part: BTreeMap<(&str, &str), i64> = BTreeMap::new();
     for uuid in &usage.tracked_instances {
         let Some(inst) = instances.get(uuid) else {
             continue;
         };
-        bump("num_instances".to_string());
-        bump(format!("num_vm_{}", inst.vm_state));
-        bump(format!(
-            "num_task_{}",
-            inst.task_state.as_deref().unwrap_or("None")
-        ));
-        bump(format!(
-            "num_os_type_{}",
-            inst.os_type.as_deref().unwrap_or("None")
-        ));
-        bump(format!(
-            "num_proj_{}",
-            inst.project_id.as_deref().unwrap_or("None")
-        ));
+        for key in [
+            ("num_instances", ""),
+            ("num_vm_", inst.vm_state.as_str()),
+            ("num_task_", inst.task_state.as_deref().unwrap_or("None")),
+            ("num_os_type_", inst.os_type.as_deref().unwrap_or("None")),
+            ("num_proj_", inst.project_id.as_deref().unwrap_or("None")),
+        ] {
+            *by_part.entry(key).or_default() += 1;
+        }
+    }
+    let mut counts: BTreeMap<String, i64> = BTreeMap::new();
+    for ((prefix, value), n) in by_part {
+        *counts.entry(format!("{prefix}{value}")).or_default() += n;
     }
     let get = |counts: &BTreeMap<String, i64>, k: &str| *counts.get(k).unwrap_or(&0);
     let io = [
