@@ -10,13 +10,12 @@
 //!
 //! An operation on an instance whose changes are still in flight waits for them ([`in_flight`]),
 //! so an idempotent retry is answered from committed state. A claim whose caller left before
-//! hearing of it is aborted, unless another caller was told of it ([`granted`]).
+//! hearing of it is aborted, unless another caller was told of it ([`Granted`]).
 //!
 //! After a failed commit the store has rolled the transaction back, so `working` is reset to
 //! `committed`, and the store is read back to confirm it. Until the store can be read, nothing
 //! is changed: operations get [`ServiceError::Unavailable`] and `/healthz` says why.
 
-mod granted;
 mod in_flight;
 mod writer;
 
@@ -28,7 +27,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{FairMutex, Mutex};
 
-pub use granted::Granted;
 pub use writer::CommitStats;
 
 use crate::probes::HostInventory;
@@ -184,15 +182,23 @@ impl TrackerService {
         touched.extend(keys);
         self.in_flight.enter(&touched);
         // Queued under the lock: commits happen in the order the changes were made.
-        let wait = match self.submit(changes, view) {
-            Ok(wait) => wait,
-            Err(e) => {
-                // Nothing was queued: memory goes back to what is committed at once.
-                *working = self.committed.lock().clone();
-                self.in_flight.leave(&touched);
-                return Err(e);
-            }
+        let (done, wait) = mpsc::sync_channel::<CommitResult>(1);
+        let job = Job::Commit {
+            changes: Box::new(changes),
+            view,
+            done,
         };
+        let queued = self
+            .tx
+            .lock()
+            .as_ref()
+            .is_some_and(|tx| tx.send(job).is_ok());
+        if !queued {
+            // Nothing was queued (the writer is gone): memory goes back to what is committed.
+            *working = self.committed.lock().clone();
+            self.in_flight.leave(&touched);
+            return Err(ServiceError::Stopped);
+        }
         drop(working);
         let result = wait.recv();
         let outcome = match result {
@@ -209,23 +215,6 @@ impl TrackerService {
         // Only now, with memory and store agreeing, may a waiting retry look.
         self.in_flight.leave(&touched);
         outcome
-    }
-
-    fn submit(
-        &self,
-        changes: Changes,
-        view: Option<Arc<HostView>>,
-    ) -> Result<mpsc::Receiver<CommitResult>, ServiceError> {
-        let (done, wait) = mpsc::sync_channel(1);
-        let tx = self.tx.lock();
-        let tx = tx.as_ref().ok_or(ServiceError::Stopped)?;
-        tx.send(Job::Commit {
-            changes: Box::new(changes),
-            view,
-            done,
-        })
-        .map_err(|_| ServiceError::Stopped)?;
-        Ok(wait)
     }
 
     /// After a failed commit: the working tracker goes back to the committed view (the store
@@ -418,5 +407,112 @@ impl TrackerService {
 impl Drop for TrackerService {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// A claim (or move claim) granted for a caller that has not been answered yet. Answer the
+/// caller, then [`Granted::answered`]; dropped unanswered, a new claim is aborted.
+pub struct Granted<'a> {
+    service: &'a TrackerService,
+    /// What was granted (or found, or would fit on a dry run).
+    pub outcome: ClaimOutcome,
+    /// Set for a new claim: the token of its unanswered mark.
+    token: Option<u64>,
+}
+
+impl Granted<'_> {
+    /// The caller has the answer: the claim stays.
+    pub fn answered(mut self) -> ClaimOutcome {
+        if let Some(token) = self.token.take() {
+            let uuid = &self.outcome.claim.instance_uuid;
+            let mut unanswered = self.service.unanswered.lock();
+            if unanswered.get(uuid) == Some(&token) {
+                unanswered.remove(uuid);
+            }
+        }
+        self.outcome.clone()
+    }
+}
+
+impl Drop for Granted<'_> {
+    fn drop(&mut self) {
+        let Some(token) = self.token.take() else {
+            return;
+        };
+        let uuid = self.outcome.claim.instance_uuid.clone();
+        tracing::warn!(instance = %uuid, "the caller left before the claim was answered; aborting it unless another caller was told of it");
+        if let Err(e) = self.service.abort_unanswered(&uuid, token) {
+            tracing::error!(instance = %uuid, error = %e, "aborting an unanswered claim failed");
+        }
+    }
+}
+
+impl TrackerService {
+    /// An instance claim for a caller that may go away before it is answered.
+    pub fn guarded_claim(
+        &self,
+        info: &InstanceInfo,
+        req: &InstanceRequest,
+    ) -> Result<Granted<'_>, ServiceError> {
+        self.guarded(&info.uuid, |t, now| t.instance_claim(info, req, now, false))
+    }
+
+    /// A move claim for a caller that may go away before it is answered.
+    pub fn guarded_move(&self, mv: &MoveRequest) -> Result<Granted<'_>, ServiceError> {
+        self.guarded(&mv.instance.uuid, |t, now| t.move_claim(mv, now, false))
+    }
+
+    /// Runs a claim operation on instance `uuid` (given the tracker and the time) for a caller
+    /// that may go away before it is answered: see [`Granted`].
+    pub fn guarded(
+        &self,
+        uuid: &str,
+        op: impl FnOnce(&mut Tracker, i64) -> Result<(ClaimOutcome, Changes), ClaimError>,
+    ) -> Result<Granted<'_>, ServiceError> {
+        let token = self
+            .next_token
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let now = now_secs();
+        let result = self.mutate(Subject::Instance(uuid), false, |t| {
+            let (outcome, changes) = op(t, now)?;
+            let mut unanswered = self.unanswered.lock();
+            if outcome.existing {
+                // This caller is told of it: nobody may abort it for leaving any more.
+                unanswered.remove(uuid);
+            } else if !outcome.dry_run {
+                unanswered.insert(uuid.to_string(), token);
+            }
+            Ok((outcome, changes))
+        });
+        match result {
+            Ok(outcome) => {
+                let new = !outcome.existing && !outcome.dry_run;
+                Ok(Granted {
+                    service: self,
+                    outcome,
+                    token: new.then_some(token),
+                })
+            }
+            Err(e) => {
+                let mut unanswered = self.unanswered.lock();
+                if unanswered.get(uuid) == Some(&token) {
+                    unanswered.remove(uuid);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Aborts the claim of `uuid` if it is still the unanswered one marked `token`.
+    fn abort_unanswered(&self, uuid: &str, token: u64) -> Result<(), ServiceError> {
+        self.mutate(Subject::Instance(uuid), false, |t| {
+            let mut unanswered = self.unanswered.lock();
+            if unanswered.get(uuid) != Some(&token) {
+                tracing::info!(instance = %uuid, "another caller was told of the claim; it stays");
+                return Ok(((), Changes::default()));
+            }
+            unanswered.remove(uuid);
+            t.abort(uuid).map(|c| ((), c))
+        })
     }
 }

@@ -11,11 +11,11 @@ use serde::{Deserialize, Serialize};
 
 use std::sync::Arc;
 
-use super::error::{ClaimError, Refusal, ResourceShortfall};
+use super::error::{ClaimError, ResourceShortfall};
 use super::host_view::HostView;
 use super::model::{FlavorUsage, HostNames, InstanceRecord, InstanceRequest, MigrationRecord};
 use super::node_template::NodeUsage;
-use super::pci::claim::{claim_devices, free_owner, Assignment};
+use super::pci::claim::{free_owner, Assignment};
 use super::pci::devices::TrackedDevice;
 use super::pci::pools::{build_pools, Pool};
 use super::usage::{compute_usage, current_workload, stats, Usage};
@@ -194,26 +194,6 @@ impl Changes {
 pub use super::ops::{
     AuditOutcome, ClaimOutcome, InstanceInfo, InstanceUpdate, MoveRequest, MoveType, PoolUsage,
 };
-
-/// A claim that passed its test: the device states after it, the devices given, the resources.
-type TestedClaim = (
-    Option<Vec<TrackedDevice>>,
-    Vec<Assignment>,
-    BTreeMap<ResourceClass, i64>,
-);
-
-/// What [`Tracker::test_claim`] checks a request for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum TestKind {
-    /// An instance claim: devices claimed, usage from the cache kept in step with claims.
-    Instance,
-    /// The destination side of a move: usage derived afresh from the records (a move changes
-    /// them in ways only a full derivation follows).
-    Move {
-        /// Whether PCI devices are claimed here (every move type but live migration).
-        claim_pci: bool,
-    },
-}
 
 /// Settings the tracker needs from the configuration.
 #[derive(Debug, Clone)]
@@ -425,51 +405,6 @@ impl Tracker {
 
     pub(super) fn device_vec(&self) -> Vec<TrackedDevice> {
         self.state.devices.values().cloned().collect()
-    }
-
-    /// Claims devices and checks resources; nothing is changed. Returns the new device states.
-    pub(super) fn test_claim(
-        &self,
-        uuid: &str,
-        req: &InstanceRequest,
-        kind: TestKind,
-    ) -> Result<TestedClaim, ClaimError> {
-        let (claim_pci, cache_usage) = match kind {
-            TestKind::Instance => (true, true),
-            TestKind::Move { claim_pci } => (claim_pci, false),
-        };
-        let resources = req
-            .flavor
-            .resources(req.is_bfv, self.settings.shared_disk());
-        // Only an instance claim keeps the cache up to date as it changes the records; a move
-        // claim changes them in ways only a full derivation follows.
-        let usage = if cache_usage {
-            self.used()
-        } else {
-            self.usage().used
-        };
-        let shortfalls = self.shortfalls(&resources, &usage);
-        let pci = if claim_pci && !req.pci_requests.is_empty() {
-            claim_devices(
-                &self.device_vec(),
-                &self.settings.config.device_specs,
-                &req.pci_requests,
-                &req.numa_cells,
-                &self.view.sockets,
-                uuid,
-            )
-            .map(|(d, a)| (Some(d), a))
-        } else {
-            Ok((None, Vec::new()))
-        };
-        match (shortfalls.is_empty(), pci) {
-            (true, Ok((devs, assigned))) => Ok((devs, assigned, resources)),
-            (_, pci) => Err(ClaimError::Refused(Box::new(Refusal {
-                instance_uuid: uuid.to_string(),
-                resources: shortfalls,
-                pci: pci.err(),
-            }))),
-        }
     }
 
     pub(super) fn replace_devices(

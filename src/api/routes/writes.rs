@@ -151,7 +151,11 @@ pub async fn create_claim(
         &state,
         "instance_claim",
         info.uuid.clone(),
-        move |s| s.guarded_claim(&info, &request),
+        move |s| {
+            s.guarded(&info.uuid, |t, now| {
+                t.instance_claim(&info, &request, now, false)
+            })
+        },
         move |s| s.instance_claim(&info2, &request2, true),
         |_, _| Ok(()),
         dry_run,
@@ -217,7 +221,7 @@ pub async fn create_migration(
         &state,
         "move_claim",
         uuid,
-        move |s| s.guarded_move(&mv),
+        move |s| s.guarded(&mv.instance.uuid, |t, now| t.move_claim(&mv, now, false)),
         move |s| s.move_claim(&mv2, true),
         |st, o| match o.claim.migration_id {
             Some(id) if !o.dry_run => migration_view(st, id),

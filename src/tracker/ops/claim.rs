@@ -1,12 +1,18 @@
 //! Build claims (Nova's `instance_claim`), aborts (`abort_instance_claim`) and the failed-build
-//! counter: an instance's request in, the claim (or the refusal) and its [`Changes`] out.
+//! counter, and the test every claim and move claim passes (resources and PCI, nothing
+//! changed): an instance's request in, the claim (or the refusal) and its [`Changes`] out.
 //!
 //! [`Changes`]: super::super::state::Changes
 
+use std::collections::BTreeMap;
+
 use super::{ClaimOutcome, InstanceInfo};
-use crate::tracker::error::ClaimError;
+use crate::inventory::resources::ResourceClass;
+use crate::tracker::error::{ClaimError, Refusal};
 use crate::tracker::model::{InstanceRecord, InstanceRequest};
-use crate::tracker::state::{validate_uuid, Changes, ClaimRecord, TestKind, Tracker};
+use crate::tracker::pci::claim::{claim_devices, Assignment};
+use crate::tracker::pci::devices::TrackedDevice;
+use crate::tracker::state::{validate_uuid, Changes, ClaimRecord, Tracker};
 use crate::tracker::states::{check_task_state, check_vm_state, releases_resources};
 
 impl Tracker {
@@ -176,6 +182,73 @@ impl Tracker {
         Changes {
             counters: Some(self.counters()),
             ..Changes::default()
+        }
+    }
+}
+
+/// A claim that passed its test: the device states after it, the devices given, the resources.
+type TestedClaim = (
+    Option<Vec<TrackedDevice>>,
+    Vec<Assignment>,
+    BTreeMap<ResourceClass, i64>,
+);
+
+/// What [`Tracker::test_claim`] checks a request for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TestKind {
+    /// An instance claim: devices claimed, usage from the cache kept in step with claims.
+    Instance,
+    /// The destination side of a move: usage derived afresh from the records (a move changes
+    /// them in ways only a full derivation follows).
+    Move {
+        /// Whether PCI devices are claimed here (every move type but live migration).
+        claim_pci: bool,
+    },
+}
+
+impl Tracker {
+    /// Claims devices and checks resources; nothing is changed. Returns the new device states.
+    pub(crate) fn test_claim(
+        &self,
+        uuid: &str,
+        req: &InstanceRequest,
+        kind: TestKind,
+    ) -> Result<TestedClaim, ClaimError> {
+        let (claim_pci, cache_usage) = match kind {
+            TestKind::Instance => (true, true),
+            TestKind::Move { claim_pci } => (claim_pci, false),
+        };
+        let resources = req
+            .flavor
+            .resources(req.is_bfv, self.settings.shared_disk());
+        // Only an instance claim keeps the cache up to date as it changes the records; a move
+        // claim changes them in ways only a full derivation follows.
+        let usage = if cache_usage {
+            self.used()
+        } else {
+            self.usage().used
+        };
+        let shortfalls = self.shortfalls(&resources, &usage);
+        let pci = if claim_pci && !req.pci_requests.is_empty() {
+            claim_devices(
+                &self.device_vec(),
+                &self.settings.config.device_specs,
+                &req.pci_requests,
+                &req.numa_cells,
+                &self.view.sockets,
+                uuid,
+            )
+            .map(|(d, a)| (Some(d), a))
+        } else {
+            Ok((None, Vec::new()))
+        };
+        match (shortfalls.is_empty(), pci) {
+            (true, Ok((devs, assigned))) => Ok((devs, assigned, resources)),
+            (_, pci) => Err(ClaimError::Refused(Box::new(Refusal {
+                instance_uuid: uuid.to_string(),
+                resources: shortfalls,
+                pci: pci.err(),
+            }))),
         }
     }
 }

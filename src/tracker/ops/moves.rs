@@ -5,10 +5,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use super::claim::TestKind;
 use super::{ClaimOutcome, MoveRequest, MoveType};
 use crate::tracker::error::ClaimError;
 use crate::tracker::model::{InstanceRecord, MigrationContext, MigrationRecord};
-use crate::tracker::state::{validate_uuid, Changes, ClaimRecord, TestKind, Tracker};
+use crate::tracker::state::{validate_uuid, Changes, ClaimRecord, Tracker};
 use crate::tracker::states::{check_task_state, check_vm_state, move_is_counted};
 use crate::tracker::usage::on_node;
 
