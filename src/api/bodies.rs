@@ -20,69 +20,88 @@ use crate::tracker::model::InstanceRequest;
 use crate::tracker::pci::AliasTable;
 use crate::tracker::request::from_request_spec;
 use crate::tracker::state::{InstanceInfo, MoveType};
+use utoipa::ToSchema;
 
 /// The legacy dicts.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = LegacyRequest)]
 pub struct LegacyBody {
-    /// The legacy `request_spec` dict.
+    /// The legacy `request_spec` dict (instance_type, instance_properties, num_instances, image).
+    #[schema(value_type = Object)]
     pub request_spec: Value,
     /// The legacy `filter_properties` dict (default `{}`).
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     pub filter_properties: Option<Value>,
 }
 
 /// Who the instance is.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = Instance)]
 pub struct InstanceBody {
     /// Uuid (default: the request spec's `instance_uuid`; both given must agree).
+    #[schema(format = "uuid")]
     pub uuid: Option<String>,
     /// Project (default: the request spec's).
+    #[schema(max_length = 255)]
     pub project_id: Option<String>,
     /// User (default: the request spec's).
+    #[schema(max_length = 255)]
     pub user_id: Option<String>,
     /// Guest OS type.
+    #[schema(max_length = 255)]
     pub os_type: Option<String>,
     /// VM state (default `building`).
+    #[schema(schema_with = crate::tracker::states::vm_state_schema)]
     pub vm_state: Option<String>,
     /// Task state.
+    #[schema(schema_with = crate::tracker::states::task_state_schema)]
     pub task_state: Option<String>,
     /// Host the instance is on now (for a move: the source).
+    #[schema(max_length = 255)]
     pub host: Option<String>,
     /// Node the instance is on now (for a move: the source).
+    #[schema(max_length = 255)]
     pub node: Option<String>,
 }
 
 /// What an instance asks for, in either form.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = CurrentRequest)]
 pub struct SpecBody {
     /// RequestSpec primitive.
+    #[schema(value_type = Option<Object>)]
     pub request_spec: Option<Value>,
     /// Legacy dicts.
     pub legacy: Option<LegacyBody>,
 }
 
-/// `POST /v1/claims`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+/// `POST /v1/claims`: request_spec or legacy, not both.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = ClaimRequest)]
 pub struct ClaimBody {
     /// The instance.
     pub instance: Option<InstanceBody>,
-    /// RequestSpec primitive.
+    /// RequestSpec primitive (nova_object.name = RequestSpec).
+    #[schema(value_type = Option<Object>)]
     pub request_spec: Option<Value>,
     /// Legacy dicts.
     pub legacy: Option<LegacyBody>,
 }
 
-/// `POST /v1/migrations`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+/// `POST /v1/migrations`: request_spec or legacy, not both.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = MigrationRequest)]
 pub struct MigrationBody {
     /// The instance as it is now (host/node = the source).
     pub instance: Option<InstanceBody>,
     /// What the instance asks for at the destination: RequestSpec primitive.
+    #[schema(value_type = Option<Object>)]
     pub request_spec: Option<Value>,
     /// ... or legacy dicts.
     pub legacy: Option<LegacyBody>,
@@ -92,16 +111,22 @@ pub struct MigrationBody {
     /// changes, else migration).
     pub move_type: Option<MoveType>,
     /// Nova's migration id (default: rtrack assigns one).
+    #[schema(minimum = 1)]
     pub migration_id: Option<i64>,
     /// The migration's uuid (default: derived from the id).
+    #[schema(format = "uuid")]
     pub migration_uuid: Option<String>,
     /// Source host (default: the instance's host).
+    #[schema(max_length = 255)]
     pub source_compute: Option<String>,
     /// Source node (default: the instance's node).
+    #[schema(max_length = 255)]
     pub source_node: Option<String>,
     /// Destination host (default: this host).
+    #[schema(max_length = 255)]
     pub dest_compute: Option<String>,
     /// Destination node (default: this node).
+    #[schema(max_length = 255)]
     pub dest_node: Option<String>,
 }
 

@@ -1,5 +1,5 @@
 //! The local API: HTTP/1.1 and JSON over a Unix socket, for the hypervisor driver or
-//! orchestrator on the same host. Routes are listed in [`openapi::ROUTES`] and described in the
+//! orchestrator on the same host. Routes are declared once in [`ROUTES`] and described in the
 //! OpenAPI document served at `/v1/openapi.json`; `docs/api.md` shows examples.
 //!
 //! Every request runs through, in order: a `request` tracing span (method, route, request id,
@@ -22,7 +22,7 @@ use std::time::Duration;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::Router;
 
 use crate::api::peer::Peer;
@@ -42,34 +42,42 @@ pub struct Limits {
     pub timeout: Duration,
 }
 
+/// Declares every route once: [`ROUTES`] (method and path, which the OpenAPI document must
+/// list exactly) and the router's table are both generated from this list, so a route cannot be
+/// served without being in the list, nor listed without being served.
+macro_rules! route_table {
+    ($($method:literal $filter:ident $path:literal => $handler:path),* $(,)?) => {
+        /// Every route the socket API serves: method and path template.
+        pub const ROUTES: &[(&str, &str)] = &[$(($method, $path)),*];
+
+        fn served_routes(router: Router<Arc<DaemonState>>) -> Router<Arc<DaemonState>> {
+            router $(.route($path, axum::routing::$filter($handler)))*
+        }
+    };
+}
+
+route_table! {
+    "GET" get "/healthz" => routes::healthz,
+    "GET" get "/metrics" => routes::metrics,
+    "GET" get "/v1/openapi.json" => routes::openapi,
+    "GET" get "/v1/inventory" => routes::inventory,
+    "GET" get "/v1/compute-node" => routes::compute_node,
+    "GET" get "/v1/usage" => routes::usage,
+    "GET" get "/v1/claims" => routes::list_claims,
+    "POST" post "/v1/claims" => routes::create_claim,
+    "GET" get "/v1/claims/{instance_uuid}" => routes::show_claim,
+    "DELETE" delete "/v1/claims/{instance_uuid}" => routes::delete_claim,
+    "GET" get "/v1/migrations" => routes::list_migrations,
+    "POST" post "/v1/migrations" => routes::create_migration,
+    "GET" get "/v1/migrations/{id}" => routes::show_migration,
+    "POST" post "/v1/migrations/{id}/confirm" => routes::confirm_migration,
+    "POST" post "/v1/migrations/{id}/revert" => routes::revert_migration,
+    "POST" post "/v1/instances/{uuid}/state" => routes::update_instance,
+}
+
 /// The socket API.
 pub fn router(state: Arc<DaemonState>, limits: Limits) -> Router {
-    Router::new()
-        .route("/healthz", get(routes::healthz))
-        .route("/metrics", get(routes::metrics))
-        .route("/v1/openapi.json", get(routes::openapi))
-        .route("/v1/inventory", get(routes::inventory))
-        .route("/v1/compute-node", get(routes::compute_node))
-        .route("/v1/usage", get(routes::usage))
-        .route(
-            "/v1/claims",
-            get(routes::list_claims).post(routes::create_claim),
-        )
-        .route(
-            "/v1/claims/{instance_uuid}",
-            get(routes::show_claim).delete(routes::delete_claim),
-        )
-        .route(
-            "/v1/migrations",
-            get(routes::list_migrations).post(routes::create_migration),
-        )
-        .route("/v1/migrations/{id}", get(routes::show_migration))
-        .route(
-            "/v1/migrations/{id}/confirm",
-            post(routes::confirm_migration),
-        )
-        .route("/v1/migrations/{id}/revert", post(routes::revert_migration))
-        .route("/v1/instances/{uuid}/state", post(routes::update_instance))
+    served_routes(Router::new())
         .fallback(routes::no_route)
         .method_not_allowed_fallback(routes::wrong_method)
         .layer(DefaultBodyLimit::max(limits.max_body_bytes))
@@ -176,7 +184,7 @@ async fn check_peer(
         .join("/");
     let method = req.method().to_string();
     let response = next.run(req).await;
-    let route = if openapi::ROUTES.iter().any(|(_, p)| p.starts_with(&route)) {
+    let route = if ROUTES.iter().any(|(_, p)| p.starts_with(&route)) {
         route
     } else {
         "other".to_string()

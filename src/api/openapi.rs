@@ -1,13 +1,17 @@
-//! The OpenAPI 3 description of the local API, served at `/v1/openapi.json`. [`ROUTES`] is the
-//! list the router is built to; the end-to-end tests call every documented operation on a live
-//! daemon and check that no route is missing from either side.
+//! The OpenAPI 3 description of the local API, served at `/v1/openapi.json`.
+//!
+//! In: [`ROUTES`] (declared once in `api/mod.rs`, where the router is built from the same list),
+//! the error table, and the request body types, whose schemas are derived from their definitions.
+//! Out: the document. Tests check that it lists exactly [`ROUTES`], and the end-to-end tests call
+//! every documented operation on a live daemon.
 
 use serde_json::{json, Value};
 
+use super::bodies::{ClaimBody, MigrationBody};
 use super::error::ErrorCode;
 use crate::objects::compute_node::ComputeNode;
 use crate::objects::NovaObject;
-use crate::tracker::states::{TASK_STATES, VM_STATES};
+use crate::tracker::state::InstanceUpdate;
 
 /// The ComputeNode versions `?version=` accepts: every minor of the current major up to it.
 fn compute_node_versions() -> Vec<String> {
@@ -17,25 +21,7 @@ fn compute_node_versions() -> Vec<String> {
         .collect()
 }
 
-/// Every route: method and path template.
-pub const ROUTES: &[(&str, &str)] = &[
-    ("GET", "/healthz"),
-    ("GET", "/metrics"),
-    ("GET", "/v1/openapi.json"),
-    ("GET", "/v1/inventory"),
-    ("GET", "/v1/compute-node"),
-    ("GET", "/v1/usage"),
-    ("GET", "/v1/claims"),
-    ("POST", "/v1/claims"),
-    ("GET", "/v1/claims/{instance_uuid}"),
-    ("DELETE", "/v1/claims/{instance_uuid}"),
-    ("GET", "/v1/migrations"),
-    ("POST", "/v1/migrations"),
-    ("GET", "/v1/migrations/{id}"),
-    ("POST", "/v1/migrations/{id}/confirm"),
-    ("POST", "/v1/migrations/{id}/revert"),
-    ("POST", "/v1/instances/{uuid}/state"),
-];
+pub use super::ROUTES;
 
 /// True when a concrete path matches a template (`{x}` matches one segment).
 pub fn path_matches(template: &str, path: &str) -> bool {
@@ -108,13 +94,6 @@ pub fn document() -> Value {
     let id = json!({"type": "integer", "format": "int64", "minimum": 1});
     let std_errors = [403, 503];
     let error_codes: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
-    let name = json!({"type": "string", "maxLength": super::bodies::MAX_NAME});
-    let vm_state = json!({"type": "string", "enum": VM_STATES});
-    let task_state = json!({"type": "string", "enum": TASK_STATES});
-    let mut none_or_task: Vec<&str> = vec![""];
-    none_or_task.extend_from_slice(TASK_STATES);
-    let task_state_or_none =
-        json!({"type": "string", "enum": none_or_task, "description": "\"\" clears it"});
     json!({
         "openapi": "3.0.3",
         "info": {
@@ -173,7 +152,7 @@ pub fn document() -> Value {
                     "requestBody": body("InstanceUpdate"),
                     "responses": responses(&[("200", ok("updated", json!({"type": "object", "properties": {"instance": {"type": "object"}}})))], &[400, 403, 404, 409, 413, 415, 500, 503])}},
         },
-        "components": {"schemas": {
+        "components": {"schemas": schemas_with_bodies(json!({
             "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "object", "required": ["code", "message", "details"], "properties": {
                 "code": {"type": "string", "enum": error_codes},
                 "message": {"type": "string"},
@@ -182,31 +161,6 @@ pub fn document() -> Value {
                 "audits_succeeded": {"type": "integer"}, "audits_failing_in_a_row": {"type": "integer"}, "last_audit_at": {"type": "string", "nullable": true},
                 "last_audit_seconds": {"type": "number", "nullable": true}, "last_audit_error": {"type": "string", "nullable": true},
                 "store_unavailable": {"type": "string", "nullable": true, "description": "why changes are refused (503 store_unavailable), while they are"}}},
-            "LegacyRequest": {"type": "object", "additionalProperties": false, "required": ["request_spec"], "properties": {
-                "request_spec": {"type": "object", "description": "legacy request_spec dict (instance_type, instance_properties, num_instances, image)"},
-                "filter_properties": {"type": "object", "description": "legacy filter_properties dict"}}},
-            "Instance": {"type": "object", "additionalProperties": false, "properties": {
-                "uuid": uuid, "project_id": name.clone(), "user_id": name.clone(), "os_type": name.clone(),
-                "vm_state": vm_state.clone(), "task_state": task_state.clone(), "host": name.clone(), "node": name.clone()}},
-            "ClaimRequest": {"type": "object", "additionalProperties": false, "description": "request_spec or legacy, not both",
-                "oneOf": [{"required": ["request_spec"]}, {"required": ["legacy"]}], "properties": {
-                "instance": schema_ref("Instance"),
-                "request_spec": {"type": "object", "description": "RequestSpec primitive (nova_object.name = RequestSpec)"},
-                "legacy": schema_ref("LegacyRequest")}},
-            "MigrationRequest": {"type": "object", "additionalProperties": false, "description": "request_spec or legacy, not both",
-                "oneOf": [{"required": ["request_spec"]}, {"required": ["legacy"]}], "properties": {
-                "instance": schema_ref("Instance"),
-                "request_spec": {"type": "object", "description": "RequestSpec primitive for the destination (new flavor)"},
-                "legacy": schema_ref("LegacyRequest"),
-                "current": {"type": "object", "additionalProperties": false, "oneOf": [{"required": ["request_spec"]}, {"required": ["legacy"]}],
-                    "properties": {"request_spec": {"type": "object"}, "legacy": schema_ref("LegacyRequest")}},
-                "move_type": {"type": "string", "enum": ["resize", "migration", "live-migration", "evacuation"]},
-                "migration_id": {"type": "integer", "format": "int64", "minimum": 1}, "migration_uuid": {"type": "string", "format": "uuid"},
-                "source_compute": name.clone(), "source_node": name.clone(),
-                "dest_compute": name.clone(), "dest_node": name.clone()}},
-            "InstanceUpdate": {"type": "object", "additionalProperties": false, "properties": {
-                "vm_state": vm_state, "task_state": task_state_or_none,
-                "host": name.clone(), "node": name, "apply_new_flavor": {"type": "boolean"}}},
             "Claim": {"type": "object", "properties": {
                 "instance_uuid": {"type": "string"}, "migration_id": {"type": "integer", "nullable": true},
                 "resources": {"type": "object", "additionalProperties": {"type": "integer"}},
@@ -230,13 +184,76 @@ pub fn document() -> Value {
                     "vendor_id": {"type": "string"}, "product_id": {"type": "string"}, "numa_node": {"type": "integer", "nullable": true},
                     "tags": {"type": "object"}, "total": {"type": "integer"}, "free": {"type": "integer"}}}},
                 "instances": {"type": "integer"}, "claims": {"type": "integer"}, "migrations_in_progress": {"type": "integer"}}},
-        }},
+        }))},
     })
+}
+
+/// The hand-written answer schemas with the request bodies' schemas added: those are derived
+/// from the body types (utoipa), so the document describes exactly what the server decodes.
+fn schemas_with_bodies(mut answers: Value) -> Value {
+    #[derive(utoipa::OpenApi)]
+    #[openapi(components(schemas(ClaimBody, MigrationBody, InstanceUpdate)))]
+    struct Bodies;
+    let components = <Bodies as utoipa::OpenApi>::openapi().components;
+    let mut bodies = components
+        .and_then(|c| serde_json::to_value(c.schemas).ok())
+        .unwrap_or_else(|| json!({}));
+    to_openapi_30(&mut bodies);
+    // One of request_spec and legacy, not both: the server answers 400 to both or neither,
+    // which serde's types cannot say.
+    for name in ["ClaimRequest", "MigrationRequest", "CurrentRequest"] {
+        if let Some(schema) = bodies.get_mut(name).and_then(Value::as_object_mut) {
+            schema.insert(
+                "oneOf".into(),
+                json!([{"required": ["request_spec"]}, {"required": ["legacy"]}]),
+            );
+        }
+    }
+    if let (Some(all), Some(bodies)) = (answers.as_object_mut(), bodies.as_object()) {
+        all.extend(bodies.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    answers
+}
+
+/// utoipa writes OpenAPI 3.1 schemas; the document is 3.0.3 (what most clients and fuzzers
+/// read): `"type": [T, "null"]` becomes `"type": T, "nullable": true`, and a reference that may
+/// be null (`oneOf` of null and a `$ref`) becomes `allOf` of the reference, nullable.
+fn to_openapi_30(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            if let Some(Value::Array(types)) = m.get("type") {
+                let non_null: Vec<Value> = types
+                    .iter()
+                    .filter(|t| t.as_str() != Some("null"))
+                    .cloned()
+                    .collect();
+                if non_null.len() == 1 && types.len() == 2 {
+                    m.insert("type".into(), non_null[0].clone());
+                    m.insert("nullable".into(), Value::Bool(true));
+                }
+            }
+            if let Some(Value::Array(alts)) = m.get("oneOf") {
+                let is_null = |a: &Value| a.get("type").and_then(Value::as_str) == Some("null");
+                let others: Vec<Value> = alts.iter().filter(|a| !is_null(a)).cloned().collect();
+                if others.len() == 1 && alts.len() == 2 {
+                    m.remove("oneOf");
+                    m.insert("allOf".into(), Value::Array(others));
+                    m.insert("nullable".into(), Value::Bool(true));
+                }
+            }
+            for child in m.values_mut() {
+                to_openapi_30(child);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(to_openapi_30),
+        _ => {}
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tracker::states::VM_STATES;
 
     #[test]
     fn every_route_is_documented_and_nothing_else() {
@@ -318,6 +335,45 @@ mod tests {
         assert_eq!(
             schemas["MigrationRequest"]["properties"]["source_compute"]["maxLength"],
             255
+        );
+    }
+
+    /// The body schemas come from the body types: each lists exactly the fields the server
+    /// decodes, and refuses others as the server does (`deny_unknown_fields`).
+    #[test]
+    fn body_schemas_are_the_body_types() {
+        use crate::api::bodies::InstanceBody;
+        let doc = document();
+        let schemas = &doc["components"]["schemas"];
+        let keys = |v: &Value| -> Vec<String> {
+            let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+            k.sort();
+            k
+        };
+        for (name, fields) in [
+            ("ClaimRequest", serde_json::to_value(ClaimBody::default())),
+            (
+                "MigrationRequest",
+                serde_json::to_value(MigrationBody::default()),
+            ),
+            ("Instance", serde_json::to_value(InstanceBody::default())),
+            (
+                "InstanceUpdate",
+                serde_json::to_value(InstanceUpdate::default()),
+            ),
+        ] {
+            let fields = fields.unwrap();
+            assert_eq!(keys(&schemas[name]["properties"]), keys(&fields), "{name}");
+            assert_eq!(schemas[name]["additionalProperties"], false, "{name}");
+        }
+        assert_eq!(
+            schemas["MoveType"]["enum"],
+            json!(["resize", "migration", "live-migration", "evacuation"])
+        );
+        // The document stays OpenAPI 3.0: no 3.1 type arrays.
+        assert!(
+            !doc.to_string().contains(r#""type":["#),
+            "a 3.1 type array is left"
         );
     }
 

@@ -2,6 +2,10 @@
 //! which of them the usage rules count. An instance's states come from outside (the API), so
 //! they are checked against these lists before anything is recorded: a string Nova does not
 //! know would otherwise make a grant that no usage rule counts.
+//!
+//! In: an instance's `vm_state` and `task_state` strings, with the field each came in. Out: `Ok`,
+//! or a [`ClaimError`] naming the field and listing Nova's values; and whether the states count (in
+//! a resize, live-migrating, releasing resources, a move counted).
 
 use super::error::ClaimError;
 use crate::echo::quoted;
@@ -133,6 +137,35 @@ pub fn releases_resources(vm_state: &str, task_state: Option<&str>) -> bool {
 /// and live-migrating instances' migrations count).
 pub fn move_is_counted(vm_state: &str, task_state: Option<&str>) -> bool {
     in_resize_state(vm_state, task_state) || live_migrating(vm_state, task_state)
+}
+
+/// The OpenAPI schema of a `vm_state` field: one of [`VM_STATES`].
+pub fn vm_state_schema() -> utoipa::openapi::Object {
+    state_schema(VM_STATES.iter().copied(), "Nova's vm_state")
+}
+
+/// The OpenAPI schema of a `task_state` field: one of [`TASK_STATES`].
+pub fn task_state_schema() -> utoipa::openapi::Object {
+    state_schema(TASK_STATES.iter().copied(), "Nova's task_state")
+}
+
+/// The OpenAPI schema of a `task_state` change: one of [`TASK_STATES`], or `""` to clear it.
+pub fn task_state_or_none_schema() -> utoipa::openapi::Object {
+    state_schema(
+        std::iter::once("").chain(TASK_STATES.iter().copied()),
+        "Nova's task_state; \"\" clears it",
+    )
+}
+
+fn state_schema<'a>(
+    values: impl Iterator<Item = &'a str>,
+    description: &str,
+) -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .enum_values(Some(values.map(str::to_string)))
+        .description(Some(description))
+        .build()
 }
 
 #[cfg(test)]

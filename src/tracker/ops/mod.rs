@@ -1,6 +1,9 @@
-//! The tracker's operations, one file per kind: what comes in (an instance's request, a move,
-//! a state update, a new probe) and what goes out (an outcome and the [`Changes`] to commit).
-//! Each checks everything before it changes anything, so a refused operation leaves no trace.
+//! The tracker's operations, one file per kind. Each checks everything before it changes
+//! anything, so a refused operation leaves no trace.
+//!
+//! In: an instance's request ([`InstanceInfo`] and [`InstanceRequest`]), a move ([`MoveRequest`]),
+//! a state update ([`InstanceUpdate`]), a new probe. Out: an outcome ([`ClaimOutcome`],
+//! [`AuditOutcome`]) and the [`Changes`] to commit.
 //!
 //! - [`claim`]: build claims, aborts, the failed-build counter;
 //! - [`moves`]: resize, migration, live migration, evacuation; confirm and revert;
@@ -57,7 +60,7 @@ pub struct ClaimOutcome {
 }
 
 /// The kind of move.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum MoveType {
     /// Resize (flavor changes).
@@ -109,16 +112,20 @@ pub struct MoveRequest {
 }
 
 /// Changes to an instance's state (`update_usage`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InstanceUpdate {
     /// New VM state.
+    #[schema(schema_with = crate::tracker::states::vm_state_schema)]
     pub vm_state: Option<String>,
     /// New task state (`""` clears it).
+    #[schema(schema_with = crate::tracker::states::task_state_or_none_schema)]
     pub task_state: Option<String>,
     /// New host (e.g. the destination after finish_resize).
+    #[schema(max_length = 255)]
     pub host: Option<String>,
     /// New node.
+    #[schema(max_length = 255)]
     pub node: Option<String>,
     /// Switch the instance to its new flavor (finish_resize).
     #[serde(default)]
