@@ -1,6 +1,10 @@
 //! Bounded echo of outside input: a value quoted back in an error, a log line or a warning is
 //! cut at [`ECHO_LIMIT`] characters and says how long it really was, so a megabyte sent in a
 //! request cannot become a megabyte in the log.
+//!
+//! In: outside text: a value, or a library's message that may quote one. Out: the text cut at
+//! [`ECHO_LIMIT`] characters (a whole message at 2,000), then `…(N bytes)`: plain ([`bounded`]),
+//! quoted ([`quoted`]) or as a message ([`bounded_message`]).
 
 /// Characters of an outside value that are echoed.
 pub const ECHO_LIMIT: usize = 120;

@@ -1,5 +1,10 @@
 //! rtrack: a per-host resource tracker agent for cloud compute hosts.
 //!
+//! In: the host's sysfs and procfs, the configuration file, and claims, moves and state updates on
+//! the local socket. Out: claims granted or refused and committed under the state directory, the
+//! inventory and the ComputeNode, metrics, and reports to Placement (and the ComputeNode to
+//! `[upstream.http]`).
+//!
 //! Data flows one way: [`rtrack_probes`] reads the hardware, [`inventory`] turns it into the
 //! report `rtrackd --once` prints and the resource inventory, [`tracker`] accounts claims
 //! against it. [`config`] is the configuration file every part reads.

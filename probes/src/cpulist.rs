@@ -1,5 +1,9 @@
 //! CPU sets and the kernel's two ways of writing them: cpulists (`0-3,8`) and cpumaps
 //! (`00000000,0000ff0f`, 32-bit hex words, most significant first).
+//!
+//! In: cpulist and cpumap text as the kernel writes it (whitespace and trailing NULs ignored), or
+//! CPU ids. Out: a [`CpuSet`], or a message saying what was wrong and where; a [`CpuSet`] prints
+//! and serializes back as a cpulist.
 
 use std::collections::BTreeSet;
 use std::fmt;

@@ -1,5 +1,10 @@
 //! rtrack-probes: reads a host's hardware from sysfs and procfs under a configurable root.
 //!
+//! In: a [`HostRoot`] and [`ProbeOptions`] (the instances path to measure, whether to list virtual
+//! block devices). Out: a [`HostInventory`] (host identity, CPUs, NUMA nodes, memory, disks, PCI
+//! functions, and the [`Warning`]s in probe order), or a [`ProbeError`] only when neither root is a
+//! readable directory.
+//!
 //! Every probe is a function of a [`HostRoot`] (separate sysfs and procfs roots, so that tests
 //! run on captured trees and containers can point at a bind-mounted host `/sys`) that returns
 //! plain data and pushes [`Warning`]s for anything missing or malformed. A probe never panics on

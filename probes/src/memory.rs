@@ -1,6 +1,11 @@
 //! Memory probe: host memory from `/proc/meminfo` and hugepage pools from
 //! `sys/kernel/mm/hugepages`.
 //!
+//! In: a [`HostRoot`] (`meminfo` under procfs, `kernel/mm/hugepages` under sysfs) and the
+//! [`Warnings`] collector. Out: [`MemoryInfo`] in MiB with every hugepage pool (the default size's
+//! `/proc/meminfo` counts when sysfs lists none), and a warning for each missing or malformed
+//! value.
+//!
 //! Per-node totals (NUMA probe) need not add up to `MemTotal`: ballooning and memory hot-plug in
 //! guests make them differ, and both are reported as read.
 

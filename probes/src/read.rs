@@ -1,5 +1,9 @@
 //! Capped, tolerant readers for sysfs and procfs files, and the warnings they produce.
 //!
+//! In: paths below the probed roots, with a size cap. Out: their contents (bytes, text, trimmed
+//! values, link targets, directory listings, integers and hex ids parsed), or a [`ReadFailure`] or
+//! `None`, and [`Warning`]s pushed into a [`Warnings`] collector.
+//!
 //! sysfs reports every attribute as 4096 bytes long whatever it holds, and some attributes block
 //! or misbehave, so files are read to EOF through a size cap without trusting `stat`. A missing
 //! or unreadable file is "unknown": the reader returns `None` and, where the file was expected,

@@ -1,5 +1,9 @@
 //! Where the probes read from: a sysfs root and a procfs root, passed in as a value.
 //!
+//! In: the sysfs and procfs mount points (`/sys` and `/proc`, or `dir/sys` and `dir/proc` of a
+//! captured tree). Out: a [`HostRoot`] that builds paths below them and checks that they can be
+//! probed at all (a [`ProbeError`] when neither is a readable directory).
+//!
 //! Containers often mount the host's `/sys` somewhere else (`/host-sys`), so the two roots are
 //! separate paths rather than one prefix. No probe writes `/sys` or `/proc` itself.
 

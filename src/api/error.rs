@@ -1,5 +1,10 @@
 //! API errors: every failure is `{"error": {"code", "message", "details"}}` with a fitting
 //! status. Codes are stable (scripts match on them); messages are for people.
+//!
+//! In: the tracker's [`ClaimError`]s, the service's [`ServiceError`]s (a store failure among them),
+//! [`ObjectError`]s from decoding, and the routes' own checks. Out: an [`ApiError`] with its
+//! [`ErrorCode`] (status and stable string) and its JSON body; [`ErrorCode::ALL`] is the table the
+//! documents are written from.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};

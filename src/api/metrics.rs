@@ -2,6 +2,11 @@
 //! inventory, usage and PCI pools set from the tracker at each scrape (so they are never stale
 //! and cost nothing between scrapes).
 //!
+//! In: events as they happen (claim decisions, audits, commits, upstream requests and reports, API
+//! requests, refused peers, connections) and, at each scrape, the [`TrackerService`]'s committed
+//! inventory, usage and pools. Out: the metrics as OpenMetrics text or in the classic Prometheus
+//! text format ([`Metrics::render`]).
+//!
 //! Served on the API socket (`GET /metrics`) and, when `[metrics] listen` is set, on a TCP
 //! listener that serves nothing else.
 

@@ -217,3 +217,35 @@ async fn timeout(State(limit): State<Duration>, req: Request, next: Next) -> Res
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use tower::ServiceExt;
+
+    async fn answered_id(sent: Option<&str>) -> String {
+        let app: Router = Router::new()
+            .route("/x", get(|| async { "ok" }))
+            .layer(middleware::from_fn(request_span));
+        let mut req = axum::http::Request::builder().uri("/x");
+        if let Some(id) = sent {
+            req = req.header(REQUEST_ID, id);
+        }
+        let resp = app.oneshot(req.body(Body::empty()).unwrap()).await.unwrap();
+        resp.headers()[REQUEST_ID].to_str().unwrap().to_string()
+    }
+
+    #[tokio::test]
+    async fn request_ids_are_the_callers_when_plain_else_new() {
+        let theirs = "req-0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";
+        assert_eq!(answered_id(Some(theirs)).await, theirs);
+        for odd in ["two words", "<script>", &"x".repeat(65), ""] {
+            let got = answered_id(Some(odd)).await;
+            assert!(got.starts_with("req-") && got != odd, "{odd:?} -> {got}");
+        }
+        let a = answered_id(None).await;
+        let b = answered_id(None).await;
+        assert!(a.starts_with("req-") && a.len() == 40 && a != b, "{a} {b}");
+    }
+}

@@ -2,6 +2,10 @@
 //! the daemon's own user, and members of the socket group. The socket's mode (0660) already
 //! keeps others out at `connect`; this check also covers a socket whose mode or group was
 //! changed by hand, and says who was refused in the log.
+//!
+//! In: a connected Unix stream (its SO_PEERCRED credentials and the peer's supplementary groups
+//! from `/proc/<pid>/status`) and the socket group. Out: a [`Peer`] (described for logs), and
+//! whether the [`Access`] allows it.
 
 use std::path::Path;
 

@@ -5,6 +5,11 @@
 //! counted. A connection that has not sent a complete request header within
 //! `[api] header_timeout_s`, whether new or idle between requests, is closed. On stop, the
 //! loop stops accepting and the requests in flight are drained.
+//!
+//! In: a listener (the API's Unix socket, or the metrics TCP listener), the router, the
+//! [`ConnLimits`] and the stop signal. Out: each connection served over HTTP/1.1 with its peer
+//! attached ([`PeerInfo`]), the connections open and refused counted ([`ConnCounters`]), and a
+//! drain on stop.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

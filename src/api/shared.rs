@@ -1,6 +1,11 @@
 //! What the daemon's parts share: the tracker service, the configuration in force (swapped on
 //! SIGHUP), the last probe's report, audit health and metrics. The API reads it; the audit loop
 //! and the reload handler write it.
+//!
+//! In: the [`TrackerService`], the [`Metrics`], the [`ValidConfig`] and the [`Access`] at start; a
+//! new configuration and access on SIGHUP; each audit's result; the start of the drain. Out: what
+//! the API reads: the service, the configuration in force, when the held probe was taken, the
+//! [`AuditHealth`], who may connect, and whether new requests are refused.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

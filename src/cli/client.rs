@@ -1,6 +1,10 @@
 //! A small blocking HTTP/1.1 client for rtrackd's Unix socket: one request per connection
 //! (`Connection: close`), bodies framed by Content-Length, chunked encoding or the end of the
 //! connection. Enough for a CLI, and it keeps rtrackctl free of an async runtime.
+//!
+//! In: the socket path, a method, a target, an optional JSON body and a timeout. Out: a
+//! [`Response`] (status, content type, the body with any chunked framing removed), or a
+//! [`ClientError`] when connecting, sending or reading fails or the answer is not HTTP.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;

@@ -1,6 +1,12 @@
 //! `rtrackd`'s command line: the daemon (default), `--once` (print the inventory and exit,
 //! optionally `--report` it to Placement) and `--check-config`.
 //!
+//! In: the command line: `--config`, overrides of the probe roots and the state directory, the
+//! daemon's `--log-format` and `--start-empty`, and `--once`'s `--format`, `--object-version`,
+//! `--manifest` and `--report`. Out: the checked configuration and the [`DaemonOptions`] handed to
+//! the daemon; or `--once`'s report on stdout (JSON, a table, or the ComputeNode primitive), sent
+//! to Placement with `--report`; or `--check-config`'s summary; and the exit code.
+//!
 //! Exit codes: 0 done (or the daemon stopped on SIGTERM), 1 error (bad configuration, unusable
 //! probe root, Placement refused with `--report`), 2 usage error.
 

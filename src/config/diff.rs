@@ -1,4 +1,8 @@
 //! What changed between two configuration files, key by key, for the SIGHUP log line.
+//!
+//! In: the old and new files as parsed TOML (`toml::Value`). Out: one [`Change`] per dotted key
+//! (arrays compared whole, secrets shown as `(hidden)`), and whether a key applies live on SIGHUP
+//! ([`applies_live`]) or needs a restart.
 
 use std::collections::BTreeMap;
 

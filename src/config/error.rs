@@ -1,5 +1,9 @@
 //! Configuration errors: which file, which key, what was wrong and what is accepted; and the
 //! TOML parser's errors, with a secret's line never shown.
+//!
+//! In: the file's path and what went wrong: an I/O error, the TOML text with the parser's error, or
+//! a key, its value and what is accepted. Out: a [`ConfigError`] naming the file and the key; a
+//! line that sets a secret (a key naming a password, token or secret) is never quoted.
 
 use std::path::{Path, PathBuf};
 

@@ -1,5 +1,8 @@
 //! The configuration file as written: one struct per TOML section, every key optional, unknown
 //! keys refused. [`super::Config::validate`] turns it into a [`super::ValidConfig`].
+//!
+//! In: the file's TOML text, through serde ([`Config::parse`]). Out: a [`Config`] with one optional
+//! struct per section, or the parser's error naming the unknown key or the wrong type.
 
 use std::path::PathBuf;
 

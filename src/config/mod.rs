@@ -3,6 +3,11 @@
 //! checks values and builds the typed pieces the rest of rtrack uses ([`ValidConfig`]).
 //! Every error names the file, the key, the bad value and what is accepted.
 //!
+//! In: a TOML file (its path or its text). Out: the file as written ([`Config`]), then the
+//! [`ValidConfig`] every part runs with (probe roots, resources, PCI device specs and aliases,
+//! audit, API, metrics, logging, `[placement]` and `[upstream.http]` settings), or a
+//! [`ConfigError`].
+//!
 //! The commented default is `packaging/rtrack.toml`; the README lists every key.
 
 pub mod diff;

@@ -1,6 +1,10 @@
 //! `[pci] device_spec` and `[pci] alias` entries: TOML tables turned into string maps (Nova
 //! stores every tag as a string; booleans become "true"/"false") and validated by the PCI
 //! tracker's own rules, with the file and entry index in every message.
+//!
+//! In: the `[pci] device_spec` and `[pci] alias` entries as written ([`DeviceSpecConfig`],
+//! [`AliasConfig`]) and the file's path. Out: the [`DeviceSpec`]s in file order and the
+//! [`AliasTable`], or a [`ConfigError`] naming `pci.device_spec[i].key` or `pci.alias[i].key`.
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -2,6 +2,11 @@
 //! tracker with it. The probe runs on the blocking pool without the tracker lock, so claims go on
 //! while it reads sysfs; only the update takes the lock. A probe that fails is logged and
 //! retried next interval; one that hangs (a stuck NFS instances path) is not started twice.
+//!
+//! In: the [`DaemonState`] (the configuration in force, for the probe root and the instances path,
+//! and the tracker service) and a time limit. Out: a checked [`HostInventory`] handed to the
+//! service's audit, the outcome logged, the audit's health and metrics recorded in the shared
+//! state, and a systemd status line when audits start or stop failing.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -1,5 +1,11 @@
 //! Loading the configuration file with the command line's overrides on top, for `--once`,
 //! `--check-config` and the daemon (at start and on every SIGHUP).
+//!
+//! In: the `--config` path (else `/etc/rtrack/rtrack.toml` when it exists, else the built-in
+//! defaults), the command line's [`Overrides`], and systemd's `STATE_DIRECTORY` and
+//! `RUNTIME_DIRECTORY`. Out: a [`LoadedConfig`] (the file's path, the [`ValidConfig`] with the
+//! overrides applied, the raw TOML for the reload diff) or a [`ConfigError`]; and the state
+//! directory and socket paths.
 
 use std::path::{Path, PathBuf};
 

@@ -1,5 +1,8 @@
 //! Logs through `tracing` to stderr (journald adds its own metadata): human text by default,
 //! one JSON object per line with `--log-format json`. The level can change on SIGHUP.
+//!
+//! In: the log format and level (`RTRACK_LOG` wins over the level), and a new level on SIGHUP. Out:
+//! the global `tracing` subscriber writing to stderr, and a [`LogHandle`] that changes its level.
 
 use tracing_subscriber::filter::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt;

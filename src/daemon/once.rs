@@ -1,6 +1,11 @@
 //! `rtrackd --once`: probe, derive the tracker's view (inventory, tracked PCI devices, the
 //! ComputeNode's host facts), build the ComputeNode, report.
 //!
+//! In: the [`ValidConfig`], the [`OnceOptions`] (state directory, instances path, virtual disks)
+//! and the time. Out: a [`OnceResult`]: the [`InventoryReport`] with the ComputeNode primitive (no
+//! instances counted), the ComputeNode object (for `--object-version`) and the [`HostView`] (for
+//! `--report`); a [`ProbeError`] only for an unusable probe root.
+//!
 //! Nothing here fails on a bad host: only an unusable probe root is an error. Problems with the
 //! node's identity (an unwritable state directory) become warnings and a name-derived uuid.
 

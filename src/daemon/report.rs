@@ -2,6 +2,12 @@
 //! reload), copy what Placement should hold from the tracker under its lock, let go of the
 //! lock, then let the [`Reporter`] send the differences. Claims never wait on the network.
 //! Also POSTs the ComputeNode primitive to `[upstream.http]` when it changed.
+//!
+//! In: the [`DaemonState`] (the tracker's host view, claims and ComputeNode, read under its lock),
+//! the [`PlacementSettings`] and `[upstream.http]` settings, kicks after audits and reloads, and
+//! the stop signal. Out: a [`DesiredState`] per cycle for the [`Reporter`], which sends Placement
+//! the differences; the ComputeNode primitive POSTed when it changed; a metric and a log line per
+//! report.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,6 +2,12 @@
 //! API socket, tell systemd it is ready, then audit every interval, report upstream, reload on
 //! SIGHUP and drain on SIGTERM.
 //!
+//! In: the [`DaemonOptions`], the [`LoadedConfig`] the caller checked, the [`LogHandle`], and
+//! SIGHUP, SIGTERM and SIGINT. Out: the daemon running until SIGTERM or SIGINT: the state directory
+//! locked, the store open, the API socket (and the metrics listener) served, audits, upstream
+//! reports and systemd notifications; an error when startup fails (state directory, lock, first
+//! probe, store, socket).
+//!
 //! One tokio runtime on one thread serves the socket; tracker operations (which wait for
 //! their fsync) and probes run on the blocking pool.
 

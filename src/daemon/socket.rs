@@ -1,5 +1,9 @@
 //! Binding the API socket with its mode and group in place before anyone can connect: bound
 //! under a temporary name, chmod/chown, then renamed over the final path.
+//!
+//! In: the socket path, mode and group id from the configuration (and a new group on SIGHUP). Out:
+//! a `tokio::net::UnixListener` on the final path, or a [`SocketError`] (another rtrackd answers
+//! there, or a filesystem call failed).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,10 @@
 //! systemd notifications (`Type=notify`): READY once the first audit is done and the socket
 //! listens, STATUS lines, WATCHDOG pings, RELOADING/STOPPING. Outside systemd (no
 //! `NOTIFY_SOCKET`) every call does nothing.
+//!
+//! In: the daemon's milestones and status lines, and `NOTIFY_SOCKET` and the watchdog settings from
+//! the environment. Out: `sd_notify` messages to systemd, and the watchdog ping interval (half of
+//! `WatchdogSec`).
 
 use std::time::Duration;
 

@@ -1,5 +1,9 @@
 //! Human summary of an inventory (`rtrackd --once --format table`): like lscpu plus lspci, with
 //! PCI functions grouped by vendor, product and device type.
+//!
+//! In: an [`InventoryReport`] (from `--once`, or rebuilt by `rtrackctl inventory` from
+//! `/v1/inventory`). Out: text: host, CPUs, memory and hugepages, NUMA nodes, the instances
+//! filesystem and block devices, PCI function groups, and the probe's warnings.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

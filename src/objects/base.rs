@@ -1,6 +1,11 @@
 //! The versioned-object model: versions, the primitive envelope, errors, and the trait every
 //! object implements.
 //!
+//! In: a primitive (a JSON value or text) to decode; an object to encode, with a target version and
+//! optionally a [`Manifest`]. Out: a [`Versioned`] object (the object, the version it came at, its
+//! changed fields) or an [`ObjectError`] naming the path; a primitive at the target version,
+//! rewritten by the object's `obj_make_compatible`.
+//!
 //! A primitive is `{"nova_object.name", "nova_object.namespace", "nova_object.version",
 //! "nova_object.data", "nova_object.changes"?}` (oslo.versionedobjects). `data` holds only the
 //! fields that are set; a missing field is *unset*, `null` is a value (allowed only for nullable

@@ -1,6 +1,10 @@
 //! ComputeNode 1.19 (nova/objects/compute_node.py): what a host offers and uses. Every field of
 //! Nova 34, in Nova's order, with `obj_make_compatible` down to 1.0.
 //!
+//! In: a ComputeNode primitive (1.0 to 1.19), or the fields the tracker's `NodeTemplate` sets. Out:
+//! a [`ComputeNode`]; its primitive at 1.19 or backported to any older 1.x (the HVSpec and
+//! PciDevicePoolList children per the manifest), and its NUMA topology decoded.
+//!
 //! Three fields hold JSON *text*: `cpu_info` (an object), `metrics` (a list) and
 //! `numa_topology` (a whole NUMATopology primitive); `stats` is a real object whose values are
 //! strings. Decoding checks that `numa_topology` and `metrics` parse, since Nova's consumers

@@ -1,4 +1,8 @@
 //! Nova's enum field values (nova/objects/fields.py, nova/virt/arch.py).
+//!
+//! In: a string from a primitive's enum field, or the probed architecture. Out: the values Nova
+//! accepts for each enum ([`EnumValues`]), against which decoding checks the string, and
+//! [`is_nova_architecture`].
 
 use super::fields::EnumValues;
 

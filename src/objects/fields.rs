@@ -1,6 +1,11 @@
 //! Field values and their JSON forms. Types are checked strictly: where Nova would coerce
 //! (`"64"` to 64, `"false"` to true), rtrack refuses and names the field.
 //!
+//! In: one field's JSON value from `nova_object.data` (with its path, for messages), or a field's
+//! Rust value to encode. Out: the typed value, held as a [`Field`] or an [`NField`], or an
+//! [`ObjectError`] naming the field and what was expected; on encoding, the JSON value, with only
+//! set fields written.
+//!
 //! A non-nullable field is a [`Field`] (unset or set); a nullable one is an [`NField`] (unset,
 //! null or set). Each field type is a [`Kind`] that decodes and encodes one JSON value.
 

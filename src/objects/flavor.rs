@@ -1,4 +1,8 @@
 //! Flavor 1.2 (nova/objects/flavor.py): an instance's size.
+//!
+//! In: a Flavor primitive (1.0 to 1.2), as a RequestSpec carries it. Out: a [`Flavor`] whose sizes
+//! and extra specs ([`Flavor::extra_spec`]) the tracker reads; backported to 1.0 or 1.1, its
+//! primitive has no `description`.
 
 use serde_json::{Map, Value};
 

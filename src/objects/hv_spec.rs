@@ -1,4 +1,8 @@
 //! HVSpec 1.2: one (architecture, hypervisor type, VM mode) the host can run.
+//!
+//! In: the probed architecture, hypervisor type and VM mode (or an HVSpec primitive, 1.0 to 1.2).
+//! Out: an [`HVSpec`] for the ComputeNode's `supported_hv_specs`; backported to 1.0, `vz` becomes
+//! `parallels`.
 
 use serde_json::{Map, Value};
 

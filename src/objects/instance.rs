@@ -1,6 +1,11 @@
 //! Instance 2.8 (nova/objects/instance.py) with the objects the tracker reads from it:
 //! InstanceNUMATopology 1.3 / InstanceNUMACell 1.6 and MigrationContext 1.2. Every Instance field
 //! decodes; child objects the tracker does not use are carried opaquely.
+//!
+//! In: an Instance primitive (2.0 to 2.8), or one of its children. Out: the decoded objects
+//! ([`Instance`], [`InstanceNUMATopology`], [`MigrationContext`]...), with the children rtrack does
+//! not interpret kept as they came, and primitives backported to older versions (children per the
+//! manifest).
 
 use std::collections::BTreeMap;
 

@@ -1,4 +1,8 @@
 //! Migration 1.8 (nova/objects/migration.py): a move of an instance between or within hosts.
+//!
+//! In: a Migration primitive (1.0 to 1.8). Out: a [`Migration`] and its status
+//! ([`Migration::status_str`]); backported to an older 1.x, the fields it does not know are
+//! dropped.
 
 use serde_json::{Map, Value};
 

@@ -1,12 +1,17 @@
 //! Nova's versioned objects, byte-compatible with the JSON primitives of
 //! oslo.versionedobjects as Nova 34 emits and loads them.
 //!
+//! In: JSON primitives as Nova sends them, at any version rtrack supports, and objects rtrack
+//! builds (the ComputeNode). Out: typed objects ([`Versioned`]) or an [`ObjectError`] naming the
+//! path, and primitives at a requested version, backported per a [`Manifest`] ([`current_manifest`]
+//! by default).
+//!
 //! - [`base`]: versions, the primitive envelope, errors, the [`NovaObject`] trait.
 //! - [`fields`]: field kinds (strictly typed), backport helpers.
 //! - one module per object family, each with Nova's fields and `obj_make_compatible` rules.
 //!
 //! Each object is a plain struct whose fields are [`Field`] (non-nullable: unset or set) or
-//! [`NField`] (nullable: unset, null or set), declared with [`nova_object_fields!`], plus a
+//! [`NField`] (nullable: unset, null or set), declared with `nova_object_fields!`, plus a
 //! hand-written `impl NovaObject` carrying its name, version and backport rules.
 
 pub mod base;

@@ -66,7 +66,7 @@ fn has_changes(prim: &Value) -> bool {
 /// manifest does not name the child; else the child's data goes through its own
 /// `make_compatible` for the manifest's version and its version key is rewritten. The child's
 /// `changes` are left as they were, as Nova leaves them. Without a manifest Nova fails ("No rule
-/// for <field>"), and so does this.
+/// for `<field>`"), and so does this.
 pub fn backport_child<C: NovaObject>(
     data: &mut Map<String, Value>,
     field: &str,

@@ -1,6 +1,11 @@
 //! Host NUMA topology objects: NUMATopology 1.2 with NUMACell 1.5, NUMAPagesTopology 1.1 and
 //! NetworkMetadata 1.0 (nova/objects/numa.py, network_metadata.py). A ComputeNode carries the
 //! topology as the JSON text of its primitive in the `numa_topology` string field.
+//!
+//! In: the host's NUMA cells, CPUs, memory and page pools as the tracker's `NodeTemplate` sets them
+//! (or a NUMATopology primitive, 1.0 to 1.2). Out: a [`NUMATopology`] whose primitive, as JSON
+//! text, is the ComputeNode's `numa_topology`; cells and their children backported per the
+//! manifest.
 
 use serde_json::{Map, Value};
 

@@ -2,6 +2,10 @@
 //! `image`...): the envelope is checked (name, namespace, version of the same major) and the
 //! data is kept as it came, so that re-encoding gives it back unchanged. rtrack cannot backport
 //! them: a manifest asking for an older version than the one held is an error.
+//!
+//! In: a child primitive of a type listed in [`KNOWN_OPAQUE`] (any minor of its major). Out: an
+//! [`Opaque`] holding its `nova_object.data` as received, encoded back unchanged; a backport of it
+//! is an [`ObjectError`].
 
 use std::marker::PhantomData;
 

@@ -1,4 +1,7 @@
 //! PciDevice 1.7 (nova/objects/pci_device.py): one tracked PCI device, its state and owner.
+//!
+//! In: a PciDevice primitive (1.0 to 1.7). Out: a [`PciDevice`]; backported, `parent_addr` moves
+//! into `extra_info` before 1.4, and a status or device type the target does not know is an error.
 
 use serde_json::{Map, Value};
 

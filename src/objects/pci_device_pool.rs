@@ -1,6 +1,10 @@
 //! PciDevicePool 1.1 and PciDevicePoolList 1.1 (nova/objects/pci_device_pool.py): the summary of
 //! a host's available PCI devices that the scheduler matches requests against. ComputeNode
 //! carries it in `pci_device_pools` (the database column is `pci_stats`).
+//!
+//! In: the tracker's pools (pool key and available count), or a primitive of either object (1.0 to
+//! 1.1). Out: a [`PciDevicePoolList`] for the ComputeNode; backported to 1.0, the pools lose
+//! `numa_node`.
 
 use serde_json::{Map, Value};
 

@@ -1,5 +1,9 @@
 //! InstancePCIRequest 1.4 and InstancePCIRequests 1.1 (nova/objects/instance_pci_requests.py):
 //! what PCI devices an instance asks for.
+//!
+//! In: an InstancePCIRequests primitive (1.0 to 1.1) carried by a RequestSpec, with
+//! InstancePCIRequest 1.0 to 1.4 inside. Out: [`InstancePCIRequests`] whose requests (count, specs,
+//! alias, NUMA policy, requester) the tracker turns into its own PCI requests.
 
 use serde_json::{Map, Value};
 

@@ -1,5 +1,9 @@
 //! Service 1.22 (nova/objects/service.py): every field decodes; rtrack uses host, binary,
 //! disabled, forced_down and version.
+//!
+//! In: a Service primitive (1.0 to 1.22), with a ComputeNode primitive as its `compute_node`. Out:
+//! a [`Service`]; backported to an older 1.x, newer fields are dropped and `compute_node` is
+//! backported per the manifest (and required before 1.10).
 
 use serde_json::{Map, Value};
 

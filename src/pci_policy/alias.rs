@@ -1,5 +1,9 @@
 //! `[pci] alias`: names for PCI device requests in flavors (`pci_passthrough:alias = "a:2"`).
 //!
+//! In: one `[pci] alias` entry as string values, added to an [`AliasTable`]. Out: the
+//! [`AliasTable`]: for each name an [`Alias`] with its [`NumaPolicy`] and the specs a request
+//! carries (as `InstancePCIRequest.spec`), or a [`SpecError`] naming the key.
+//!
 //! Nova's schema and rules (nova/pci/request.py): `name` (required), `vendor_id` and
 //! `product_id` (exactly 4 hex digits), `device_type` (`type-PCI`, `type-PF`, `type-VF`,
 //! `vdpa`; stored as `dev_type` in the request spec), `numa_policy` (`legacy` by default,

@@ -1,5 +1,10 @@
 //! `[pci] device_spec`: which host PCI devices rtrack tracks, and the tags their pools carry.
 //!
+//! In: one `[pci] device_spec` entry as string values (an `address` table as a map of regular
+//! expressions), and a probed [`PciDevice`] with the host's other functions ([`HostDevices`]). Out:
+//! a [`DeviceSpec`] or a [`SpecError`] naming the key; whether a device matches, the first spec
+//! that does ([`first_match`]), and the tags its pool carries.
+//!
 //! Nova's syntax and matching (nova/pci/devspec.py): `vendor_id` and `product_id` (hex, default
 //! any), `address` as a glob `[[[domain]:]bus]:][slot][.[function]]` with `*` wildcards or as a
 //! dict of regular expressions (`domain`, `bus`, `slot`, `function`, matched from the start as

@@ -2,6 +2,10 @@
 //! they are committed or rolled back, so that what it answers (an idempotent retry's
 //! "existing", a refusal, a conflict) is about committed state, never about changes that may
 //! still roll back.
+//!
+//! In: the instance uuids a batch of changes touches, marked when it is queued and cleared when it
+//! is committed or rolled back. Out: whether any of a set of instances has changes in flight, and a
+//! wait until none has.
 
 use std::collections::{BTreeSet, HashMap};
 

@@ -2,13 +2,13 @@
 //!
 //! Two trackers hold the same records. `working` makes every decision under one fair lock and
 //! holds everything granted, committed or not, so nothing in flight is handed out twice.
-//! `committed` holds only what the store has committed: the writer thread ([`writer`]) applies
+//! `committed` holds only what the store has committed: the writer thread (`writer`) applies
 //! a batch to it after its transaction commits and before anyone waiting on that batch is
 //! answered. Every reader (GET, usage, metrics, the ComputeNode, Placement reports) reads
 //! `committed`; so a caller is told "done" only for what is on disk, and nobody sees what may
 //! still roll back.
 //!
-//! An operation on an instance whose changes are still in flight waits for them ([`in_flight`]),
+//! An operation on an instance whose changes are still in flight waits for them (`in_flight`),
 //! so an idempotent retry is answered from committed state. A claim whose caller left before
 //! hearing of it is aborted, unless another caller was told of it ([`Granted`]).
 //!

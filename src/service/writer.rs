@@ -2,6 +2,10 @@
 //! waiting (group commit: one fsync for many claims), then applies them to the committed view
 //! before anyone waiting on them is answered.
 //!
+//! In: [`Job`]s on a channel: [`Changes`] to commit (with the new [`HostView`] after an audit) and
+//! the `Reloaded` marker. Out: one store transaction per batch, the changes applied to the
+//! committed [`Tracker`], each job's [`CommitResult`] sent back, and the [`CommitStats`].
+//!
 //! After a failed transaction the writer fails every job until the service has reset its
 //! working tracker (the `Reloaded` marker): jobs queued in between were decided on top of the
 //! changes that were lost.

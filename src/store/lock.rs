@@ -1,6 +1,9 @@
 //! One daemon per state directory: an exclusive `flock` on `<state_dir>/lock`, held for the
 //! daemon's lifetime (the kernel drops it when the process dies, however it dies). The holder
 //! writes its pid into the file, so a second daemon can say who holds it.
+//!
+//! In: the state directory (which must exist). Out: a [`StateDirLock`] held until it is dropped, or
+//! a [`LockError`] saying who holds the lock (its pid) or why the lock file cannot be opened.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};

@@ -1,6 +1,10 @@
 //! The compute node's stable uuid, kept in `<state_dir>/compute_id` like Nova's file of the same
 //! name: generated once, never rewritten. Losing it would make the node look new to Placement
 //! and the scheduler, so a damaged file is an error naming it, never silently replaced.
+//!
+//! In: the state directory (or, for a run that cannot keep state, the node's name). Out: a
+//! [`NodeId`] (the uuid, and when the file was written), created once with a random uuid; a
+//! [`NodeIdError`] for a damaged or unreadable file; a uuid derived from the name ([`derived`]).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,10 @@
 //! Why the tracker refused something, structurally: which resource class or PCI request,
 //! requested, used, capacity, and for PCI every pool considered and why it was rejected.
+//!
+//! In: what an operation found wrong: the resource classes short of room ([`ResourceShortfall`]),
+//! the PCI request that could not be met ([`PciRefusal`]), a conflict, a malformed field, a missing
+//! record. Out: a [`ClaimError`]; its [`Refusal`] serializes into the API's error details and reads
+//! as one sentence, and [`ClaimError::code`] gives the short code for APIs and metrics.
 
 use std::fmt;
 

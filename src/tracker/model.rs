@@ -1,5 +1,10 @@
 //! The tracker's records: what it knows about instances, migrations and their resource needs.
 //! Plain data, serializable (the store keeps them as JSON).
+//!
+//! In: what [`super::request`] checks out of a caller's request, and what the operations record.
+//! Out: the [`InstanceRecord`]s and [`MigrationRecord`]s usage is derived from, each instance's
+//! [`InstanceRequest`] (a flavor's resources per class: [`FlavorUsage::resources`]), and the JSON
+//! the store keeps.
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,11 @@
 //! Builds the ComputeNode object from the probed host, the configuration, the tracked usage and
 //! the PCI pools: what nova-compute's resource tracker would report for the same host.
 //!
+//! In: once per audit, the probe ([`HostInventory`]), the [`ValidConfig`] and the node's
+//! [`NodeIdentity`]; at each read, the [`NodeUsage`], the PCI [`Pool`]s and the time. Out: a
+//! [`NodeTemplate`] (the host's part), then the [`ComputeNode`] with that usage, as a `Versioned`
+//! object.
+//!
 //! Pure: the caller passes the node's identity and the time.
 
 use std::collections::BTreeMap;

@@ -3,6 +3,11 @@
 //! checked: a malformed request is refused with the field and what was expected, before anything
 //! is claimed.
 //!
+//! In: a decoded [`RequestSpec`] (the API turns the legacy dicts into one first) and the
+//! `[pci] alias` table ([`AliasTable`]). Out: the instance's uuid and its [`InstanceRequest`]
+//! (flavor sizes as [`FlavorUsage`], [`PciRequest`]s, the guest's NUMA cells), or a [`ClaimError`]
+//! naming the field.
+//!
 //! PCI requests come from the RequestSpec's `pci_requests` when it has any (they already hold the
 //! flavor's alias requests and the neutron port requests); otherwise from the flavor's
 //! `pci_passthrough:alias` extra spec through `[pci] alias`. A flavor's

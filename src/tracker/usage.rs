@@ -14,6 +14,10 @@
 //!    A migration whose instance records another migration in its context is stale: it counts
 //!    nothing and the audit marks it `error`.
 //!
+//! In: this node's names ([`HostNames`]), the instance and migration records ([`InstanceRecord`],
+//! [`MigrationRecord`]), and whether disk is shared. Out: a [`Usage`] (used per class, the
+//! [`Consumer`]s counted and why, the stale migrations), and the ComputeNode's `stats` counters.
+//!
 //! Deriving usage rather than keeping running totals means it cannot drift.
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -72,7 +72,7 @@ pub struct ConsumerAllocations {
     pub owner: Option<(String, String, String)>,
 }
 
-/// The Placement calls the reporter makes. Implemented over HTTP by [`HttpPlacement`]; a test
+/// The Placement calls the reporter makes. Implemented over HTTP by `HttpPlacement`; a test
 /// double can implement it to drive the reporter without a server.
 #[allow(async_fn_in_trait)]
 pub trait PlacementApi {

@@ -1,6 +1,10 @@
 //! Exponential backoff with a cap and jitter, for outages (connection refused, timeouts, 5xx),
 //! and the short jittered pause between generation-conflict retries. Time is passed in, so the
 //! arithmetic is tested without sleeping.
+//!
+//! In: failures and successes with the time they happened, and a conflict retry's attempt number.
+//! Out: how long to wait before the next try ([`Backoff`]), or between conflict retries
+//! ([`conflict_pause`]).
 
 use std::time::{Duration, Instant};
 

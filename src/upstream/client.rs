@@ -1,6 +1,11 @@
 //! The Placement HTTP API, as typed calls behind the [`PlacementApi`] trait so the reporter's
 //! logic does not depend on HTTP; [`HttpPlacement`] is the reqwest implementation.
 //!
+//! In: the [`PlacementSettings`] (endpoint, credentials, timeout) and the reporter's typed calls:
+//! providers, inventories, traits, aggregates and allocations to read or write. Out: Placement's
+//! answers as typed values with provider generations, or an [`UpstreamError`]; the requests counted
+//! by kind ([`RequestCounts`]).
+//!
 //! Every request goes to the configured endpoint (no proxy, no redirects), carries the auth
 //! headers and `OpenStack-API-Version: placement X.Y` (the version negotiated from `GET /`: at
 //! least 1.26, at most 1.39), and is counted by kind. Errors are mapped from Placement's

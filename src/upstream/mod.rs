@@ -2,6 +2,11 @@
 //! host, as nova-compute's report client does, and optionally POSTs the ComputeNode record to an
 //! HTTP endpoint.
 //!
+//! In: a snapshot of the tracker (probed host, configuration, node identity, service state, local
+//! claims) and the `[placement]` and `[upstream.http]` settings. Out: Placement's provider tree,
+//! inventories, traits, aggregates and allocations brought in line with it (a [`ReportOutcome`] per
+//! report), and the ComputeNode POSTed to `[upstream.http]` ([`HttpPush`]).
+//!
 //! Data flows one way through this module:
 //!
 //! 1. [`crate::config::upstream`] turns `[placement]` into [`PlacementSettings`] (as part of

@@ -1,6 +1,11 @@
 //! Trait and resource class names: the CPU flag table, architecture traits, the standard trait
 //! list, and Nova's normalization of names from `[pci] device_spec` tags.
 //!
+//! In: the probed CPU flags and architecture, and a device spec's `resource_class` and `traits`
+//! tags with the device's vendor and product ids. Out: Placement trait names (CPU flags,
+//! `HW_ARCH_*`, the traits rtrack owns on the compute node) and the PCI resource class and traits,
+//! normalized as Nova does.
+//!
 //! Data files beside this module (compiled in): `cpu_flag_traits.tsv` (from Nova's libvirt
 //! `CPU_TRAITS_MAPPING` and os-traits, with /proc/cpuinfo names; sources in its header) and
 //! `standard_traits.txt` (every trait of os-traits 3.9.0).

@@ -1,5 +1,9 @@
 //! HTTP details shared by every upstream caller (Placement, Keystone, the ComputeNode push):
 //! transport errors in words, microversion negotiation, Placement's error bodies.
+//!
+//! In: a reqwest error, Placement's version range from `GET /`, an error answer's status and body,
+//! a JSON answer. Out: the error in words, the microversion to use (none outside
+//! [`MIN_MICROVERSION`] to [`MAX_MICROVERSION`]), an [`UpstreamError`], the decoded answer.
 
 use serde_json::Value;
 

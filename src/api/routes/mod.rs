@@ -1,7 +1,10 @@
 //! Route handlers. Each parses and checks its input (400 with the field), runs the tracker
-//! operation on the blocking pool, and answers JSON: [`reads`] answer from committed state,
-//! [`writes`] change it through the service; this file holds what both use, and the routes of
+//! operation on the blocking pool, and answers JSON: `reads` answer from committed state,
+//! `writes` change it through the service; this file holds what both use, and the routes of
 //! the daemon itself (health, metrics, the document, fallbacks).
+//!
+//! In: an HTTP request (path, query, headers, body) and the shared [`DaemonState`]. Out: a JSON
+//! answer, or an [`ApiError`] with its status and stable code.
 
 mod reads;
 mod writes;

@@ -1,4 +1,9 @@
 //! Reads: inventory, the ComputeNode, usage, claims and migrations, all from committed state.
+//!
+//! In: `GET` requests (an instance uuid or a migration id in the path, `?version=X.Y` for the
+//! ComputeNode) and the committed tracker. Out: JSON: the `--once` report with the ComputeNode as
+//! it is now, the ComputeNode primitive (backported on request), usage per class and PCI pool,
+//! claims and migrations; or an [`ApiError`] (`not_found`, `not_ready`...).
 
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};

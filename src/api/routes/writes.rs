@@ -1,5 +1,11 @@
 //! Writes: claims, moves, aborts, confirms, reverts and state updates through the service;
 //! every 2xx is committed, and every claim decision is logged and counted once.
+//!
+//! In: claim and migration bodies (a RequestSpec primitive or the legacy dicts, with the instance;
+//! `?dry_run=true`), instance uuids and migration ids in paths, and state updates
+//! ([`InstanceUpdate`]). Out: the committed claim, migration or instance as JSON (201 when new, 200
+//! when it existed, `fits` for a dry run), or an [`ApiError`] (`claim_refused` with the shortfalls,
+//! `conflict`, `invalid_request`...).
 
 use std::sync::Arc;
 

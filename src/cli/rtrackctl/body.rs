@@ -1,5 +1,11 @@
 //! Request bodies built from `rtrackctl`'s flags: a RequestSpec primitive the tracker reads as
 //! it reads Nova's, and the escaping of paths and queries.
+//!
+//! In: the parsed [`RequestArgs`] (instance, sizes, `--pci-alias`, `--dedicated-cpus`, project,
+//! user, or a `--file`), and ids and query values to put in a target. Out: the claim or move body
+//! `{"request_spec": ...}` (or the file's document with `--instance` filled in), a flavor id
+//! derived from the sizes, and percent-escaped path segments and queries; a usage [`Failure`] for
+//! bad flags.
 
 use std::collections::BTreeMap;
 

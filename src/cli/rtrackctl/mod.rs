@@ -1,6 +1,10 @@
 //! `rtrackctl`: the operator's and script's client of rtrackd's socket. Human tables by
 //! default, `--json` for scripts.
 //!
+//! In: the command line (one subcommand and its flags; the socket from `--socket`, `RTRACK_SOCKET`
+//! or the default). Out: one request to rtrackd's API, its answer on stdout as a table or a line
+//! (rtrackd's JSON with `--json`), and the exit code below.
+//!
 //! Exit codes: 0 done; 3 claim refused (or would be, with `--dry-run`): the reason on stderr,
 //! or the error document on stdout with `--json`; 2 usage error (bad flags, an unreadable
 //! `--file`, or rtrackd found the request malformed); 1 any other error (rtrackd unreachable,

@@ -1,5 +1,8 @@
 //! `rtrackctl`'s human output: aligned tables of usage, claims and migrations, one-line claim
 //! summaries. `--json` bypasses all of this.
+//!
+//! In: rtrackd's JSON answers (usage, claims, migrations). Out: aligned text for stdout, numbers
+//! right-aligned.
 
 use std::fmt::Write as _;
 

@@ -1,7 +1,11 @@
 //! RequestSpec 1.15 (nova/objects/request_spec.py) with SchedulerLimits 1.0, SchedulerRetries 1.1
 //! and ComputeNodeList 1.17, and the translation from and to the legacy `request_spec` and
 //! `filter_properties` dicts that older callers send (Nova's `RequestSpec.from_primitives`,
-//! `to_legacy_request_spec_dict`, `to_legacy_filter_properties_dict`, in [`legacy`]).
+//! `to_legacy_request_spec_dict`, `to_legacy_filter_properties_dict`, in `legacy`).
+//!
+//! In: a RequestSpec primitive (1.0 to 1.15), or the legacy dicts. Out: a [`RequestSpec`] (its
+//! instance uuid, flavor, PCI requests and guest NUMA topology are what the tracker claims for),
+//! the legacy dicts back, and primitives backported per the manifest.
 
 use std::collections::BTreeMap;
 

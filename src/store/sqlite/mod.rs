@@ -1,7 +1,11 @@
-//! The tracker's state in SQLite (`<state_dir>/rtrack.sqlite`): WAL journal, `synchronous=FULL`,
+//! The tracker's state in SQLite (`<state_dir>/rtrack.db`): WAL journal, `synchronous=FULL`,
 //! one transaction per batch of changes. A claim is acknowledged only after the transaction
 //! holding it has committed, so an acknowledged claim survives a crash and a half-applied one
 //! cannot exist.
+//!
+//! In: batches of the tracker's [`Changes`] (records to write or delete) from the service's writer.
+//! Out: the whole [`TrackerState`] at start ([`Store::load`]), or a [`StoreError`] naming the file
+//! (full disk, newer rtrack, corrupt row...).
 //!
 //! Schema versions (table `meta`, key `schema_version`):
 //! - 1: the whole state as one JSON document (table `state`), rewritten on every change.

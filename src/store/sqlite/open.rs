@@ -1,6 +1,9 @@
 //! Opening the store: the database file refused when it holds no rtrack state, created under a
 //! temporary name when there is none, its WAL files kept across restarts, and its schema
 //! migrated forward (written only when it is not current).
+//!
+//! In: the database path. Out: a [`Store`] whose schema is current, or a [`StoreError`]: not an
+//! rtrack database, written by a newer rtrack, or a SQLite or filesystem failure.
 
 use std::path::{Path, PathBuf};
 

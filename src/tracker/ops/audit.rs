@@ -1,5 +1,9 @@
-//! The periodic audit (`update_available_resource`): the view of a new probe in; devices
-//! re-synced, stale migrations marked, the ComputeNode rebuilt, and the [`Changes`] out.
+//! The periodic audit (`update_available_resource`): devices re-synced with a new probe, stale
+//! migrations marked, the ComputeNode rebuilt.
+//!
+//! In: the [`HostView`] of a new probe (or the [`HostInventory`], whose view is derived here) and
+//! the time. Out: an [`AuditOutcome`] (devices added, removed, deferred and reclaimed, stale
+//! migrations, the ComputeNode) and the [`Changes`] to commit.
 //!
 //! [`Changes`]: super::super::state::Changes
 

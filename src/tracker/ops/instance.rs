@@ -1,5 +1,10 @@
-//! State updates (Nova's `update_usage`): an instance's new vm/task state, host or flavor in;
-//! the records changed out, refused when the rules would then count more than fits.
+//! State updates (Nova's `update_usage`): an instance's records changed to its new state, refused
+//! when the rules would then count more than fits.
+//!
+//! In: the instance's uuid and an [`InstanceUpdate`] (a new vm or task state, host or node, or the
+//! switch to its new flavor). Out: the records changed ([`Changes`]; a deleted or shelved-offloaded
+//! instance's devices and claim are freed and its moves here ended), or a [`ClaimError`] (not
+//! found, invalid, refused).
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,11 @@
 //! Moves (Nova's `_move_claim`, `drop_move_claim`, confirm and revert): resolve what the move
 //! is (current request under the lock, source and destination, type), check it against what is
 //! tracked and what Nova's usage rules would count, then record the migration and the claim.
+//!
+//! In: a [`MoveRequest`] (or a migration id to confirm or revert) and the time. Out: a
+//! [`ClaimOutcome`] with the migration recorded and, at the destination, the claim, or the records
+//! a confirm or revert changes; with the [`Changes`] to commit, or a [`ClaimError`] (refused,
+//! conflict, not found).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -5,6 +5,12 @@
 //! copy replaces the real states only if every request is met. Nova's own pre-claim test only
 //! counts pool sizes and can pass claims that then fail half-way.
 //!
+//! In: the tracked devices ([`TrackedDevice`]s), the device specs, an instance's [`PciRequest`]s,
+//! its NUMA cells and their sockets ([`CellSockets`]), and the owner's uuid. Out: the new device
+//! states and the [`Assignment`]s, or a [`PciRefusal`]: the first request not met, with every pool
+//! considered and why it was rejected ([`PoolVerdict`]). Freeing an owner's devices gives back
+//! exactly what their allocation blocked.
+//!
 //! Filters, in order: spec match, NUMA policy, unrequested PFs, unrequested vDPA devices,
 //! unrequested remote-managed devices, live-migratable. Within the pools left, devices are taken
 //! from the first pool first (pools are ordered plainest first), lowest address first.

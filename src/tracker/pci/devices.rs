@@ -1,6 +1,10 @@
 //! Tracked PCI devices: the probed functions a `[pci] device_spec` selects, with their state and
 //! owner (Nova's PciDevice rows, without the database).
 //!
+//! In: the probed PCI functions ([`PciDevice`]s) and the device specs ([`DeviceSpec`]s). Out:
+//! [`TrackedDevice`]s, all available, each with the index and tags of the spec that selected it;
+//! and each device's [`PoolKey`].
+//!
 //! Bridges (class 06xx) are never tracked. Unlike Nova, functions in PCI domains wider than 16
 //! bits are tracked.
 

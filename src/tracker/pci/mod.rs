@@ -1,5 +1,9 @@
 //! PCI passthrough tracking, with Nova's semantics: device specs select tracked devices, aliases
 //! turn flavor extra specs into requests, pools summarise available devices.
+//!
+//! In: the probed PCI functions, the device specs and aliases, and an instance's PCI requests. Out:
+//! the tracked devices with their states and owners, pools of the available ones, and claims: the
+//! devices assigned, or why a request could not be met.
 
 pub mod claim;
 pub mod devices;

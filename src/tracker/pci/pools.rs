@@ -1,6 +1,10 @@
 //! PCI device pools: available devices grouped by [`PoolKey`], as Nova's `PciDeviceStats`
 //! builds them, and turned into the `PciDevicePoolList` a ComputeNode carries.
 //!
+//! In: the tracked devices with their states ([`TrackedDevice`]s) and the device specs (whose tags
+//! go into the keys). Out: [`Pool`]s of available devices ([`build_pools`]), and the
+//! [`PciDevicePoolList`] a ComputeNode carries ([`pools_object`]).
+//!
 //! Pools are a pure function of device states: a pool exists while it has an available device,
 //! and its `count` is the number available (Nova keeps some emptied pools at count 0 depending on
 //! history and forgets them on restart; rtrack reports what a restarted Nova would). Pools are
