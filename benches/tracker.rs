@@ -34,7 +34,11 @@ physical_network = "physnet1"
 fn settings() -> TrackerSettings {
     let f = std::path::Path::new("bench.toml");
     TrackerSettings {
-        config: Config::parse(CONFIG, f).unwrap().validate(f).unwrap(),
+        policy: Config::parse(CONFIG, f)
+            .unwrap()
+            .validate(f)
+            .unwrap()
+            .into(),
         names: HostNames {
             host: "cmp1".into(),
             node: "cmp1".into(),

@@ -40,7 +40,11 @@ fn uuid(round: u32, thread: u32, n: u32) -> String {
 fn child(db: &str, host_dir: &str, round: u32) {
     let f = std::path::Path::new("crash.toml");
     let settings = TrackerSettings {
-        config: Config::parse(CONFIG, f).unwrap().validate(f).unwrap(),
+        policy: Config::parse(CONFIG, f)
+            .unwrap()
+            .validate(f)
+            .unwrap()
+            .into(),
         names: HostNames {
             host: "cmp1".into(),
             node: "cmp1".into(),
@@ -268,7 +272,11 @@ fn a_dropped_guard_aborts_its_claim() {
     SyntheticHost::small().write(&dir.path().join("host"));
     let f = std::path::Path::new("crash.toml");
     let settings = TrackerSettings {
-        config: Config::parse(CONFIG, f).unwrap().validate(f).unwrap(),
+        policy: Config::parse(CONFIG, f)
+            .unwrap()
+            .validate(f)
+            .unwrap()
+            .into(),
         names: HostNames {
             host: "cmp1".into(),
             node: "cmp1".into(),

@@ -257,7 +257,11 @@ fn check_invariants(t: &Tracker, model: &Model) {
 fn run(ops: Vec<Op>, hosts: &[HostInventory]) {
     let f = std::path::Path::new("props.toml");
     let settings = TrackerSettings {
-        config: Config::parse(CONFIG, f).unwrap().validate(f).unwrap(),
+        policy: Config::parse(CONFIG, f)
+            .unwrap()
+            .validate(f)
+            .unwrap()
+            .into(),
         names: HostNames {
             host: "cmp1".into(),
             node: "cmp1".into(),

@@ -241,7 +241,7 @@ mod tests {
         .unwrap();
         let config = crate::config::ValidConfig::defaults();
         let settings = crate::tracker::TrackerSettings {
-            config: config.clone(),
+            policy: (&config).into(),
             names: crate::tracker::model::HostNames {
                 host: "cmp1".into(),
                 node: "cmp1".into(),

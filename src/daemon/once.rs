@@ -97,7 +97,7 @@ pub fn run_once(
         }
     };
     let settings = TrackerSettings {
-        config: cfg.clone(),
+        policy: cfg.into(),
         names: HostNames {
             host: identity.host.clone(),
             node: identity.hypervisor_hostname.clone(),

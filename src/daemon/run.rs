@@ -81,7 +81,7 @@ fn settings_for(
         },
         node_uuid: id.uuid.clone(),
         node_created_at: id.created_at,
-        config: cfg.clone(),
+        policy: cfg.into(),
     }
 }
 

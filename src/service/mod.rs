@@ -376,7 +376,7 @@ impl TrackerService {
     /// Puts a reloaded configuration in force; names and node identity stay.
     pub fn update_config(&self, config: crate::config::ValidConfig) {
         let mut settings = self.working.lock().settings().clone();
-        settings.config = config;
+        settings.policy = config.into();
         self.set_settings(settings);
     }
 

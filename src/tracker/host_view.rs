@@ -44,10 +44,10 @@ impl HostView {
         settings: &TrackerSettings,
         generation: u64,
     ) -> HostView {
-        let config = &settings.config;
+        let policy = &settings.policy;
         let inventory = compute_inventory(
             &host,
-            &config.resources,
+            &policy.resources,
             InventoryOptions {
                 shared_disk: settings.shared_disk(),
             },
@@ -55,7 +55,7 @@ impl HostView {
         .into_iter()
         .map(|r| (r.class, r))
         .collect();
-        let tracked = select_tracked(&host.pci_devices, &config.device_specs)
+        let tracked = select_tracked(&host.pci_devices, &policy.device_specs)
             .into_iter()
             .map(|d| (d.address, d))
             .collect();
@@ -69,7 +69,7 @@ impl HostView {
             inventory,
             tracked,
             sockets: cell_sockets(&host),
-            node: NodeTemplate::new(&host, config, &identity),
+            node: NodeTemplate::new(&host, policy, &identity),
             generation,
             host,
         }
@@ -79,7 +79,7 @@ impl HostView {
     /// that need only the host facts (the Placement tests, tools).
     pub fn of_config(host: HostInventory, config: &crate::config::ValidConfig) -> HostView {
         let settings = TrackerSettings {
-            config: config.clone(),
+            policy: config.into(),
             names: super::model::HostNames {
                 host: String::new(),
                 node: String::new(),

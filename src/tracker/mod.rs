@@ -24,7 +24,7 @@ pub mod usage;
 pub use error::{ClaimError, Refusal};
 pub use state::{
     Changes, ClaimOutcome, InstanceInfo, InstanceUpdate, MoveRequest, MoveType, Tracker,
-    TrackerSettings, TrackerState,
+    TrackerPolicy, TrackerSettings, TrackerState,
 };
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::config::ValidConfig;
+use super::state::TrackerPolicy;
 use crate::inventory::resources::cpu_sets;
 use crate::objects::compute_node::ComputeNode;
 use crate::objects::hv_spec::HVSpec;
@@ -116,7 +116,7 @@ pub fn cpu_info_json(inv: &HostInventory) -> String {
 /// pools (4 KiB pages are the memory not reserved as hugepages).
 pub fn numa_topology(
     inv: &HostInventory,
-    cfg: &ValidConfig,
+    cfg: &TrackerPolicy,
     usage: &NodeUsage,
 ) -> Versioned<NUMATopology> {
     let (shared, dedicated) = cpu_sets(inv, &cfg.resources);
@@ -229,7 +229,7 @@ pub struct NodeTemplate {
 
 impl NodeTemplate {
     /// The host facts of the ComputeNode, with no usage.
-    pub fn new(inv: &HostInventory, cfg: &ValidConfig, id: &NodeIdentity) -> NodeTemplate {
+    pub fn new(inv: &HostInventory, cfg: &TrackerPolicy, id: &NodeIdentity) -> NodeTemplate {
         let res = &cfg.resources;
         let (shared, _) = cpu_sets(inv, res);
         let local_gb = inv
@@ -353,7 +353,7 @@ impl NodeTemplate {
 /// [`NodeTemplate::with_usage`].
 pub fn build_compute_node(
     inv: &HostInventory,
-    cfg: &ValidConfig,
+    cfg: &TrackerPolicy,
     id: &NodeIdentity,
     usage: &NodeUsage,
     pools: &[Pool],

@@ -19,10 +19,11 @@ use super::pci::claim::{free_owner, Assignment};
 use super::pci::devices::TrackedDevice;
 use super::pci::pools::{build_pools, Pool};
 use super::usage::{compute_usage, current_workload, stats, Usage};
-use crate::config::ValidConfig;
+use crate::config::{Resources, ValidConfig};
 use crate::inventory::resources::{ResourceClass, ResourceInventory};
 use crate::objects::compute_node::ComputeNode;
 use crate::objects::Versioned;
+use crate::pci_policy::DeviceSpec;
 use crate::probes::pci::PciAddress;
 use crate::probes::HostInventory;
 
@@ -195,11 +196,48 @@ pub use super::ops::{
     AuditOutcome, ClaimOutcome, InstanceInfo, InstanceUpdate, MoveRequest, MoveType, PoolUsage,
 };
 
-/// Settings the tracker needs from the configuration.
+/// What the tracker takes from the configuration, and nothing else: the resource rules, the PCI
+/// device specs, and the ComputeNode's configured fields. Aliases stay with the API, which
+/// turns them into requests.
+#[derive(Debug, Clone)]
+pub struct TrackerPolicy {
+    /// `[resources]`: reserved amounts, allocation ratios, CPU sets, shared storage.
+    pub resources: Resources,
+    /// `[pci] device_spec`, in file order (the first that matches a device decides).
+    pub device_specs: Vec<DeviceSpec>,
+    /// The ComputeNode's `hypervisor_type`.
+    pub hypervisor_type: String,
+    /// The ComputeNode's `host_ip`.
+    pub host_ip: Option<std::net::IpAddr>,
+}
+
+impl From<&ValidConfig> for TrackerPolicy {
+    fn from(c: &ValidConfig) -> TrackerPolicy {
+        TrackerPolicy {
+            resources: c.resources.clone(),
+            device_specs: c.device_specs.clone(),
+            hypervisor_type: c.hypervisor_type.clone(),
+            host_ip: c.host_ip,
+        }
+    }
+}
+
+impl From<ValidConfig> for TrackerPolicy {
+    fn from(c: ValidConfig) -> TrackerPolicy {
+        TrackerPolicy {
+            resources: c.resources,
+            device_specs: c.device_specs,
+            hypervisor_type: c.hypervisor_type,
+            host_ip: c.host_ip,
+        }
+    }
+}
+
+/// Settings the tracker needs: its policy, and the node's names and identity.
 #[derive(Debug, Clone)]
 pub struct TrackerSettings {
-    /// Validated configuration (resources, device specs, aliases...).
-    pub config: ValidConfig,
+    /// What the tracker takes from the configuration.
+    pub policy: TrackerPolicy,
     /// This host's names.
     pub names: HostNames,
     /// The node's uuid.
@@ -210,7 +248,7 @@ pub struct TrackerSettings {
 
 impl TrackerSettings {
     pub(super) fn shared_disk(&self) -> bool {
-        self.config.resources.shared_storage_provider.is_some()
+        self.policy.resources.shared_storage_provider.is_some()
     }
 }
 
@@ -345,14 +383,14 @@ impl Tracker {
     pub fn pools(&self) -> Vec<Pool> {
         build_pools(
             self.state.devices.values(),
-            &self.settings.config.device_specs,
+            &self.settings.policy.device_specs,
         )
     }
 
     /// Every PCI pool with how many devices it has in all and how many are free. Devices in
     /// use count in the pool they belong to when free.
     pub fn pool_usage(&self) -> Vec<PoolUsage> {
-        let specs = &self.settings.config.device_specs;
+        let specs = &self.settings.policy.device_specs;
         let mut by_key: BTreeMap<super::pci::devices::PoolKey, (u32, u32)> = BTreeMap::new();
         for d in self.state.devices.values() {
             let e = by_key.entry(d.pool_key(specs)).or_default();

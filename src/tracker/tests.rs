@@ -62,7 +62,7 @@ fn config(resources: &str) -> ValidConfig {
 
 fn tracker_with(h: SyntheticHost, extra: &str) -> Tracker {
     let settings = TrackerSettings {
-        config: config(extra),
+        policy: config(extra).into(),
         names: HostNames {
             host: "cmp1".into(),
             node: "cmp1".into(),
@@ -776,7 +776,7 @@ physical_network = "physnet9"
     let f = std::path::Path::new("t.toml");
     let cfg = Config::parse(&cfg_text, f).unwrap().validate(f).unwrap();
     let settings = TrackerSettings {
-        config: cfg,
+        policy: cfg.into(),
         names: HostNames {
             host: "cmp1".into(),
             node: "cmp1".into(),

@@ -232,7 +232,7 @@ impl Tracker {
         let pci = if claim_pci && !req.pci_requests.is_empty() {
             claim_devices(
                 &self.device_vec(),
-                &self.settings.config.device_specs,
+                &self.settings.policy.device_specs,
                 &req.pci_requests,
                 &req.numa_cells,
                 &self.view.sockets,
