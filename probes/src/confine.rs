@@ -5,6 +5,9 @@
 //! `RESOLVE_IN_ROOT`: links are followed as if the root were `/`, so they can never leave it.
 //! The cost is nil: one `openat2` instead of one `open`.
 //!
+//! In: the probe's roots and a path below one of them. Out: an open file that is inside the
+//! root, or an error naming the path.
+//!
 //! Kernels before 5.6 have no `openat2`; there, the file is opened normally and its real path
 //! (`/proc/self/fd/N`) must lie inside the root, or the open is refused.
 

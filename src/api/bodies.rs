@@ -1,6 +1,9 @@
 //! Request bodies of the local API and their translation into tracker requests. Unknown fields
 //! are errors (a misspelt `dry_run` must not claim for real); every message names the field.
 //!
+//! In: request bodies as JSON. Out: [`ParsedClaim`] and [`ParsedMove`] (the tracker's requests)
+//! or an error naming the field.
+//!
 //! A claim carries what the instance asks for in one of two forms, as Nova's RPC API does:
 //!
 //! - `"request_spec"`: a RequestSpec primitive (`nova_object.name` = `RequestSpec`), or

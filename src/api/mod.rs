@@ -2,6 +2,9 @@
 //! orchestrator on the same host. Routes are declared once in [`ROUTES`] and described in the
 //! OpenAPI document served at `/v1/openapi.json`; `docs/api.md` shows examples.
 //!
+//! In: connections on the socket and the [`shared::DaemonState`]. Out: JSON answers, metrics,
+//! and log lines in a span per request.
+//!
 //! Every request runs through, in order: a `request` tracing span (method, route, request id,
 //! instance uuid), the peer check (SO_PEERCRED, [`peer`]), a request timeout, a body size
 //! limit, then the route. Tracker operations run on the blocking

@@ -3,6 +3,8 @@
 //! calls these, so that startup, SIGHUP and `--check-config` accept and refuse the same files.
 //! Every error names the key; secrets (`password`, `token`) are never echoed, not even when they
 //! are the bad value.
+//!
+//! In: the sections as written. Out: settings, or a [`KeyError`] naming the key.
 
 use std::fmt;
 use std::time::Duration;

@@ -2,6 +2,9 @@
 //! clock, no network; callers pass the time and the probed host, and persist the [`Changes`]
 //! each operation returns before answering.
 //!
+//! In: a probe (as a [`host_view::HostView`]), the [`TrackerPolicy`], records loaded from the
+//! store, requests. Out: claims or refusals, [`Changes`] to persist, usage, the ComputeNode.
+//!
 //! - [`model`]: the records (instances, migrations, flavors, PCI requests).
 //! - [`request`]: RequestSpec (or legacy dicts) to an instance request, checked.
 //! - [`usage`]: usage derived from the records with Nova's instance and migration rules.

@@ -1,7 +1,7 @@
-//! Builds the ComputeNode object from the probed host, the configuration, the tracked usage and
+//! Builds the ComputeNode object from the probed host, the tracker policy, the tracked usage and
 //! the PCI pools: what nova-compute's resource tracker would report for the same host.
 //!
-//! In: once per audit, the probe ([`HostInventory`]), the [`ValidConfig`] and the node's
+//! In: once per audit, the probe ([`HostInventory`]), the [`TrackerPolicy`] and the node's
 //! [`NodeIdentity`]; at each read, the [`NodeUsage`], the PCI [`Pool`]s and the time. Out: a
 //! [`NodeTemplate`] (the host's part), then the [`ComputeNode`] with that usage, as a `Versioned`
 //! object.
