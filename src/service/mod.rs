@@ -64,8 +64,8 @@ enum Subject<'a> {
     Instance(&'a str),
     /// A migration's instance (looked up under the lock).
     Migration(i64),
-    /// Not one instance (the audit).
-    Host,
+    /// The audit: no one instance, and the new probe's view is committed with the changes.
+    Audit,
 }
 
 /// Whether the store answered the last read-back.
@@ -151,7 +151,6 @@ impl TrackerService {
     fn mutate<T>(
         &self,
         subject: Subject<'_>,
-        new_probe: bool,
         f: impl FnOnce(&mut Tracker) -> Result<(T, Changes), ClaimError>,
     ) -> Result<T, ServiceError> {
         let (mut working, keys) = loop {
@@ -165,7 +164,7 @@ impl TrackerService {
                     .get(&id)
                     .map(|m| [m.instance_uuid.clone()].into())
                     .unwrap_or_default(),
-                Subject::Host => BTreeSet::new(),
+                Subject::Audit => BTreeSet::new(),
             };
             if !self.in_flight.any(&keys) {
                 break (working, keys);
@@ -174,7 +173,7 @@ impl TrackerService {
             self.in_flight.wait_until_settled(&keys);
         };
         let (value, changes) = f(&mut working)?;
-        let view = new_probe.then(|| working.view());
+        let view = matches!(subject, Subject::Audit).then(|| working.view());
         if changes.is_empty() && view.is_none() {
             return Ok(value);
         }
@@ -309,7 +308,7 @@ impl TrackerService {
         dry_run: bool,
     ) -> Result<ClaimOutcome, ServiceError> {
         let now = now_secs();
-        self.mutate(Subject::Instance(&info.uuid), false, |t| {
+        self.mutate(Subject::Instance(&info.uuid), |t| {
             t.instance_claim(info, req, now, dry_run)
         })
     }
@@ -321,22 +320,20 @@ impl TrackerService {
         dry_run: bool,
     ) -> Result<ClaimOutcome, ServiceError> {
         let now = now_secs();
-        self.mutate(Subject::Instance(&mv.instance.uuid), false, |t| {
+        self.mutate(Subject::Instance(&mv.instance.uuid), |t| {
             t.move_claim(mv, now, dry_run)
         })
     }
 
     /// Abort.
     pub fn abort(&self, uuid: &str) -> Result<(), ServiceError> {
-        self.mutate(Subject::Instance(uuid), false, |t| {
-            t.abort(uuid).map(|c| ((), c))
-        })
+        self.mutate(Subject::Instance(uuid), |t| t.abort(uuid).map(|c| ((), c)))
     }
 
     /// Confirm a migration.
     pub fn confirm(&self, id: i64) -> Result<(), ServiceError> {
         let now = now_secs();
-        self.mutate(Subject::Migration(id), false, |t| {
+        self.mutate(Subject::Migration(id), |t| {
             t.confirm_move(id, now).map(|c| ((), c))
         })
     }
@@ -344,14 +341,14 @@ impl TrackerService {
     /// Revert a migration.
     pub fn revert(&self, id: i64) -> Result<(), ServiceError> {
         let now = now_secs();
-        self.mutate(Subject::Migration(id), false, |t| {
+        self.mutate(Subject::Migration(id), |t| {
             t.revert_move(id, now).map(|c| ((), c))
         })
     }
 
     /// Instance state change.
     pub fn update_instance(&self, uuid: &str, up: &InstanceUpdate) -> Result<(), ServiceError> {
-        self.mutate(Subject::Instance(uuid), false, |t| {
+        self.mutate(Subject::Instance(uuid), |t| {
             t.update_instance(uuid, up).map(|c| ((), c))
         })
     }
@@ -363,7 +360,7 @@ impl TrackerService {
         let (settings, generation) = self.committed.lock().settings_snapshot();
         let view = Arc::new(HostView::build(Arc::new(host), &settings, generation));
         let now = time::OffsetDateTime::now_utc();
-        self.mutate(Subject::Host, true, |t| Ok(t.audit_view(view, now)))
+        self.mutate(Subject::Audit, |t| Ok(t.audit_view(view, now)))
     }
 
     /// Replaces the settings (configuration reload) in both views.
@@ -473,7 +470,7 @@ impl TrackerService {
             .next_token
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let now = now_secs();
-        let result = self.mutate(Subject::Instance(uuid), false, |t| {
+        let result = self.mutate(Subject::Instance(uuid), |t| {
             let (outcome, changes) = op(t, now)?;
             let mut unanswered = self.unanswered.lock();
             if outcome.existing {
@@ -505,7 +502,7 @@ impl TrackerService {
 
     /// Aborts the claim of `uuid` if it is still the unanswered one marked `token`.
     fn abort_unanswered(&self, uuid: &str, token: u64) -> Result<(), ServiceError> {
-        self.mutate(Subject::Instance(uuid), false, |t| {
+        self.mutate(Subject::Instance(uuid), |t| {
             let mut unanswered = self.unanswered.lock();
             if unanswered.get(uuid) != Some(&token) {
                 tracing::info!(instance = %uuid, "another caller was told of the claim; it stays");
