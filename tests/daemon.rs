@@ -362,6 +362,173 @@ fn every_documented_operation_is_routed() {
     }
 }
 
+/// Checks `answer` against `schema` (references resolved in `doc`): every key an object answer
+/// has is documented, and every documented key is there. Hand-written answer schemas would
+/// otherwise drift from what the routes build.
+fn check_shape(doc: &Value, schema: &Value, answer: &Value, at: &str) {
+    let schema = match schema.get("$ref").and_then(Value::as_str) {
+        Some(r) => {
+            let name = r.trim_start_matches("#/components/schemas/");
+            &doc["components"]["schemas"][name]
+        }
+        None => schema,
+    };
+    if let Some(all) = schema.get("allOf").and_then(Value::as_array) {
+        if answer.is_null() {
+            return;
+        }
+        for s in all {
+            check_shape(doc, s, answer, at);
+        }
+        return;
+    }
+    if let Some(alternatives) = schema.get("oneOf").and_then(Value::as_array) {
+        if schema.get("properties").is_none() {
+            // One of several shapes: the answer must match one of them.
+            let names: BTreeSet<String> = answer
+                .as_object()
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default();
+            assert!(
+                alternatives.iter().any(|s| {
+                    let s = match s.get("$ref").and_then(Value::as_str) {
+                        Some(r) => {
+                            &doc["components"]["schemas"]
+                                [r.trim_start_matches("#/components/schemas/")]
+                        }
+                        None => s,
+                    };
+                    s["properties"]
+                        .as_object()
+                        .is_some_and(|p| p.keys().cloned().collect::<BTreeSet<_>>() == names)
+                }),
+                "{at}: {answer} matches none of {alternatives:?}"
+            );
+            return;
+        }
+    }
+    match (schema.get("properties").and_then(Value::as_object), answer) {
+        (Some(props), Value::Object(fields)) => {
+            let documented: BTreeSet<&String> = props.keys().collect();
+            let answered: BTreeSet<&String> = fields.keys().collect();
+            assert_eq!(
+                answered, documented,
+                "{at}: answer keys vs documented properties"
+            );
+            for (k, v) in fields {
+                check_shape(doc, &props[k], v, &format!("{at}.{k}"));
+            }
+        }
+        (None, Value::Object(fields)) => {
+            if let Some(each) = schema.get("additionalProperties").filter(|a| a.is_object()) {
+                for (k, v) in fields {
+                    check_shape(doc, each, v, &format!("{at}.{k}"));
+                }
+            }
+        }
+        (_, Value::Array(items)) => {
+            if let Some(each) = schema.get("items") {
+                for (i, v) in items.iter().enumerate() {
+                    check_shape(doc, each, v, &format!("{at}[{i}]"));
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn answers_have_the_documented_shape() {
+    let e = env();
+    let d = start(&e, "");
+    let (_, doc) = d.call("GET", "/v1/openapi.json", None);
+    let ok = |path: &str, method: &str, status: &str| -> Value {
+        doc["paths"][path][method]["responses"][status]["content"]["application/json"]["schema"]
+            .clone()
+    };
+    let (s, v) = d.call("GET", "/healthz", None);
+    assert_eq!(s, 200);
+    check_shape(&doc, &ok("/healthz", "get", "200"), &v, "healthz");
+    let a = uuid(31);
+    let (s, v) = d.call(
+        "POST",
+        "/v1/claims?dry_run=true",
+        Some(&claim(&a, 1, 512, 1, Some("vf:1"))),
+    );
+    assert_eq!(s, 200, "{v}");
+    check_shape(&doc, &ok("/v1/claims", "post", "200"), &v, "dry run");
+    let (s, v) = d.call(
+        "POST",
+        "/v1/claims",
+        Some(&claim(&a, 1, 512, 1, Some("vf:1"))),
+    );
+    assert_eq!(s, 201, "{v}");
+    check_shape(&doc, &ok("/v1/claims", "post", "201"), &v, "claim");
+    let (_, v) = d.call("GET", &format!("/v1/claims/{a}"), None);
+    check_shape(
+        &doc,
+        &ok("/v1/claims/{instance_uuid}", "get", "200"),
+        &v,
+        "show claim",
+    );
+    let (_, v) = d.call("GET", "/v1/claims", None);
+    check_shape(&doc, &ok("/v1/claims", "get", "200"), &v, "claims");
+    let m = uuid(32);
+    let body = json!({
+        "instance": {"uuid": m, "host": "cmp9", "node": "cmp9", "vm_state": "active"},
+        "request_spec": request_spec(&m, 2, 2, 1024, 1, None),
+        "current": {"request_spec": request_spec(&m, 1, 1, 512, 1, None)},
+    });
+    let (s, v) = d.call("POST", "/v1/migrations?dry_run=true", Some(&body));
+    assert_eq!(s, 200, "{v}");
+    check_shape(
+        &doc,
+        &ok("/v1/migrations", "post", "200"),
+        &v,
+        "move dry run",
+    );
+    let (s, v) = d.call("POST", "/v1/migrations", Some(&body));
+    assert_eq!(s, 201, "{v}");
+    check_shape(&doc, &ok("/v1/migrations", "post", "201"), &v, "move claim");
+    let id = v["migration"]["id"].as_i64().unwrap();
+    let (_, v) = d.call("GET", &format!("/v1/migrations/{id}"), None);
+    check_shape(
+        &doc,
+        &ok("/v1/migrations/{id}", "get", "200"),
+        &v,
+        "migration",
+    );
+    let (_, v) = d.call("GET", "/v1/migrations", None);
+    check_shape(&doc, &ok("/v1/migrations", "get", "200"), &v, "migrations");
+    let (s, v) = d.call("POST", &format!("/v1/migrations/{id}/confirm"), None);
+    assert_eq!(s, 200, "{v}");
+    check_shape(
+        &doc,
+        &ok("/v1/migrations/{id}/confirm", "post", "200"),
+        &v,
+        "confirm",
+    );
+    let (_, v) = d.call("GET", "/v1/usage", None);
+    check_shape(&doc, &ok("/v1/usage", "get", "200"), &v, "usage");
+    let (s, v) = d.call("DELETE", &format!("/v1/claims/{a}"), None);
+    assert_eq!(s, 200, "{v}");
+    check_shape(
+        &doc,
+        &ok("/v1/claims/{instance_uuid}", "delete", "200"),
+        &v,
+        "abort",
+    );
+    // Errors have the documented shape too.
+    let (s, v) = d.call("GET", &format!("/v1/claims/{a}"), None);
+    assert_eq!(s, 404);
+    check_shape(
+        &doc,
+        &json!({"$ref": "#/components/schemas/Error"}),
+        &v,
+        "error",
+    );
+}
+
 fn ctl(socket: &Path, args: &[&str]) -> Output {
     Command::new(RTRACKCTL)
         .arg("--socket")

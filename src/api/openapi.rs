@@ -94,6 +94,13 @@ pub fn document() -> Value {
     let id = json!({"type": "integer", "format": "int64", "minimum": 1});
     let std_errors = [403, 503];
     let error_codes: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+    // A claim's fields, as every answer that shows one has them (`claim_view`).
+    let claim = json!({
+        "instance_uuid": {"type": "string"}, "migration_id": {"type": "integer", "nullable": true},
+        "resources": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "pci_devices": {"type": "array", "items": {"type": "object", "properties": {"address": {"type": "string"}, "request_id": {"type": "string"}}}},
+        "flavor": {"type": "object"}, "is_bfv": {"type": "boolean"}, "numa_cells": {"type": "array", "items": {"type": "integer"}},
+        "claimed_at": {"type": "string"}});
     json!({
         "openapi": "3.0.3",
         "info": {
@@ -121,11 +128,11 @@ pub fn document() -> Value {
                     "responses": responses(&[("200", ok("claims", json!({"type": "array", "items": schema_ref("Claim")})))], &std_errors)},
                 "post": {"operationId": "createClaim", "summary": "Claim resources for an instance (Nova's instance_claim); idempotent for the same request",
                     "parameters": [dry_run_param()], "requestBody": body("ClaimRequest"),
-                    "responses": responses(&[("201", ok("claimed", schema_ref("Claim"))), ("200", ok("already held (same request), or a dry run that fits", json!({"oneOf": [schema_ref("Claim"), schema_ref("DryRun")]})))], &[400, 403, 409, 413, 415, 500, 503, 507])}},
+                    "responses": responses(&[("201", ok("claimed", schema_ref("ClaimAnswer"))), ("200", ok("already held (same request), or a dry run that fits", json!({"oneOf": [schema_ref("ClaimAnswer"), schema_ref("DryRun")]})))], &[400, 403, 409, 413, 415, 500, 503, 507])}},
             "/v1/claims/{instance_uuid}": {
                 "parameters": [path_param("instance_uuid", uuid.clone(), "Instance")],
                 "get": {"operationId": "getClaim", "summary": "The instance's claim (or its move claim here)",
-                    "responses": responses(&[("200", ok("claim", schema_ref("Claim")))], &[400, 403, 404, 503])},
+                    "responses": responses(&[("200", ok("claim", schema_ref("ClaimShown")))], &[400, 403, 404, 503])},
                 "delete": {"operationId": "abortClaim", "summary": "Abort the claim (Nova's abort_instance_claim); frees its devices",
                     "responses": responses(&[("200", ok("aborted", json!({"type": "object", "properties": {"instance_uuid": uuid, "aborted": {"type": "boolean"}}})))], &[400, 403, 404, 500, 503, 507])}},
             "/v1/migrations": {
@@ -133,7 +140,7 @@ pub fn document() -> Value {
                     "responses": responses(&[("200", ok("migrations", json!({"type": "array", "items": schema_ref("Migration")})))], &std_errors)},
                 "post": {"operationId": "createMigration", "summary": "Resize, migrate, live-migrate or evacuate: the destination claims, the source records the outgoing move",
                     "parameters": [dry_run_param()], "requestBody": body("MigrationRequest"),
-                    "responses": responses(&[("201", ok("claimed", schema_ref("MoveClaim"))), ("200", ok("already held, or a dry run that fits", schema_ref("MoveClaim")))], &[400, 403, 409, 413, 415, 500, 503, 507])}},
+                    "responses": responses(&[("201", ok("claimed", schema_ref("MoveClaim"))), ("200", ok("already held, or a dry run that fits", json!({"oneOf": [schema_ref("MoveClaim"), schema_ref("MoveDryRun")]})))], &[400, 403, 409, 413, 415, 500, 503, 507])}},
             "/v1/migrations/{id}": {
                 "parameters": [path_param("id", id.clone(), "Migration id")],
                 "get": {"operationId": "getMigration", "summary": "One migration",
@@ -161,14 +168,16 @@ pub fn document() -> Value {
                 "audits_succeeded": {"type": "integer"}, "audits_failing_in_a_row": {"type": "integer"}, "last_audit_at": {"type": "string", "nullable": true},
                 "last_audit_seconds": {"type": "number", "nullable": true}, "last_audit_error": {"type": "string", "nullable": true},
                 "store_unavailable": {"type": "string", "nullable": true, "description": "why changes are refused (503 store_unavailable), while they are"}}},
-            "Claim": {"type": "object", "properties": {
-                "instance_uuid": {"type": "string"}, "migration_id": {"type": "integer", "nullable": true},
-                "resources": {"type": "object", "additionalProperties": {"type": "integer"}},
-                "pci_devices": {"type": "array", "items": {"type": "object", "properties": {"address": {"type": "string"}, "request_id": {"type": "string"}}}},
-                "flavor": {"type": "object"}, "is_bfv": {"type": "boolean"}, "numa_cells": {"type": "array", "items": {"type": "integer"}},
-                "claimed_at": {"type": "string"}, "existing": {"type": "boolean"}, "dry_run": {"type": "boolean"}}},
-            "DryRun": {"type": "object", "properties": {"fits": {"type": "boolean"}, "claim": schema_ref("Claim")}},
-            "MoveClaim": {"type": "object", "properties": {"migration": schema_ref("Migration"), "claim": schema_ref("Claim"), "fits": {"type": "boolean"}}},
+            "Claim": {"type": "object", "description": "A claim held", "properties": claim.clone()},
+            "ClaimAnswer": {"type": "object", "description": "A claim as a claim request is answered",
+                "properties": with_properties(&claim, json!({"existing": {"type": "boolean", "description": "already held: this answer is a retry's"}, "dry_run": {"type": "boolean"}}))},
+            "ClaimShown": {"type": "object", "description": "A claim with its instance's state",
+                "properties": with_properties(&claim, json!({"instance": {"type": "object", "nullable": true, "properties": {
+                    "vm_state": {"type": "string"}, "task_state": {"type": "string", "nullable": true},
+                    "host": {"type": "string", "nullable": true}, "node": {"type": "string", "nullable": true}}}}))},
+            "DryRun": {"type": "object", "properties": {"fits": {"type": "boolean"}, "claim": schema_ref("ClaimAnswer")}},
+            "MoveClaim": {"type": "object", "properties": {"migration": schema_ref("Migration"), "claim": schema_ref("ClaimAnswer")}},
+            "MoveDryRun": {"type": "object", "properties": {"migration": schema_ref("Migration"), "claim": schema_ref("ClaimAnswer"), "fits": {"type": "boolean"}}},
             "Migration": {"type": "object", "properties": {
                 "id": {"type": "integer"}, "uuid": {"type": "string"}, "instance_uuid": {"type": "string"},
                 "source_compute": {"type": "string", "nullable": true}, "source_node": {"type": "string", "nullable": true},
@@ -186,6 +195,15 @@ pub fn document() -> Value {
                 "instances": {"type": "integer"}, "claims": {"type": "integer"}, "migrations_in_progress": {"type": "integer"}}},
         }))},
     })
+}
+
+/// `base` with `more` properties.
+fn with_properties(base: &Value, more: Value) -> Value {
+    let mut all = base.clone();
+    if let (Some(all), Value::Object(more)) = (all.as_object_mut(), more) {
+        all.extend(more);
+    }
+    all
 }
 
 /// The hand-written answer schemas with the request bodies' schemas added: those are derived
