@@ -52,7 +52,7 @@ pub enum ProbeError {
 pub struct HostInventory {
     /// Hostname, architecture, kernel.
     pub host: host::HostIdentity,
-    /// Processors.
+    /// Logical CPUs, their topology (packages, cores, threads) and online/offline lists.
     pub cpu: cpu::CpuInfo,
     /// NUMA nodes, sorted by id.
     pub numa_nodes: Vec<numa::NumaNode>,

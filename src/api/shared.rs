@@ -39,7 +39,7 @@ pub struct AuditHealth {
 pub struct DaemonState {
     /// The tracker and its store.
     pub service: Arc<TrackerService>,
-    /// Metrics.
+    /// The daemon's Prometheus registry and its counters.
     pub metrics: Arc<Metrics>,
     config: RwLock<Arc<ValidConfig>>,
     probed_at: RwLock<Option<String>>,

@@ -15,7 +15,7 @@ pub enum ConfigError {
     Read {
         /// The file.
         file: PathBuf,
-        /// Why.
+        /// The I/O error that stopped the read.
         #[source]
         source: std::io::Error,
     },

@@ -23,7 +23,7 @@ pub enum SocketError {
         path: PathBuf,
         /// What was being done.
         what: &'static str,
-        /// Why.
+        /// The I/O error of that step.
         source: std::io::Error,
     },
 }

@@ -79,7 +79,7 @@ pub struct ResourceInventory {
     pub min_unit: i64,
     /// Largest amount one consumer may take.
     pub max_unit: i64,
-    /// Granularity.
+    /// Allocations must be a multiple of this (Placement's `step_size`).
     pub step_size: i64,
     /// Overcommit factor.
     pub allocation_ratio: f64,

@@ -325,7 +325,7 @@ impl TrackerService {
         })
     }
 
-    /// Abort.
+    /// Aborts the instance's claim (or its move claim here) and commits the release.
     pub fn abort(&self, uuid: &str) -> Result<(), ServiceError> {
         self.mutate(Subject::Instance(uuid), |t| t.abort(uuid).map(|c| ((), c)))
     }

@@ -67,9 +67,9 @@ pub enum RatioRule {
 /// One class's desired inventory.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DesiredInventory {
-    /// Total.
+    /// How much of the class the provider has in all (Placement's `total`).
     pub total: i64,
-    /// Reserved.
+    /// How much of it is kept for the host and never allocated (Placement's `reserved`).
     pub reserved: i64,
     /// Smallest allocation.
     pub min_unit: i64,
@@ -99,13 +99,13 @@ pub enum ProviderRole {
 /// One provider as it should be.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DesiredProvider {
-    /// Uuid.
+    /// The provider's uuid in Placement (the compute node's, or one derived per PCI device).
     pub uuid: Uuid,
     /// Name (used at creation; kept in step only for providers rtrack names).
     pub name: String,
     /// Parent provider.
     pub parent: Option<Uuid>,
-    /// Role.
+    /// What the provider is to rtrack, which decides what rtrack may change on it.
     pub role: ProviderRole,
     /// Inventories by class.
     pub inventories: BTreeMap<String, DesiredInventory>,
@@ -123,9 +123,9 @@ pub struct DesiredProvider {
 /// A consumer's allocations as they should be.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DesiredAllocation {
-    /// Project.
+    /// The project owning the allocation (the instance's project).
     pub project_id: String,
-    /// User.
+    /// The user owning the allocation (the instance's user).
     pub user_id: String,
     /// Consumer type.
     pub consumer_type: String,
