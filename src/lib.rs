@@ -15,6 +15,7 @@ pub mod config;
 pub mod daemon;
 pub mod echo;
 pub mod inventory;
+pub mod nova_syntax;
 pub mod objects;
 pub mod pci_policy;
 pub mod service;

@@ -30,6 +30,10 @@ pub struct MemoryInfo {
     pub default_hugepage_size_kb: Option<u64>,
     /// Hugepage pools of every supported size (host-wide).
     pub hugepages: Vec<HugePages>,
+    /// The kernel's base (small) page size in KiB, from the first `KernelPageSize` of
+    /// `/proc/self/smaps`; null when the root does not show it (a captured tree).
+    #[serde(default)]
+    pub base_page_kb: Option<u64>,
 }
 
 /// The `/proc/meminfo` values rtrack uses, in KiB (counts for HugePages_*).
@@ -88,7 +92,30 @@ pub fn probe_memory(root: &HostRoot, w: &mut Warnings) -> MemoryInfo {
         available_mb: info.mem_available_kb.map(|kb| kb / 1024),
         default_hugepage_size_kb: info.hugepagesize_kb,
         hugepages,
+        base_page_kb: probe_base_page_kb(root, w),
     }
+}
+
+/// The base page size: the `KernelPageSize` of the first mapping in `/proc/self/smaps` (the
+/// reading process's, which runs on the probed kernel when the root is live). Absent in captured
+/// trees, which is not worth a warning; a malformed value is.
+fn probe_base_page_kb(root: &HostRoot, w: &mut Warnings) -> Option<u64> {
+    let path = root.proc_path("self/smaps");
+    let text = read_text(&path, PROCFS_CAP).ok()?;
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("KernelPageSize:"))?;
+    let number = line.trim().trim_end_matches("kB").trim();
+    parse_int::<u64>(number, &path, "a page size in kB for KernelPageSize", w).filter(|kb| {
+        let ok = kb.is_power_of_two();
+        if !ok {
+            w.push(
+                &path,
+                format!("KernelPageSize {kb} kB is not a power of two: ignored"),
+            );
+        }
+        ok
+    })
 }
 
 /// Parses `/proc/meminfo`. Unknown keys are ignored; a known key with a bad value is a warning.

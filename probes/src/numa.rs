@@ -25,6 +25,10 @@ pub struct NumaNode {
     pub cpus: CpuSet,
     /// `MemTotal` of the node in MiB; null when the node has no readable `meminfo`.
     pub memory_mb: Option<u64>,
+    /// `MemTotal` of the node in KiB, as the kernel writes it (page pools are counted from it:
+    /// MiB would lose up to 1023 KiB per node).
+    #[serde(default)]
+    pub memory_kb: Option<u64>,
     /// `MemFree` of the node in MiB.
     pub free_mb: Option<u64>,
     /// Distance to every node, by node id (from `distance`, in `node/online` order).
@@ -208,6 +212,7 @@ fn probe_node(dir: &Path, id: u32, orders: &DistanceOrders, w: &mut Warnings) ->
         has_cpu: !cpus.is_empty(),
         cpus,
         memory_mb: memory_kb.map(|kb| kb / 1024),
+        memory_kb,
         free_mb: free_kb.map(|kb| kb / 1024),
         distances,
         hugepages,

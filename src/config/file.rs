@@ -33,7 +33,7 @@ pub struct Config {
     /// Prometheus metrics.
     #[serde(default)]
     pub metrics: MetricsConfig,
-    /// Logging.
+    /// Log format and level (`[log]`).
     #[serde(default)]
     pub log: LogConfig,
     /// OpenStack Placement reporting.
@@ -98,6 +98,15 @@ pub struct ResourcesConfig {
     pub cpu_shared_set: Option<String>,
     /// UUID of a sharing resource provider that holds DISK_GB (shared instance storage).
     pub shared_storage_provider: Option<String>,
+    /// Hugepages (or base pages) kept from guests per NUMA node: Nova's
+    /// `"node:0,size:1GB,count:2"` strings or `{node, size, count}` tables.
+    pub reserved_huge_pages: Option<Vec<super::numa::ReservedPagesConfig>>,
+    /// Fill the busiest NUMA cells first instead of spreading guests (Nova's
+    /// `[compute] packing_host_numa_cells_allocation_strategy`). Default false.
+    pub packing_host_numa_cells_allocation_strategy: Option<bool>,
+    /// The base page size in KiB, when the probe cannot read it (default: the kernel's, else
+    /// 4 on x86_64, aarch64 and s390x, 64 on ppc64le).
+    pub base_page_size_kb: Option<u64>,
 }
 
 /// `[pci]`

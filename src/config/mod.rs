@@ -13,6 +13,7 @@
 pub mod diff;
 mod error;
 mod file;
+mod numa;
 mod pci;
 pub mod upstream;
 
@@ -25,6 +26,7 @@ pub use file::{
     ApiConfig, AuditConfig, Config, HostConfig, LogConfig, MetricsConfig, PciConfig,
     PlacementConfig, ResourcesConfig, UpstreamConfig, UpstreamHttpConfig,
 };
+pub use numa::{ReservedPages, ReservedPagesConfig};
 pub use pci::{AliasConfig, DeviceSpecConfig};
 
 impl Config {
@@ -72,11 +74,11 @@ impl Config {
         let cpuset = |key: &str, v: &Option<String>| -> Result<Option<CpuSet>, ConfigError> {
             match v {
                 None => Ok(None),
-                Some(s) => CpuSet::parse_list(s).map(Some).map_err(|e| {
+                Some(s) => crate::nova_syntax::parse_cpu_spec(s).map(Some).map_err(|e| {
                     err(
                         key,
-                        format!("{s:?}"),
-                        &format!("must be a cpulist like \"4-7,12\" ({e})"),
+                        crate::echo::quoted(s),
+                        &format!("must be a cpulist like \"4-7,12\", where \"^N\" excludes a CPU as in Nova ({e})"),
                     )
                 }),
             }
@@ -120,6 +122,24 @@ impl Config {
             .unwrap_or(1.0),
             cpu_dedicated_set: cpuset("resources.cpu_dedicated_set", &r.cpu_dedicated_set)?,
             cpu_shared_set: cpuset("resources.cpu_shared_set", &r.cpu_shared_set)?,
+            reserved_huge_pages: numa::reserved_huge_pages(
+                r.reserved_huge_pages.as_deref().unwrap_or_default(),
+                file,
+            )?,
+            packing_host_numa_cells_allocation_strategy: r
+                .packing_host_numa_cells_allocation_strategy
+                .unwrap_or(false),
+            base_page_size_kb: match r.base_page_size_kb {
+                None => None,
+                Some(kb) if kb.is_power_of_two() && (4..=65536).contains(&kb) => Some(kb),
+                Some(kb) => {
+                    return Err(err(
+                        "resources.base_page_size_kb",
+                        kb.to_string(),
+                        "must be a power of two from 4 to 65536 (KiB)",
+                    ))
+                }
+            },
             shared_storage_provider: match &r.shared_storage_provider {
                 None => None,
                 Some(s) => Some(uuid::Uuid::parse_str(s).map_err(|_| {
@@ -377,6 +397,12 @@ pub struct Resources {
     pub cpu_shared_set: Option<CpuSet>,
     /// Sharing provider holding DISK_GB.
     pub shared_storage_provider: Option<uuid::Uuid>,
+    /// Pages kept from guests, per node and size (`reserved_huge_pages`).
+    pub reserved_huge_pages: Vec<ReservedPages>,
+    /// Fill the busiest NUMA cells first (Nova's packing strategy) instead of spreading.
+    pub packing_host_numa_cells_allocation_strategy: bool,
+    /// The base page size in KiB, when configured.
+    pub base_page_size_kb: Option<u64>,
 }
 
 impl Default for Resources {
@@ -395,6 +421,9 @@ impl Default for Resources {
             cpu_dedicated_set: None,
             cpu_shared_set: None,
             shared_storage_provider: None,
+            reserved_huge_pages: Vec::new(),
+            packing_host_numa_cells_allocation_strategy: false,
+            base_page_size_kb: None,
         }
     }
 }
@@ -521,6 +550,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("cpulist"), "{e}");
+        let e = parse("[resources]\nvcpu_pin_set = \"0-3\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("use cpu_dedicated_set for pinned guests"), "{e}");
         let e = parse("[resources]\ncpu_dedicated_set = \"0-3\"\ncpu_shared_set = \"3-5\"\n")
             .unwrap_err()
             .to_string();
