@@ -59,6 +59,7 @@ fn request(vfs: u32, id: &str) -> InstanceRequest {
             root_gb: 0,
             ephemeral_gb: 0,
             swap_mb: 0,
+            cpus: None,
             extra_specs: Default::default(),
         },
         is_bfv: true,
@@ -78,7 +79,7 @@ fn request(vfs: u32, id: &str) -> InstanceRequest {
                 requester_id: None,
             }]
         },
-        numa_cells: vec![],
+        numa: None,
     }
 }
 

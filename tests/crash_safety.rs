@@ -79,6 +79,7 @@ fn child(db: &str, host_dir: &str, round: u32) {
                             root_gb: 0,
                             ephemeral_gb: 0,
                             swap_mb: 0,
+                            cpus: None,
                             extra_specs: Default::default(),
                         },
                         is_bfv: false,
@@ -98,7 +99,7 @@ fn child(db: &str, host_dir: &str, round: u32) {
                         } else {
                             vec![]
                         },
-                        numa_cells: vec![],
+                        numa: None,
                     };
                     let info = InstanceInfo {
                         uuid: u.clone(),
@@ -300,11 +301,12 @@ fn a_dropped_guard_aborts_its_claim() {
             root_gb: 0,
             ephemeral_gb: 0,
             swap_mb: 0,
+            cpus: None,
             extra_specs: Default::default(),
         },
         is_bfv: true,
         pci_requests: vec![],
-        numa_cells: vec![],
+        numa: None,
     };
     let info = |n| InstanceInfo {
         uuid: uuid(0, 0, n),

@@ -121,6 +121,7 @@ fn flavor(id: i64, vcpus: i64, mem: i64, disk: i64) -> FlavorUsage {
         root_gb: disk,
         ephemeral_gb: 0,
         swap_mb: 0,
+        cpus: None,
         extra_specs: BTreeMap::new(),
     }
 }
@@ -307,7 +308,7 @@ fn run(ops: Vec<Op>, hosts: &[HostInventory]) {
                     flavor: flavor(1, vcpus, mem, disk),
                     is_bfv: false,
                     pci_requests: pci_reqs,
-                    numa_cells: vec![0],
+                    numa: None,
                 };
                 let info = InstanceInfo {
                     uuid: uuid(n),
@@ -343,7 +344,7 @@ fn run(ops: Vec<Op>, hosts: &[HostInventory]) {
                     flavor: flavor(1, 1, 512, 10),
                     is_bfv: false,
                     pci_requests: vec![],
-                    numa_cells: vec![],
+                    numa: None,
                 };
                 let new = InstanceRequest {
                     flavor: flavor(2, vcpus, 1024, 20),
@@ -353,9 +354,10 @@ fn run(ops: Vec<Op>, hosts: &[HostInventory]) {
                     } else {
                         vec![]
                     },
-                    numa_cells: vec![],
+                    numa: None,
                 };
                 let mv = MoveRequest {
+                    current_numa: None,
                     instance: InstanceInfo {
                         uuid: uuid(n),
                         host: Some("cmp0".into()),

@@ -17,9 +17,12 @@ use serde_json::{Map, Value};
 
 use super::error::{ApiError, ErrorCode};
 use crate::echo::{bounded, bounded_message, quoted};
+use crate::objects::instance::InstanceNUMATopology;
 use crate::objects::request_spec::RequestSpec;
 use crate::objects::Versioned;
 use crate::tracker::model::InstanceRequest;
+use crate::tracker::numa::nova::fitted_from_object;
+use crate::tracker::numa::FittedTopology;
 use crate::tracker::pci::AliasTable;
 use crate::tracker::request::from_request_spec;
 use crate::tracker::state::{InstanceInfo, MoveType};
@@ -68,6 +71,11 @@ pub struct InstanceBody {
     /// Node the instance is on now (for a move: the source).
     #[schema(max_length = 255)]
     pub node: Option<String>,
+    /// Where its NUMA cells are now (Nova's instance `numa_topology`, an InstanceNUMATopology
+    /// primitive): for a move from a host that is not this one (a live migration keeps its
+    /// page size).
+    #[schema(value_type = Option<Object>)]
+    pub numa_topology: Option<Value>,
 }
 
 /// What an instance asks for, in either form.
@@ -390,6 +398,8 @@ pub struct ParsedMove {
     pub new: InstanceRequest,
     /// What it has now, when given.
     pub current: Option<InstanceRequest>,
+    /// Where its NUMA cells are now, when given.
+    pub current_numa: Option<FittedTopology>,
 }
 
 impl MigrationBody {
@@ -442,7 +452,29 @@ impl MigrationBody {
                 Some(req)
             }
         };
-        Ok(ParsedMove { info, new, current })
+        let current_numa = match self
+            .instance
+            .as_ref()
+            .and_then(|i| i.numa_topology.as_ref())
+        {
+            None | Some(Value::Null) => None,
+            Some(v) => {
+                check_spec_strings(v, "instance.numa_topology")?;
+                let t = Versioned::<InstanceNUMATopology>::from_primitive(v).map_err(|e| {
+                    ApiError::invalid(
+                        "instance.numa_topology",
+                        format!("{}: {}", bounded(&e.path), bounded_message(&e.message)),
+                    )
+                })?;
+                Some(fitted_from_object(&t.obj, "instance.numa_topology").map_err(ApiError::from)?)
+            }
+        };
+        Ok(ParsedMove {
+            info,
+            new,
+            current,
+            current_numa,
+        })
     }
 }
 

@@ -332,6 +332,9 @@ fn refusal_reason(e: &ClaimError) -> String {
     match e {
         ClaimError::Refused(r) => {
             let mut parts: Vec<&str> = r.resources.iter().map(|s| s.class.as_str()).collect();
+            if r.numa.is_some() {
+                parts.push("NUMA");
+            }
             if r.pci.is_some() {
                 parts.push("PCI");
             }
@@ -357,6 +360,7 @@ mod tests {
                 max_unit: 5,
             }],
             pci: None,
+            numa: None,
         }));
         assert_eq!(refusal_reason(&e), "MEMORY_MB");
         let m = Metrics::new();

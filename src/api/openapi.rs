@@ -99,7 +99,8 @@ pub fn document() -> Value {
         "instance_uuid": {"type": "string"}, "migration_id": {"type": "integer", "nullable": true},
         "resources": {"type": "object", "additionalProperties": {"type": "integer"}},
         "pci_devices": {"type": "array", "items": {"type": "object", "properties": {"address": {"type": "string"}, "request_id": {"type": "string"}}}},
-        "flavor": {"type": "object"}, "is_bfv": {"type": "boolean"}, "numa_cells": {"type": "array", "items": {"type": "integer"}},
+        "flavor": {"type": "object"}, "is_bfv": {"type": "boolean"}, "numa_cells": {"type": "array", "items": {"type": "integer"}, "description": "host NUMA cells the guest's cells are on, in guest order"},
+        "numa_topology": {"type": "object", "nullable": true, "description": "the fitted InstanceNUMATopology primitive (Nova's): per guest cell the host cell (id), cpuset, pcpuset, cpu_pinning_raw, cpuset_reserved, memory, pagesize, policies"},
         "claimed_at": {"type": "string"}});
     json!({
         "openapi": "3.0.3",

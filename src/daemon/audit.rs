@@ -308,11 +308,12 @@ mod tests {
                     root_gb: 0,
                     ephemeral_gb: 0,
                     swap_mb: 0,
+                    cpus: None,
                     extra_specs: Default::default(),
                 },
                 is_bfv: true,
                 pci_requests: Vec::new(),
-                numa_cells: Vec::new(),
+                numa: None,
             };
             svc.instance_claim(&info, &request, false)
                 .map(|o| o.existing)

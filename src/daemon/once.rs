@@ -21,6 +21,8 @@ use crate::store::node_id;
 use crate::tracker::host_view::HostView;
 use crate::tracker::model::HostNames;
 use crate::tracker::node_template::{NodeIdentity, NodeUsage};
+use crate::tracker::numa::nova::host_object;
+use crate::tracker::numa::NumaUsage;
 use crate::tracker::pci::pools::build_pools;
 use crate::tracker::TrackerSettings;
 
@@ -108,7 +110,10 @@ pub fn run_once(
     // The daemon's audit derives the same view from its probe.
     let view = HostView::build(Arc::new(inventory), &settings, 0);
     let pools = build_pools(view.tracked.values(), &cfg.device_specs);
-    let node = view.node.with_usage(&NodeUsage::empty(), &pools, now);
+    let numa = host_object(&view.numa, &NumaUsage::default());
+    let node = view
+        .node
+        .with_usage(&NodeUsage::empty(), &numa, &pools, now);
     let mut report = InventoryReport::new(view.host.as_ref().clone(), now);
     report.compute_node = Some(node.to_primitive());
     Ok(OnceResult {

@@ -10,6 +10,7 @@ use std::fmt;
 
 use serde::Serialize;
 
+use super::numa::NumaRefusal;
 use super::pci::claim::PciRefusal;
 use crate::inventory::resources::ResourceClass;
 
@@ -37,6 +38,8 @@ pub struct Refusal {
     pub resources: Vec<ResourceShortfall>,
     /// The PCI request that could not be met.
     pub pci: Option<PciRefusal>,
+    /// Why the guest's NUMA cells fit on no combination of host cells, per host cell.
+    pub numa: Option<NumaRefusal>,
 }
 
 impl fmt::Display for Refusal {
@@ -64,6 +67,21 @@ impl fmt::Display for Refusal {
                     r.capacity,
                     (r.capacity - r.used).max(0)
                 )?;
+            }
+            sep = "; ";
+        }
+        if let Some(n) = &self.numa {
+            write!(f, "{sep}NUMA: {}", n.reason)?;
+            for cell in &n.cells {
+                let why: Vec<String> = cell
+                    .verdicts
+                    .iter()
+                    .filter(|v| v.reason != "fits")
+                    .map(|v| format!("guest cell {}: {}", v.guest_cell, v.reason))
+                    .collect();
+                if !why.is_empty() {
+                    write!(f, "; host cell {}: {}", cell.id, why.join(", "))?;
+                }
             }
             sep = "; ";
         }

@@ -1,15 +1,16 @@
 //! What the tracker derives from one probe and the settings, once per audit and outside the
-//! tracker lock: the inventory per class, the PCI functions the device specs select, the socket
-//! of each NUMA cell, and the host's part of the ComputeNode.
+//! tracker lock: the inventory per class, the PCI functions the device specs select, the NUMA
+//! cells (with their sockets), and the host's part of the ComputeNode.
 //!
 //! In: a [`HostInventory`] and the [`TrackerSettings`]. Out: a [`HostView`], shared (`Arc`)
 //! by the working and committed trackers, and read by the report, `/v1/inventory`,
 //! `/v1/compute-node` and `--once`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::node_template::{NodeIdentity, NodeTemplate};
+use super::numa::HostTopology;
 use super::pci::claim::CellSockets;
 use super::pci::devices::{select_tracked, TrackedDevice};
 use super::state::TrackerSettings;
@@ -28,6 +29,8 @@ pub struct HostView {
     pub inventory: BTreeMap<ResourceClass, ResourceInventory>,
     /// The PCI functions a device spec selects, all available, by address.
     pub tracked: BTreeMap<PciAddress, TrackedDevice>,
+    /// The host's NUMA cells as Nova's libvirt driver reports them.
+    pub numa: HostTopology,
     /// The socket of each NUMA cell, when all its CPUs share one.
     pub sockets: CellSockets,
     /// The ComputeNode's host facts.
@@ -65,10 +68,12 @@ impl HostView {
             host: settings.names.host.clone(),
             created_at: settings.node_created_at,
         };
+        let numa = HostTopology::build(&host, &policy.resources);
         HostView {
             inventory,
             tracked,
-            sockets: cell_sockets(&host),
+            sockets: numa.cells.iter().map(|c| (c.id, c.socket)).collect(),
+            numa,
             node: NodeTemplate::new(&host, policy, &identity),
             generation,
             host,
@@ -89,28 +94,4 @@ impl HostView {
         };
         HostView::build(Arc::new(host), &settings, 0)
     }
-}
-
-/// The socket of each NUMA cell: the one package all its CPUs are on, else none.
-pub fn cell_sockets(host: &HostInventory) -> CellSockets {
-    host.numa_nodes
-        .iter()
-        .map(|n| {
-            let pkgs: BTreeSet<i64> = host
-                .cpu
-                .cpus
-                .iter()
-                .filter(|c| n.cpus.contains(c.id))
-                .filter_map(|c| c.package)
-                .collect();
-            (
-                n.id,
-                if pkgs.len() == 1 {
-                    pkgs.into_iter().next()
-                } else {
-                    None
-                },
-            )
-        })
-        .collect()
 }

@@ -10,6 +10,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use std::sync::Arc;
+
+use super::numa::constraints::CpuDemand;
+use super::numa::{FittedTopology, GuestTopology};
 use super::pci::NumaPolicy;
 use crate::inventory::resources::ResourceClass;
 
@@ -34,6 +38,23 @@ pub struct FlavorUsage {
     pub swap_mb: i64,
     /// Extra specs (`pci_passthrough:alias`, `hw:cpu_policy`, `hw:pci_numa_affinity_policy`...).
     pub extra_specs: BTreeMap<String, String>,
+    /// The CPUs Placement is asked for, per class, as the flavor's extra specs and the image
+    /// decide them (none in records written before rtrack read them: then `hw:cpu_policy`
+    /// decides, as it did).
+    #[serde(default)]
+    pub cpus: Option<CpuDemand>,
+}
+
+/// The rules that turn a flavor into resources per class on this host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResourceRules {
+    /// Booted from volume: no root disk here.
+    pub is_bfv: bool,
+    /// DISK_GB lives on a sharing provider.
+    pub shared_disk: bool,
+    /// The host has neither `cpu_dedicated_set` nor `cpu_shared_set`: pinned CPUs are counted
+    /// as VCPU (Nova's legacy fallback).
+    pub legacy_cpus: bool,
 }
 
 impl FlavorUsage {
@@ -46,23 +67,40 @@ impl FlavorUsage {
         root + self.ephemeral_gb + self.swap_mb / 1024
     }
 
-    /// True when the flavor asks for dedicated (pinned) CPUs: they come from PCPU.
-    pub fn dedicated_cpus(&self) -> bool {
-        self.extra_specs.get("hw:cpu_policy").map(String::as_str) == Some("dedicated")
+    /// The CPUs this flavor asks for per class (records older than [`FlavorUsage::cpus`]:
+    /// all PCPU when `hw:cpu_policy` is `dedicated`, else all VCPU).
+    pub fn cpu_demand(&self) -> CpuDemand {
+        self.cpus.unwrap_or_else(|| {
+            if self.extra_specs.get("hw:cpu_policy").map(String::as_str) == Some("dedicated") {
+                CpuDemand {
+                    shared: 0,
+                    dedicated: self.vcpus,
+                }
+            } else {
+                CpuDemand {
+                    shared: self.vcpus,
+                    dedicated: 0,
+                }
+            }
+        })
     }
 
-    /// The resources one instance of this flavor takes, per class.
-    pub fn resources(&self, is_bfv: bool, shared_disk: bool) -> BTreeMap<ResourceClass, i64> {
+    /// The resources one instance of this flavor takes, per class. Classes with nothing asked
+    /// are left out, but VCPU and MEMORY_MB are always there.
+    pub fn resources(&self, rules: ResourceRules) -> BTreeMap<ResourceClass, i64> {
         let mut r = BTreeMap::new();
-        let cpu_class = if self.dedicated_cpus() {
-            ResourceClass::Pcpu
+        let cpus = self.cpu_demand();
+        if rules.legacy_cpus {
+            r.insert(ResourceClass::Vcpu, cpus.shared + cpus.dedicated);
         } else {
-            ResourceClass::Vcpu
-        };
-        r.insert(cpu_class, self.vcpus);
+            r.insert(ResourceClass::Vcpu, cpus.shared);
+            if cpus.dedicated > 0 {
+                r.insert(ResourceClass::Pcpu, cpus.dedicated);
+            }
+        }
         r.insert(ResourceClass::MemoryMb, self.memory_mb);
-        if !shared_disk {
-            r.insert(ResourceClass::DiskGb, self.disk_gb(is_bfv));
+        if !rules.shared_disk {
+            r.insert(ResourceClass::DiskGb, self.disk_gb(rules.is_bfv));
         }
         r
     }
@@ -94,9 +132,10 @@ pub struct InstanceRequest {
     pub is_bfv: bool,
     /// PCI requests.
     pub pci_requests: Vec<PciRequest>,
-    /// Host NUMA cells the guest is placed on (from the request's InstanceNUMATopology);
-    /// empty when the guest has no NUMA topology.
-    pub numa_cells: Vec<u32>,
+    /// The guest's NUMA constraints (from the flavor and image); none when it asks for no
+    /// NUMA topology.
+    #[serde(default)]
+    pub numa: Option<GuestTopology>,
 }
 
 /// A move in progress, as the instance records it (Nova's MigrationContext).
@@ -108,10 +147,12 @@ pub struct MigrationContext {
     pub old_pci_requests: Vec<PciRequest>,
     /// PCI requests after the move.
     pub new_pci_requests: Vec<PciRequest>,
-    /// NUMA cells before.
-    pub old_numa_cells: Vec<u32>,
-    /// NUMA cells after.
-    pub new_numa_cells: Vec<u32>,
+    /// The guest's placement before the move (Nova's `old_numa_topology`).
+    #[serde(default)]
+    pub old_numa_topology: Option<Arc<FittedTopology>>,
+    /// The guest's placement after the move, on the destination (`new_numa_topology`).
+    #[serde(default)]
+    pub new_numa_topology: Option<Arc<FittedTopology>>,
 }
 
 /// An instance the tracker knows: on this node, or moving to or from it.
@@ -133,8 +174,13 @@ pub struct InstanceRecord {
     pub host: Option<String>,
     /// Node the instance is on.
     pub node: Option<String>,
-    /// Current flavor, booted from volume, PCI requests and NUMA cells; shared with its claim.
-    pub request: std::sync::Arc<InstanceRequest>,
+    /// Current flavor, booted from volume, PCI requests and NUMA constraints; shared with its
+    /// claim.
+    pub request: Arc<InstanceRequest>,
+    /// Where its NUMA cells are on this host, CPUs pinned and page size (Nova's instance
+    /// `numa_topology`); none for a guest without NUMA topology or not placed here.
+    #[serde(default)]
+    pub numa_topology: Option<Arc<FittedTopology>>,
     /// Flavor before a resize.
     pub old_flavor: Option<FlavorUsage>,
     /// Flavor after a resize.

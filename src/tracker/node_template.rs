@@ -16,9 +16,9 @@ use super::state::TrackerPolicy;
 use crate::inventory::resources::cpu_sets;
 use crate::objects::compute_node::ComputeNode;
 use crate::objects::hv_spec::HVSpec;
-use crate::objects::numa::{NUMACell, NUMAPagesTopology, NUMATopology, NetworkMetadata};
+use crate::objects::numa::NUMATopology;
 use crate::objects::{Field, NField, Versioned};
-use crate::probes::{CpuSet, HostInventory};
+use crate::probes::HostInventory;
 
 use super::pci::Pool;
 
@@ -50,12 +50,6 @@ pub struct NodeUsage {
     pub current_workload: i64,
     /// Nova's stats counters (values as strings).
     pub stats: BTreeMap<String, String>,
-    /// Memory used per NUMA cell, MiB.
-    pub cell_memory_mb: BTreeMap<u32, i64>,
-    /// CPUs used per NUMA cell (floating).
-    pub cell_cpus: BTreeMap<u32, i64>,
-    /// Pinned CPUs per NUMA cell.
-    pub cell_pinned: BTreeMap<u32, Vec<u32>>,
 }
 
 impl NodeUsage {
@@ -111,97 +105,6 @@ pub fn cpu_info_json(inv: &HostInventory) -> String {
     serde_json::to_string(&info).unwrap_or_else(|_| "{}".to_string())
 }
 
-/// The host NUMA topology object (`_get_host_numa_topology`): one cell per NUMA node, with the
-/// shared CPUs in `cpuset`, the dedicated ones in `pcpuset`, thread sibling sets, memory and page
-/// pools (4 KiB pages are the memory not reserved as hugepages).
-pub fn numa_topology(
-    inv: &HostInventory,
-    cfg: &TrackerPolicy,
-    usage: &NodeUsage,
-) -> Versioned<NUMATopology> {
-    let (shared, dedicated) = cpu_sets(inv, &cfg.resources);
-    let usable = CpuSet::from_ids(shared.iter().chain(dedicated.iter()));
-    let cells = inv
-        .numa_nodes
-        .iter()
-        .map(|node| {
-            let cpus = &node.cpus;
-            let mut siblings: Vec<Vec<i64>> = Vec::new();
-            let mut seen = std::collections::BTreeSet::new();
-            for cpu in inv.cpu.cpus.iter().filter(|c| cpus.contains(c.id)) {
-                let set: Vec<i64> = cpu
-                    .thread_siblings
-                    .intersection(&usable)
-                    .iter()
-                    .map(i64::from)
-                    .collect();
-                if !set.is_empty() && seen.insert(set.clone()) {
-                    siblings.push(set);
-                }
-            }
-            siblings.sort_by_key(|s| s.first().copied());
-            let memory_mb = node.memory_mb.unwrap_or(0) as i64;
-            let mut mempages = Vec::new();
-            if node.memory_mb.is_some() {
-                let huge_kb: u64 = node.hugepages.iter().map(|p| p.size_kb * p.total).sum();
-                let small = (memory_mb as u64 * 1024).saturating_sub(huge_kb) / 4;
-                mempages.push(page_pool(4, small as i64));
-                for p in &node.hugepages {
-                    mempages.push(page_pool(p.size_kb as i64, p.total as i64));
-                }
-            }
-            let socket = {
-                let packages: std::collections::BTreeSet<i64> = inv
-                    .cpu
-                    .cpus
-                    .iter()
-                    .filter(|c| cpus.contains(c.id))
-                    .filter_map(|c| c.package)
-                    .collect();
-                match packages.len() {
-                    1 => NField::Set(*packages.iter().next().unwrap_or(&0)),
-                    _ => NField::Null,
-                }
-            };
-            let ids = |s: CpuSet| -> Vec<i64> { s.iter().map(i64::from).collect() };
-            Versioned::new(NUMACell {
-                id: Field::Set(node.id as i64),
-                cpuset: Field::Set(ids(cpus.intersection(&shared))),
-                pcpuset: Field::Set(ids(cpus.intersection(&dedicated))),
-                memory: Field::Set(memory_mb),
-                cpu_usage: Field::Set(*usage.cell_cpus.get(&node.id).unwrap_or(&0)),
-                memory_usage: Field::Set(*usage.cell_memory_mb.get(&node.id).unwrap_or(&0)),
-                pinned_cpus: Field::Set(
-                    usage
-                        .cell_pinned
-                        .get(&node.id)
-                        .map(|v| v.iter().map(|c| i64::from(*c)).collect())
-                        .unwrap_or_default(),
-                ),
-                siblings: Field::Set(siblings),
-                mempages: Field::Set(mempages),
-                network_metadata: Field::Set(Versioned::new(NetworkMetadata {
-                    physnets: Field::Set(Vec::new()),
-                    tunneled: Field::Set(false),
-                })),
-                socket,
-            })
-        })
-        .collect();
-    Versioned::new(NUMATopology {
-        cells: Field::Set(cells),
-    })
-}
-
-fn page_pool(size_kb: i64, total: i64) -> Versioned<NUMAPagesTopology> {
-    Versioned::new(NUMAPagesTopology {
-        size_kb: Field::Set(size_kb),
-        total: Field::Set(total),
-        used: Field::Set(0),
-        reserved: Field::Set(0),
-    })
-}
-
 /// rtrack's version as Nova encodes hypervisor versions: major*1e6 + minor*1e3 + micro.
 pub fn hypervisor_version() -> i64 {
     let mut parts = env!("CARGO_PKG_VERSION")
@@ -221,7 +124,6 @@ pub fn hypervisor_version() -> i64 {
 #[derive(Debug, Clone)]
 pub struct NodeTemplate {
     node: ComputeNode,
-    numa: Versioned<NUMATopology>,
     reserved_cpus: i64,
     reserved_memory_mb: i64,
     reserved_disk_gb: i64,
@@ -285,7 +187,6 @@ impl NodeTemplate {
         };
         NodeTemplate {
             node,
-            numa: numa_topology(inv, cfg, &NodeUsage::default()),
             reserved_cpus: res.reserved_host_cpus,
             reserved_memory_mb: res.reserved_host_memory_mb,
             // Nova's disk is MB/1024 truncated.
@@ -293,11 +194,12 @@ impl NodeTemplate {
         }
     }
 
-    /// The ComputeNode with `usage`, the PCI `pools` and the time. The audit starts `*_used`
-    /// at the reserved amounts, as Nova's does.
+    /// The ComputeNode with `usage`, the NUMA topology with its usage, the PCI `pools` and the
+    /// time. The audit starts `*_used` at the reserved amounts, as Nova's does.
     pub fn with_usage(
         &self,
         usage: &NodeUsage,
+        numa: &Versioned<NUMATopology>,
         pools: &[Pool],
         now: time::OffsetDateTime,
     ) -> Versioned<ComputeNode> {
@@ -321,45 +223,11 @@ impl NodeTemplate {
                 .map(|(k, v)| (k.clone(), Some(v.clone())))
                 .collect(),
         );
-        node.numa_topology = NField::Set(self.numa_with_usage(usage).to_primitive().to_string());
+        node.numa_topology = NField::Set(numa.to_primitive().to_string());
         node.pci_device_pools = NField::Set(super::pci::pools::pools_object(pools));
         node.updated_at = NField::Set(now);
         Versioned::new(node)
     }
-
-    fn numa_with_usage(&self, usage: &NodeUsage) -> Versioned<NUMATopology> {
-        let mut numa = self.numa.clone();
-        if let Field::Set(cells) = &mut numa.obj.cells {
-            for cell in cells.iter_mut() {
-                let Some(id) = cell.obj.id.get().and_then(|i| u32::try_from(*i).ok()) else {
-                    continue;
-                };
-                cell.obj.cpu_usage = Field::Set(*usage.cell_cpus.get(&id).unwrap_or(&0));
-                cell.obj.memory_usage = Field::Set(*usage.cell_memory_mb.get(&id).unwrap_or(&0));
-                cell.obj.pinned_cpus = Field::Set(
-                    usage
-                        .cell_pinned
-                        .get(&id)
-                        .map(|v| v.iter().map(|c| i64::from(*c)).collect())
-                        .unwrap_or_default(),
-                );
-            }
-        }
-        numa
-    }
-}
-
-/// Builds the ComputeNode in one go (`--once`, tests): [`NodeTemplate::new`] then
-/// [`NodeTemplate::with_usage`].
-pub fn build_compute_node(
-    inv: &HostInventory,
-    cfg: &TrackerPolicy,
-    id: &NodeIdentity,
-    usage: &NodeUsage,
-    pools: &[Pool],
-    now: time::OffsetDateTime,
-) -> Versioned<ComputeNode> {
-    NodeTemplate::new(inv, cfg, id).with_usage(usage, pools, now)
 }
 
 /// A ComputeNode primitive without its `updated_at`, for comparisons: the audit time alone is

@@ -17,6 +17,9 @@ use std::collections::BTreeMap;
 
 use super::error::ClaimError;
 use super::model::{FlavorUsage, InstanceRequest, PciRequest};
+use super::numa::constraints::{numa_constraints, FlavorView, ImageProps};
+use super::numa::nova::check_requested;
+use super::numa::GuestTopology;
 use super::pci::{AliasTable, NumaPolicy};
 use crate::objects::flavor::Flavor;
 use crate::objects::pci_request::InstancePCIRequests;
@@ -86,6 +89,7 @@ pub fn flavor_usage(f: &Flavor, field: &str) -> Result<FlavorUsage, ClaimError> 
         )?,
         swap_mb: int("swap", f.swap.get().or(Some(&0)), MAX_DISK_GB)?,
         extra_specs: f.extra_specs.get().cloned().unwrap_or_default(),
+        cpus: None,
     })
 }
 
@@ -113,19 +117,75 @@ fn flavor_numa_policy(flavor: &FlavorUsage, field: &str) -> Result<Option<NumaPo
     }
 }
 
+/// Nova's `get_pci_numa_policy_constraint`: the flavor's policy, else the image's; the image may
+/// not name another one.
+fn pci_numa_policy(
+    flavor: &FlavorUsage,
+    image: &ImageProps,
+    field: &str,
+) -> Result<Option<NumaPolicy>, ClaimError> {
+    let from_flavor = flavor_numa_policy(flavor, field)?;
+    let from_image = image
+        .pci_numa_affinity_policy
+        .as_deref()
+        .and_then(NumaPolicy::parse);
+    match (from_flavor, from_image) {
+        (Some(f), Some(i)) if f != i => Err(invalid(
+            "request_spec.image.properties.hw_pci_numa_affinity_policy",
+            "Image property 'hw_pci_numa_affinity_policy' is not permitted to override the 'hw:pci_numa_affinity_policy' flavor extra spec.",
+        )),
+        (f, i) => Ok(f.or(i)),
+    }
+}
+
+/// The guest's NUMA constraints and CPU demand from its flavor and image (the demand is kept
+/// in the flavor, which moves carry), checked against the `numa_topology` nova-api computed
+/// when there is one.
+pub fn numa_of(
+    flavor: &mut FlavorUsage,
+    image: &ImageProps,
+    requested: Option<&crate::objects::instance::InstanceNUMATopology>,
+    field: &str,
+) -> Result<Option<GuestTopology>, ClaimError> {
+    let c = numa_constraints(
+        &FlavorView {
+            vcpus: flavor.vcpus,
+            memory_mb: flavor.memory_mb,
+            extra_specs: &flavor.extra_specs,
+            path: field,
+        },
+        image,
+        "request_spec.image",
+    )?;
+    flavor.cpus = Some(c.cpus);
+    check_requested(requested, c.numa.as_ref(), "request_spec.numa_topology")?;
+    Ok(c.numa)
+}
+
 /// Nova's `get_pci_requests_from_flavor`: one request per `alias:count` in
-/// `pci_passthrough:alias`.
+/// `pci_passthrough:alias`, with the flavor's `hw:pci_numa_affinity_policy` over the aliases'.
 pub fn alias_requests(
     flavor: &FlavorUsage,
     aliases: &AliasTable,
     instance_uuid: &str,
     field: &str,
 ) -> Result<Vec<PciRequest>, ClaimError> {
+    let policy = flavor_numa_policy(flavor, field)?;
+    alias_requests_with_policy(flavor, aliases, instance_uuid, policy, field)
+}
+
+/// [`alias_requests`] with the affinity policy already decided (the flavor's or the image's).
+pub fn alias_requests_with_policy(
+    flavor: &FlavorUsage,
+    aliases: &AliasTable,
+    instance_uuid: &str,
+    override_policy: Option<NumaPolicy>,
+    field: &str,
+) -> Result<Vec<PciRequest>, ClaimError> {
     let Some(spec) = flavor.extra_specs.get("pci_passthrough:alias") else {
         return Ok(Vec::new());
     };
     let key = format!("{field}.extra_specs.pci_passthrough:alias");
-    let override_policy = flavor_numa_policy(flavor, field)?;
     let mut out = Vec::new();
     for (i, item) in spec.split(',').enumerate() {
         let (name, count) = item
@@ -251,32 +311,34 @@ pub fn from_request_spec(
             "is missing; a claim needs the flavor",
         )
     })?;
-    let flavor = flavor_usage(&flavor_obj.obj, "request_spec.flavor")?;
-    let flavor_policy = flavor_numa_policy(&flavor, "request_spec.flavor")?;
+    let mut flavor = flavor_usage(&flavor_obj.obj, "request_spec.flavor")?;
+    let image = ImageProps::from_image(s.image.get().map(|i| &i.obj.data), "request_spec.image")?;
+    let numa = numa_of(
+        &mut flavor,
+        &image,
+        s.numa_topology.get().map(|t| &t.obj),
+        "request_spec.flavor",
+    )?;
+    let flavor_policy = pci_numa_policy(&flavor, &image, "request_spec.flavor")?;
     let pci_requests = match s.pci_requests.get() {
         Some(r) if r.obj.requests.get().is_some_and(|l| !l.is_empty()) => {
             pci_requests_from_object(r, &uuid, flavor_policy, "request_spec.pci_requests")?
         }
-        _ => alias_requests(&flavor, aliases, &uuid, "request_spec.flavor")?,
+        _ => alias_requests_with_policy(
+            &flavor,
+            aliases,
+            &uuid,
+            flavor_policy,
+            "request_spec.flavor",
+        )?,
     };
-    let numa_cells = s
-        .numa_topology
-        .get()
-        .and_then(|t| t.obj.cells.get())
-        .map(|cells| {
-            cells
-                .iter()
-                .filter_map(|c| c.obj.id.get().and_then(|id| u32::try_from(*id).ok()))
-                .collect()
-        })
-        .unwrap_or_default();
     Ok((
         uuid,
         InstanceRequest {
             is_bfv: s.is_bfv.get().copied().unwrap_or(false),
             flavor,
             pci_requests,
-            numa_cells,
+            numa,
         },
     ))
 }
@@ -296,6 +358,7 @@ mod tests {
             root_gb: 10,
             ephemeral_gb: 5,
             swap_mb: 1536,
+            cpus: None,
             extra_specs: extra
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))

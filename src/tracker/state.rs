@@ -15,10 +15,12 @@ use super::error::{ClaimError, ResourceShortfall};
 use super::host_view::HostView;
 use super::model::{FlavorUsage, HostNames, InstanceRecord, InstanceRequest, MigrationRecord};
 use super::node_template::NodeUsage;
+use super::numa::nova::host_object;
+use super::numa::{FittedTopology, NumaUsage};
 use super::pci::claim::{free_owner, Assignment};
 use super::pci::devices::TrackedDevice;
 use super::pci::pools::{build_pools, Pool};
-use super::usage::{compute_usage, current_workload, stats, Usage};
+use super::usage::{compute_usage, current_workload, stats, CountingRules, Usage};
 use crate::config::{Resources, ValidConfig};
 use crate::inventory::resources::{ResourceClass, ResourceInventory};
 use crate::objects::compute_node::ComputeNode;
@@ -30,7 +32,7 @@ use crate::probes::HostInventory;
 /// A granted claim, kept for idempotent retries and reports.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClaimRecord {
-    /// Instance.
+    /// The instance the claim is for.
     pub instance_uuid: String,
     /// For a move claim, the migration.
     pub migration_id: Option<i64>,
@@ -40,6 +42,10 @@ pub struct ClaimRecord {
     pub assignments: Vec<Assignment>,
     /// Resources counted, per class.
     pub resources: BTreeMap<ResourceClass, i64>,
+    /// Where the guest's NUMA cells were placed, CPUs pinned and page size chosen; shared
+    /// with the instance's record (or its migration context, for a move).
+    #[serde(default)]
+    pub numa_topology: Option<Arc<FittedTopology>>,
     /// When, seconds since the epoch.
     pub claimed_at: i64,
 }
@@ -51,7 +57,7 @@ pub struct TrackerState {
     pub devices: BTreeMap<PciAddress, TrackedDevice>,
     /// Instances on or moving to/from this node.
     pub instances: BTreeMap<String, InstanceRecord>,
-    /// Migrations.
+    /// Migrations to, from or on this node, by id.
     pub migrations: BTreeMap<i64, MigrationRecord>,
     /// Instance claims, by instance.
     pub claims: BTreeMap<String, ClaimRecord>,
@@ -68,13 +74,19 @@ pub struct TrackerState {
 }
 
 impl TrackerState {
-    /// Makes each instance claim share its instance's request when they are equal (as they are
-    /// when a claim is made): rows are read one by one, and memory should not hold each twice.
+    /// Makes each instance claim share its instance's request and NUMA placement when they
+    /// are equal (as they are when a claim is made): rows are read one by one, and memory
+    /// should not hold each twice.
     pub fn share_requests(&mut self) {
         for (uuid, claim) in self.claims.iter_mut() {
             if let Some(inst) = self.instances.get(uuid) {
                 if !Arc::ptr_eq(&claim.request, &inst.request) && claim.request == inst.request {
                     claim.request = inst.request.clone();
+                }
+                if let (Some(c), Some(i)) = (&claim.numa_topology, &inst.numa_topology) {
+                    if !Arc::ptr_eq(c, i) && c == i {
+                        claim.numa_topology = Some(i.clone());
+                    }
                 }
             }
         }
@@ -122,11 +134,11 @@ pub struct Counters {
 /// What an operation changed: rows to write (`Some`) or delete (`None`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Changes {
-    /// Devices.
+    /// Tracked PCI devices written or removed, by address.
     pub devices: BTreeMap<PciAddress, Option<TrackedDevice>>,
-    /// Instances.
+    /// Instance records written or removed, by uuid.
     pub instances: BTreeMap<String, Option<InstanceRecord>>,
-    /// Migrations.
+    /// Migration records written or removed, by id.
     pub migrations: BTreeMap<i64, Option<MigrationRecord>>,
     /// Instance claims.
     pub claims: BTreeMap<String, Option<ClaimRecord>>,
@@ -250,6 +262,20 @@ impl TrackerSettings {
     pub(super) fn shared_disk(&self) -> bool {
         self.policy.resources.shared_storage_provider.is_some()
     }
+
+    /// Neither CPU set is configured (Nova's legacy fallback: pinned guests consume VCPU).
+    pub fn legacy_cpus(&self) -> bool {
+        let r = &self.policy.resources;
+        r.cpu_dedicated_set.is_none() && r.cpu_shared_set.is_none()
+    }
+
+    /// How usage is counted on this host.
+    pub fn counting_rules(&self) -> CountingRules {
+        CountingRules {
+            shared_disk: self.shared_disk(),
+            legacy_cpus: self.legacy_cpus(),
+        }
+    }
 }
 
 /// The tracker.
@@ -356,8 +382,21 @@ impl Tracker {
             &self.settings.names,
             &self.state.instances,
             &self.state.migrations,
-            self.settings.shared_disk(),
+            self.settings.counting_rules(),
         )
+    }
+
+    /// The usage of every NUMA cell: the placements of the consumers `usage` counts.
+    pub fn numa_usage(&self, usage: &Usage) -> NumaUsage {
+        NumaUsage::of(
+            &self.view.numa,
+            usage.consumers.iter().filter_map(|c| c.numa.as_deref()),
+        )
+    }
+
+    /// The host's NUMA cells.
+    pub fn numa_host(&self) -> &super::numa::HostTopology {
+        &self.view.numa
     }
 
     /// Usage per class (cached; see `used_cache`).
@@ -481,7 +520,10 @@ impl Tracker {
             ..NodeUsage::default()
         };
         node_usage.current_workload = current_workload(&node_usage.stats);
-        self.view.node.with_usage(&node_usage, &self.pools(), now)
+        let numa = host_object(&self.view.numa, &self.numa_usage(usage));
+        self.view
+            .node
+            .with_usage(&node_usage, &numa, &self.pools(), now)
     }
 
     pub(super) fn counters(&self) -> Counters {

@@ -94,6 +94,7 @@ fn flavor(id: i64, vcpus: i64, mem: i64, disk: i64, extra: &[(&str, &str)]) -> F
         root_gb: disk,
         ephemeral_gb: 0,
         swap_mb: 0,
+        cpus: None,
         extra_specs: extra
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -106,7 +107,23 @@ fn req(f: FlavorUsage, pci: Vec<PciRequest>) -> InstanceRequest {
         flavor: f,
         is_bfv: false,
         pci_requests: pci,
-        numa_cells: vec![],
+        numa: None,
+    }
+}
+
+/// A one-cell guest with one floating CPU (as `hw:numa_nodes=1` gives).
+fn one_cell_guest(memory_mb: i64) -> crate::tracker::numa::GuestTopology {
+    crate::tracker::numa::GuestTopology {
+        cells: vec![crate::tracker::numa::GuestCell {
+            id: 0,
+            cpuset: crate::probes::CpuSet::from_ids([0]),
+            pcpuset: crate::probes::CpuSet::new(),
+            memory_mb,
+        }],
+        cpu_policy: None,
+        thread_policy: None,
+        emulator_threads: None,
+        pagesize: None,
     }
 }
 
@@ -342,7 +359,11 @@ fn numa_policies() {
     let on_cells = |policy, count, cells: Vec<u32>| {
         let mut t = t0.clone();
         let mut r = req(flavor(1, 1, 512, 1, &[]), vec![pci("vf", count, policy)]);
-        r.numa_cells = cells;
+        // A one-cell guest, which the fit puts on node 0 when its devices allow (both nodes
+        // are alike, so node order decides).
+        if !cells.is_empty() {
+            r.numa = Some(one_cell_guest(512));
+        }
         claim(&mut t, 1, r).map(|o| {
             o.claim
                 .assignments
@@ -374,6 +395,7 @@ fn numa_policies() {
 
 fn incoming_resize(t: &mut Tracker, n: u32, id: i64, new_vcpus: i64) -> ClaimOutcome {
     let mv = MoveRequest {
+        current_numa: None,
         instance: InstanceInfo {
             uuid: uuid(n),
             host: Some("cmp0".into()),
@@ -525,6 +547,7 @@ fn outgoing_resize_holds_the_old_flavor_after_the_instance_left() {
     let mut t = tracker();
     claim(&mut t, 1, req(flavor(1, 2, 1024, 10, &[]), vec![])).unwrap();
     let mv = MoveRequest {
+        current_numa: None,
         instance: InstanceInfo {
             uuid: uuid(1),
             host: Some("cmp1".into()),
@@ -576,6 +599,7 @@ fn same_node_resize_counts_new_then_old() {
     let mut t = tracker();
     claim(&mut t, 1, req(flavor(1, 2, 1024, 10, &[]), vec![])).unwrap();
     let mv = MoveRequest {
+        current_numa: None,
         instance: InstanceInfo {
             uuid: uuid(1),
             host: Some("cmp1".into()),

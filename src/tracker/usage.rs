@@ -21,10 +21,12 @@
 //! Deriving usage rather than keeping running totals means it cannot drift.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::model::{FlavorUsage, HostNames, InstanceRecord, MigrationRecord};
+use super::model::{FlavorUsage, HostNames, InstanceRecord, MigrationRecord, ResourceRules};
+use super::numa::FittedTopology;
 use crate::inventory::resources::ResourceClass;
 
 /// Why an instance or migration is counted here.
@@ -54,6 +56,9 @@ pub struct Consumer {
     pub flavor_id: i64,
     /// Resources counted.
     pub resources: BTreeMap<ResourceClass, i64>,
+    /// The NUMA placement counted with it (the instance's, or the move's side), if any.
+    #[serde(skip)]
+    pub numa: Option<Arc<FittedTopology>>,
 }
 
 /// Usage of the node.
@@ -101,28 +106,56 @@ fn flavor_for<'a>(
     }
 }
 
+/// How the host counts: disk on a sharing provider, CPUs in legacy mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CountingRules {
+    /// DISK_GB lives on a sharing provider.
+    pub shared_disk: bool,
+    /// Neither CPU set is configured: pinned CPUs count as VCPU.
+    pub legacy_cpus: bool,
+}
+
+/// The NUMA placement a migration's side counts (Nova's `_get_migration_context_resource`).
+fn side_topology(inst: &InstanceRecord, new: bool) -> Option<Arc<FittedTopology>> {
+    let ctx = inst.migration_context.as_ref()?;
+    if new {
+        ctx.new_numa_topology.clone()
+    } else {
+        ctx.old_numa_topology.clone()
+    }
+}
+
 /// Computes usage from the records.
 pub fn compute_usage(
     names: &HostNames,
     instances: &BTreeMap<String, InstanceRecord>,
     migrations: &BTreeMap<i64, MigrationRecord>,
-    shared_disk: bool,
+    rules: CountingRules,
 ) -> Usage {
     let mut usage = Usage::default();
-    let add =
-        |usage: &mut Usage, inst: &InstanceRecord, flavor: &FlavorUsage, source, migration_id| {
-            let resources = flavor.resources(inst.request.is_bfv, shared_disk);
-            for (class, amount) in &resources {
-                *usage.used.entry(*class).or_default() += amount;
-            }
-            usage.consumers.push(Consumer {
-                instance_uuid: inst.uuid.clone(),
-                migration_id,
-                source,
-                flavor_id: flavor.id,
-                resources,
-            });
-        };
+    let add = |usage: &mut Usage,
+               inst: &InstanceRecord,
+               flavor: &FlavorUsage,
+               numa: Option<Arc<FittedTopology>>,
+               source,
+               migration_id| {
+        let resources = flavor.resources(ResourceRules {
+            is_bfv: inst.request.is_bfv,
+            shared_disk: rules.shared_disk,
+            legacy_cpus: rules.legacy_cpus,
+        });
+        for (class, amount) in &resources {
+            *usage.used.entry(*class).or_default() += amount;
+        }
+        usage.consumers.push(Consumer {
+            instance_uuid: inst.uuid.clone(),
+            migration_id,
+            source,
+            flavor_id: flavor.id,
+            resources,
+            numa,
+        });
+    };
 
     for inst in instances.values() {
         if on_node(inst, names) && !inst.releases_resources() {
@@ -130,6 +163,7 @@ pub fn compute_usage(
                 &mut usage,
                 inst,
                 &inst.request.flavor,
+                inst.numa_topology.clone(),
                 UsageSource::Instance,
                 None,
             );
@@ -177,20 +211,24 @@ pub fn compute_usage(
             && m.source_node.as_deref() == Some(names.node.as_str());
         let tracked = usage.tracked_instances.contains(&inst.uuid);
         let counted = if incoming && outbound {
-            if Some(inst.request.flavor.id) == m.old_instance_type_id {
-                flavor_for(inst, m, true).map(|f| (f, UsageSource::SameNodeMigration))
-            } else {
-                flavor_for(inst, m, false).map(|f| (f, UsageSource::SameNodeMigration))
-            }
+            let new = Some(inst.request.flavor.id) == m.old_instance_type_id;
+            flavor_for(inst, m, new).map(|f| (f, new, UsageSource::SameNodeMigration))
         } else if incoming && !tracked {
-            flavor_for(inst, m, true).map(|f| (f, UsageSource::IncomingMigration))
+            flavor_for(inst, m, true).map(|f| (f, true, UsageSource::IncomingMigration))
         } else if outbound && !tracked {
-            flavor_for(inst, m, false).map(|f| (f, UsageSource::OutgoingMigration))
+            flavor_for(inst, m, false).map(|f| (f, false, UsageSource::OutgoingMigration))
         } else {
             None
         };
-        if let Some((flavor, source)) = counted {
-            add(&mut usage, inst, flavor, source, Some(m.id));
+        if let Some((flavor, new, source)) = counted {
+            add(
+                &mut usage,
+                inst,
+                flavor,
+                side_topology(inst, new),
+                source,
+                Some(m.id),
+            );
             usage.tracked_migrations.insert(inst.uuid.clone(), m.id);
         }
     }

@@ -27,6 +27,7 @@ use super::error::{ApiError, ErrorCode};
 use crate::api::shared::DaemonState;
 use crate::echo::{bounded_message, quoted};
 use crate::inventory::format_utc;
+use crate::tracker::numa::nova::instance_object;
 use crate::tracker::state::{ClaimOutcome, ClaimRecord};
 use crate::tracker::ClaimError;
 
@@ -116,7 +117,8 @@ pub fn claim_view(c: &ClaimRecord) -> Value {
             "swap": f.swap_mb,
         },
         "is_bfv": c.request.is_bfv,
-        "numa_cells": c.request.numa_cells,
+        "numa_cells": c.numa_topology.as_ref().map(|t| t.host_cells()).unwrap_or_default(),
+        "numa_topology": c.numa_topology.as_ref().map(|t| instance_object(t).to_primitive()),
         "claimed_at": time::OffsetDateTime::from_unix_timestamp(c.claimed_at).map(format_utc).unwrap_or_default(),
     })
 }

@@ -206,7 +206,12 @@ pub async fn create_migration(
     let dry_run = q.flag()?;
     let body: MigrationBody = json_body(&state, &headers, body, "a migration")?;
     let config = state.config();
-    let ParsedMove { info, new, current } = body
+    let ParsedMove {
+        info,
+        new,
+        current,
+        current_numa,
+    } = body
         .parse(&config.aliases)
         .inspect_err(|e| reject_malformed(&state, "move_claim", e))?;
     let uuid = info.uuid.clone();
@@ -214,6 +219,7 @@ pub async fn create_migration(
         instance: info,
         current,
         new,
+        current_numa,
         move_type: body.move_type,
         migration_id: body.migration_id,
         migration_uuid: body.migration_uuid,

@@ -9,9 +9,10 @@ use std::collections::BTreeMap;
 use super::{ClaimOutcome, InstanceInfo};
 use crate::inventory::resources::ResourceClass;
 use crate::tracker::error::{ClaimError, Refusal};
-use crate::tracker::model::{InstanceRecord, InstanceRequest};
-use crate::tracker::pci::claim::{claim_devices, Assignment};
-use crate::tracker::pci::devices::TrackedDevice;
+use crate::tracker::model::{InstanceRecord, InstanceRequest, ResourceRules};
+use crate::tracker::numa::{fit_instance, FitInput, FittedTopology};
+use crate::tracker::pci::claim::{claim_devices, Assignment, PciRefusal};
+use crate::tracker::pci::devices::{DeviceStatus, TrackedDevice};
 use crate::tracker::state::{validate_uuid, Changes, ClaimRecord, Tracker};
 use crate::tracker::states::{check_task_state, check_vm_state, releases_resources};
 
@@ -70,15 +71,18 @@ impl Tracker {
                 ),
             });
         }
-        let (devices, assignments, resources) = self.test_claim(uuid, req, TestKind::Instance)?;
-        // One copy of the request, shared by the instance, its claim and both views.
+        let tested = self.test_claim(uuid, req, TestKind::Instance)?;
+        // One copy of the request and of the placement, shared by the instance, its claim and
+        // both views.
         let request = std::sync::Arc::new(req.clone());
+        let numa = tested.numa.map(std::sync::Arc::new);
         let claim = ClaimRecord {
             instance_uuid: uuid.clone(),
             migration_id: None,
             request: request.clone(),
-            assignments,
-            resources,
+            assignments: tested.assignments,
+            resources: tested.resources,
+            numa_topology: numa.clone(),
             claimed_at: now,
         };
         if dry_run {
@@ -92,7 +96,7 @@ impl Tracker {
             ));
         }
         let mut changes = Changes::default();
-        self.replace_devices(devices, &mut changes);
+        self.replace_devices(tested.devices, &mut changes);
         let record = InstanceRecord {
             uuid: uuid.clone(),
             project_id: info.project_id.clone(),
@@ -103,6 +107,7 @@ impl Tracker {
             host: Some(self.settings.names.host.clone()),
             node: Some(self.settings.names.node.clone()),
             request,
+            numa_topology: numa,
             old_flavor: None,
             new_flavor: None,
             migration_context: None,
@@ -186,12 +191,17 @@ impl Tracker {
     }
 }
 
-/// A claim that passed its test: the device states after it, the devices given, the resources.
-type TestedClaim = (
-    Option<Vec<TrackedDevice>>,
-    Vec<Assignment>,
-    BTreeMap<ResourceClass, i64>,
-);
+/// A claim that passed its test.
+pub(crate) struct TestedClaim {
+    /// The device states after it (none when no device changes).
+    pub devices: Option<Vec<TrackedDevice>>,
+    /// The devices given.
+    pub assignments: Vec<Assignment>,
+    /// The resources counted, per class.
+    pub resources: BTreeMap<ResourceClass, i64>,
+    /// Where the guest's NUMA cells go, when it has any.
+    pub numa: Option<FittedTopology>,
+}
 
 /// What [`Tracker::test_claim`] checks a request for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,7 +217,7 @@ pub(crate) enum TestKind {
 }
 
 impl Tracker {
-    /// Claims devices and checks resources; nothing is changed. Returns the new device states.
+    /// Checks resources, fits the NUMA topology and claims devices; nothing is changed.
     pub(crate) fn test_claim(
         &self,
         uuid: &str,
@@ -218,37 +228,100 @@ impl Tracker {
             TestKind::Instance => (true, true),
             TestKind::Move { claim_pci } => (claim_pci, false),
         };
-        let resources = req
-            .flavor
-            .resources(req.is_bfv, self.settings.shared_disk());
+        let rules = self.settings.counting_rules();
+        let resources = req.flavor.resources(ResourceRules {
+            is_bfv: req.is_bfv,
+            shared_disk: rules.shared_disk,
+            legacy_cpus: rules.legacy_cpus,
+        });
         // Only an instance claim keeps the cache up to date as it changes the records; a move
-        // claim changes them in ways only a full derivation follows.
-        let usage = if cache_usage {
-            self.used()
-        } else {
-            self.usage().used
+        // claim changes them in ways only a full derivation follows. A NUMA guest needs the
+        // consumers too (their placements make the cells' usage).
+        let full = (!cache_usage || req.numa.is_some()).then(|| self.usage());
+        let used = match &full {
+            Some(u) if !cache_usage => u.used.clone(),
+            _ => self.used(),
         };
-        let shortfalls = self.shortfalls(&resources, &usage);
-        let pci = if claim_pci && !req.pci_requests.is_empty() {
+        let shortfalls = self.shortfalls(&resources, &used);
+        let wants_pci = claim_pci && !req.pci_requests.is_empty();
+        let devices = if wants_pci {
+            self.device_vec()
+        } else {
+            Vec::new()
+        };
+        let pci = |cells: &[u32]| -> Result<PciOutcome, PciRefusal> {
+            if !wants_pci {
+                return Ok((None, Vec::new()));
+            }
             claim_devices(
-                &self.device_vec(),
+                &devices,
                 &self.settings.policy.device_specs,
                 &req.pci_requests,
-                &req.numa_cells,
+                cells,
                 &self.view.sockets,
                 uuid,
             )
             .map(|(d, a)| (Some(d), a))
-        } else {
-            Ok((None, Vec::new()))
         };
-        match (shortfalls.is_empty(), pci) {
-            (true, Ok((devs, assigned))) => Ok((devs, assigned, resources)),
+        let (pci_result, numa, numa_refusal) = match (&req.numa, &full) {
+            (Some(guest), Some(usage)) => {
+                let cell_usage = self.numa_usage(usage);
+                let pci_free = self.pci_free_per_cell();
+                let r = &self.settings.policy.resources;
+                let input = FitInput {
+                    host: &self.view.numa,
+                    usage: &cell_usage,
+                    guest,
+                    cpu_ratio: r
+                        .cpu_allocation_ratio
+                        .unwrap_or(r.initial_cpu_allocation_ratio),
+                    ram_ratio: r
+                        .ram_allocation_ratio
+                        .unwrap_or(r.initial_ram_allocation_ratio),
+                    pack: r.packing_host_numa_cells_allocation_strategy,
+                    pci_free_per_cell: &pci_free,
+                    wants_pci: !req.pci_requests.is_empty(),
+                };
+                match fit_instance(&input, pci) {
+                    Ok((topology, pci)) => (Ok(pci), Some(topology), None),
+                    Err((refusal, pci_err)) => (
+                        pci_err.map_or(Ok((None, Vec::new())), Err),
+                        None,
+                        Some(refusal),
+                    ),
+                }
+            }
+            _ => (pci(&[]), None, None),
+        };
+        match (shortfalls.is_empty() && numa_refusal.is_none(), pci_result) {
+            (true, Ok((devices, assignments))) => Ok(TestedClaim {
+                devices,
+                assignments,
+                resources,
+                numa,
+            }),
             (_, pci) => Err(ClaimError::Refused(Box::new(Refusal {
                 instance_uuid: uuid.to_string(),
                 resources: shortfalls,
                 pci: pci.err(),
+                numa: numa_refusal,
             }))),
         }
     }
+
+    /// Free PCI devices per NUMA node (Nova orders host cells by them).
+    pub(crate) fn pci_free_per_cell(&self) -> BTreeMap<u32, i64> {
+        let mut out = BTreeMap::new();
+        for d in self.state.devices.values() {
+            if d.status == DeviceStatus::Available {
+                if let Some(n) = d.numa_node {
+                    *out.entry(n).or_default() += 1;
+                }
+            }
+        }
+        out
+    }
 }
+
+/// What a PCI claim gives: the new device states and the devices assigned.
+type PciOutcome = (Option<Vec<TrackedDevice>>, Vec<Assignment>);

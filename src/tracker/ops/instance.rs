@@ -35,7 +35,9 @@ impl Tracker {
                 id: uuid.to_string(),
             });
         };
-        let used_before = self.usage().used;
+        let usage_before = self.usage();
+        let numa_before = self.numa_usage(&usage_before).overcommit(self.numa_host());
+        let used_before = usage_before.used;
         let Some(inst) = self.state.instances.get_mut(uuid) else {
             return Err(ClaimError::NotFound {
                 what: "instance",
@@ -62,12 +64,32 @@ impl Tracker {
                 });
             };
             std::sync::Arc::make_mut(&mut inst.request).flavor = new;
+            // Nova's apply_migration_context: the instance takes its new placement.
+            if let Some(ctx) = &inst.migration_context {
+                inst.numa_topology = ctx.new_numa_topology.clone();
+            }
         }
         let inst = inst.clone();
         // A state change may make the rules count again what they had stopped counting (an
         // instance back from `deleted`, a move back in a resize state): that is a grant, and
         // it must fit like one.
-        let used_after = self.usage().used;
+        let usage_after = self.usage();
+        let numa_after = self.numa_usage(&usage_after).overcommit(self.numa_host());
+        let used_after = usage_after.used;
+        let numa_new: Vec<String> = numa_after
+            .into_iter()
+            .filter(|v| !numa_before.contains(v))
+            .collect();
+        if !numa_new.is_empty() {
+            self.state.instances.insert(uuid.to_string(), before);
+            return Err(ClaimError::Conflict {
+                id: uuid.to_string(),
+                message: format!(
+                    "instance {uuid} counted again in this state would overcommit NUMA cells: {}",
+                    numa_new.join("; ")
+                ),
+            });
+        }
         let grown: BTreeMap<ResourceClass, i64> = used_after
             .iter()
             .filter(|(class, after)| **after > used_before.get(class).copied().unwrap_or(0))
@@ -80,6 +102,7 @@ impl Tracker {
                 instance_uuid: uuid.to_string(),
                 resources: shortfalls,
                 pci: None,
+                numa: None,
             })));
         }
         let mut changes = Changes::default();

@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::model::InstanceRequest;
+use super::numa::FittedTopology;
 use super::state::ClaimRecord;
 use crate::objects::compute_node::ComputeNode;
 use crate::objects::Versioned;
@@ -95,6 +96,10 @@ pub struct MoveRequest {
     pub current: Option<InstanceRequest>,
     /// What it will have at the destination (same flavor unless resizing).
     pub new: InstanceRequest,
+    /// Where its NUMA cells are now, as the caller knows it (the instance's `numa_topology`);
+    /// used when this host does not record the instance (a live migration keeps its page size).
+    #[serde(default)]
+    pub current_numa: Option<FittedTopology>,
     /// Kind; default: resize when the flavor changes, else migration.
     pub move_type: Option<MoveType>,
     /// An existing migration to reuse (Nova's migration id), else rtrack creates one.

@@ -10,10 +10,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use super::claim::TestKind;
+use super::claim::{TestKind, TestedClaim};
 use super::{ClaimOutcome, MoveRequest, MoveType};
 use crate::tracker::error::ClaimError;
 use crate::tracker::model::{InstanceRecord, MigrationContext, MigrationRecord};
+use crate::tracker::numa::{FittedTopology, GuestTopology, PageSize};
 use crate::tracker::state::{validate_uuid, Changes, ClaimRecord, Tracker};
 use crate::tracker::states::{check_task_state, check_vm_state, move_is_counted};
 use crate::tracker::usage::on_node;
@@ -216,18 +217,41 @@ impl Tracker {
             }
         }
 
-        let (devices, assignments, resources) = if incoming {
+        // The guest's placement now: what this host records, else what the caller says.
+        let current_numa: Option<Arc<FittedTopology>> = self
+            .state
+            .instances
+            .get(&uuid)
+            .and_then(|i| i.numa_topology.clone())
+            .or_else(|| mv.current_numa.clone().map(Arc::new));
+        let tested = if incoming {
             let claim_pci = move_type != MoveType::LiveMigration;
-            self.test_claim(&uuid, &mv.new, TestKind::Move { claim_pci })?
+            let tested = self.test_claim(&uuid, &mv.new, TestKind::Move { claim_pci })?;
+            if move_type == MoveType::LiveMigration {
+                check_live_page_size(
+                    &uuid,
+                    current_numa.as_deref(),
+                    tested.numa.as_ref(),
+                    mv.new.numa.as_ref(),
+                )?;
+            }
+            tested
         } else {
-            (None, Vec::new(), BTreeMap::new())
+            TestedClaim {
+                devices: None,
+                assignments: Vec::new(),
+                resources: BTreeMap::new(),
+                numa: None,
+            }
         };
+        let new_numa = tested.numa.map(Arc::new);
         let claim = ClaimRecord {
             instance_uuid: uuid.clone(),
             migration_id: Some(id),
             request: Arc::new(mv.new.clone()),
-            assignments,
-            resources,
+            assignments: tested.assignments,
+            resources: tested.resources,
+            numa_topology: new_numa.clone(),
             claimed_at: now,
         };
         if dry_run {
@@ -242,7 +266,7 @@ impl Tracker {
         }
 
         let mut changes = Changes::default();
-        self.replace_devices(devices, &mut changes);
+        self.replace_devices(tested.devices, &mut changes);
         let previous = self.state.migrations.get(&id).cloned();
         let status = match (move_type, previous.as_ref().map(|m| m.status.as_str())) {
             (MoveType::LiveMigration, Some("accepted")) => "accepted".to_string(),
@@ -307,14 +331,15 @@ impl Tracker {
                 .as_ref()
                 .map(|i| i.request.clone())
                 .unwrap_or_else(|| Arc::new(current.clone())),
+            numa_topology: current_numa.clone(),
             old_flavor: Some(current.flavor.clone()),
             new_flavor: Some(mv.new.flavor.clone()),
             migration_context: Some(MigrationContext {
                 migration_id: id,
                 old_pci_requests: current.pci_requests.clone(),
                 new_pci_requests: mv.new.pci_requests.clone(),
-                old_numa_cells: current.numa_cells.clone(),
-                new_numa_cells: mv.new.numa_cells.clone(),
+                old_numa_topology: current_numa,
+                new_numa_topology: new_numa,
             }),
         };
         self.state.instances.insert(uuid.clone(), record.clone());
@@ -407,13 +432,21 @@ impl Tracker {
                     .clone()
                     .unwrap_or_else(|| inst.request.flavor.clone());
                 let new_ctx = inst.migration_context.clone();
+                let new_constraints = self
+                    .state
+                    .move_claims
+                    .get(&id)
+                    .map(|c| c.request.numa.clone());
                 inst.host = Some(names.host.clone());
                 inst.node = Some(names.node.clone());
                 let request = Arc::make_mut(&mut inst.request);
                 request.flavor = new_flavor;
+                if let Some(numa) = new_constraints {
+                    request.numa = numa;
+                }
                 if let Some(ctx) = new_ctx {
                     request.pci_requests = ctx.new_pci_requests;
-                    request.numa_cells = ctx.new_numa_cells;
+                    inst.numa_topology = ctx.new_numa_topology;
                 }
                 inst.old_flavor = None;
                 inst.new_flavor = None;
@@ -470,7 +503,7 @@ impl Tracker {
                 if let Some(ctx) = inst.migration_context.take() {
                     let request = Arc::make_mut(&mut inst.request);
                     request.pci_requests = ctx.old_pci_requests;
-                    request.numa_cells = ctx.old_numa_cells;
+                    inst.numa_topology = ctx.old_numa_topology;
                 }
                 inst.new_flavor = None;
                 inst.host = Some(names.host.clone());
@@ -486,4 +519,45 @@ impl Tracker {
         }
         Ok(changes)
     }
+}
+
+/// Nova's `_test_live_migration_page_size`: a live-migrated guest whose page size was left to
+/// the host (`large`, `any`) must get the same size on the destination as it has now.
+fn check_live_page_size(
+    uuid: &str,
+    current: Option<&FittedTopology>,
+    fitted: Option<&FittedTopology>,
+    requested: Option<&GuestTopology>,
+) -> Result<(), ClaimError> {
+    let (Some(fitted), Some(requested)) = (fitted, requested) else {
+        return Ok(());
+    };
+    if !matches!(
+        requested.pagesize,
+        Some(PageSize::Large | PageSize::Any | PageSize::Small)
+    ) {
+        return Ok(());
+    }
+    let Some(current) = current else {
+        return Err(ClaimError::Invalid {
+            field: "instance.numa_topology".into(),
+            message: format!(
+                "instance {uuid} asks for page size {:?} and is live-migrating from another host: its current numa_topology (an InstanceNUMATopology primitive) is needed to keep its page size",
+                requested.pagesize.map(i64::from).unwrap_or_default()
+            ),
+        });
+    };
+    let now = current.cells.first().and_then(|c| c.pagesize_kb);
+    let then = fitted.cells.first().and_then(|c| c.pagesize_kb);
+    if now != then {
+        return Err(ClaimError::Conflict {
+            id: uuid.to_string(),
+            message: format!(
+                "Requested page size is different from current page size: the guest has {} KiB pages, this host would give {} KiB",
+                now.map_or("no".into(), |p| p.to_string()),
+                then.map_or("no".into(), |p| p.to_string())
+            ),
+        });
+    }
+    Ok(())
 }
