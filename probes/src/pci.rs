@@ -199,6 +199,14 @@ impl Ord for PciDevice {
 pub fn probe_pci(root: &HostRoot, numa: &NumaTopology, w: &mut Warnings) -> Vec<PciDevice> {
     let devices_dir = root.sys_path("bus/pci/devices");
     let Some(names) = list_dir(&devices_dir, w) else {
+        if !devices_dir.exists() {
+            // s390x, some guests and partial captures have no PCI bus: no devices, not an
+            // unusable root.
+            w.push(
+                &devices_dir,
+                "directory is missing: the host has no PCI devices",
+            );
+        }
         return Vec::new();
     };
     let mut netdevs = netdevs_by_function(root, w);

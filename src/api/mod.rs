@@ -66,6 +66,7 @@ route_table! {
     "GET" get "/v1/inventory" => routes::inventory,
     "GET" get "/v1/compute-node" => routes::compute_node,
     "GET" get "/v1/usage" => routes::usage,
+    "GET" get "/v1/numa" => routes::numa,
     "GET" get "/v1/claims" => routes::list_claims,
     "POST" post "/v1/claims" => routes::create_claim,
     "GET" get "/v1/claims/{instance_uuid}" => routes::show_claim,

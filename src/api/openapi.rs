@@ -122,8 +122,13 @@ pub fn document() -> Value {
             "/v1/compute-node": {"get": {"operationId": "getComputeNode", "summary": "The ComputeNode primitive (oslo.versionedobjects JSON)",
                 "parameters": [{"name": "version", "in": "query", "required": false, "schema": {"type": "string", "enum": compute_node_versions()}, "description": "Backport to this ComputeNode version, e.g. 1.16"}],
                 "responses": responses(&[("200", ok("primitive", json!({"type": "object"})))], &[400, 403, 503])}},
-            "/v1/usage": {"get": {"operationId": "getUsage", "summary": "Per resource class: total, reserved, capacity, used, free; PCI pools",
+            "/v1/usage": {"get": {"operationId": "getUsage", "summary": "Per resource class: total, reserved, capacity, used, free; PCI pools; NUMA cells",
                 "responses": responses(&[("200", ok("usage", schema_ref("Usage")))], &std_errors)}},
+            "/v1/numa": {"get": {"operationId": "getNuma", "summary": "Every NUMA cell: each core's CPUs with what holds them, memory and pages, local PCI devices",
+                "responses": responses(&[("200", ok("cells", json!({"type": "object", "properties": {
+                    "cells": {"type": "array", "items": schema_ref("NumaDetail")},
+                    "legacy_cpus": {"type": "boolean", "description": "no CPU sets configured: every CPU is shared and dedicated"},
+                    "base_page_kb": {"type": "integer"}}})))], &std_errors)}},
             "/v1/claims": {
                 "get": {"operationId": "listClaims", "summary": "Every claim held (instance claims, then move claims)",
                     "responses": responses(&[("200", ok("claims", json!({"type": "array", "items": schema_ref("Claim")})))], &std_errors)},
@@ -193,7 +198,10 @@ pub fn document() -> Value {
                 "pci_pools": {"type": "array", "items": {"type": "object", "properties": {
                     "vendor_id": {"type": "string"}, "product_id": {"type": "string"}, "numa_node": {"type": "integer", "nullable": true},
                     "tags": {"type": "object"}, "total": {"type": "integer"}, "free": {"type": "integer"}}}},
+                "numa_cells": {"type": "array", "items": schema_ref("NumaCell")},
                 "instances": {"type": "integer"}, "claims": {"type": "integer"}, "migrations_in_progress": {"type": "integer"}}},
+            "NumaCell": numa_cell_schema(),
+            "NumaDetail": numa_detail_schema(),
         }))},
     })
 }
@@ -442,4 +450,27 @@ mod tests {
             "/v1/migrations/3/confirm"
         ));
     }
+}
+
+/// One NUMA cell in `GET /v1/usage` (`tracker::numa::report::CellReport`).
+fn numa_cell_schema() -> Value {
+    json!({"type": "object", "description": "One host NUMA cell; cpulists as strings", "properties": {
+                "id": {"type": "integer"}, "cpus": {"type": "string", "description": "shared CPUs (Nova's cpuset)"},
+                "pcpus": {"type": "string", "description": "dedicated CPUs (Nova's pcpuset)"},
+                "cpu_usage": {"type": "integer", "description": "floating guest CPUs placed on the cell"},
+                "pinned_cpus": {"type": "string"}, "memory_mb": {"type": "integer"}, "memory_usage_mb": {"type": "integer"},
+                "mempages": {"type": "array", "items": {"type": "object", "properties": {
+                    "size_kb": {"type": "integer"}, "total": {"type": "integer"}, "used": {"type": "integer"},
+                    "reserved": {"type": "integer"}, "kernel_free": {"type": "integer", "description": "hugepage pools only"}}}}}})
+}
+
+/// One NUMA cell in `GET /v1/numa` (`tracker::numa::report::CellDetail`).
+fn numa_detail_schema() -> Value {
+    json!({"allOf": [schema_ref("NumaCell"), {"type": "object", "properties": {
+                "socket": {"type": "integer", "nullable": true},
+                "cores": {"type": "array", "items": {"type": "array", "items": {"type": "object", "properties": {
+                    "cpu": {"type": "integer"},
+                    "state": {"type": "string", "enum": ["free", "shared", "pinned", "emulator", "isolated", "unused"]},
+                    "instance": {"type": "string", "format": "uuid"}}}}},
+                "pci_devices": {"type": "array", "items": {"type": "array", "items": {"type": "string"}, "description": "[address, status]"}}}}]})
 }

@@ -225,6 +225,31 @@ fn check_config(loaded: &LoadedConfig) -> anyhow::Result<()> {
         ),
         None => println!("  placement: not configured (no upstream reporting)"),
     }
+    // What the file names on this host (CPU sets, reserved pages) must exist; a root that
+    // cannot be probed here (a file checked on another machine) is said so, not an error.
+    match crate::probes::probe_host(&c.probe_root, &crate::daemon::audit::probe_options(c)) {
+        Ok(host) => {
+            config_file::check_against_host(loaded, &host).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let numa = crate::tracker::numa::HostTopology::build(&host, &c.resources);
+            println!(
+                "  NUMA: {} cell(s), {}; base pages {} KiB",
+                numa.cells.len(),
+                if numa.legacy_cpus {
+                    "no CPU sets (every CPU shared and dedicated)".to_string()
+                } else {
+                    format!(
+                        "{} shared and {} dedicated CPUs in cells",
+                        numa.cells.iter().map(|x| x.cpuset.len()).sum::<usize>(),
+                        numa.cells.iter().map(|x| x.pcpuset.len()).sum::<usize>()
+                    )
+                },
+                numa.base_page_kb
+            );
+        }
+        Err(e) => println!(
+            "  host not probed here ({e}): CPU sets and reserved pages not checked against it"
+        ),
+    }
     Ok(())
 }
 

@@ -41,11 +41,13 @@ pub fn probe(state: &DaemonState) -> Result<HostInventory, String> {
 
 /// Rejects a probe that found no online CPU or no memory, or whose sysfs PCI directory is gone.
 pub fn check_plausible(host: &HostInventory, root: &probes::HostRoot) -> Result<(), String> {
-    let pci_dir = root.sys.join("bus/pci/devices");
-    if !pci_dir.is_dir() {
+    // sysfs must be there: its CPU directory is on every Linux host. A missing PCI bus is a
+    // host without PCI devices (the probe warns), not a vanished sysfs.
+    let cpu_dir = root.sys.join("devices/system/cpu");
+    if !cpu_dir.is_dir() {
         return Err(format!(
             "{} is not a readable directory: sysfs is not mounted or not readable; keeping the last good inventory",
-            pci_dir.display()
+            cpu_dir.display()
         ));
     }
     if host.cpu.online.is_empty() {
@@ -347,5 +349,27 @@ mod tests {
         }
         assert!(seen.len() > 10);
         assert_eq!(next_delay(60, 0), Duration::from_secs(60));
+    }
+
+    #[test]
+    fn a_tree_without_a_pci_bus_is_a_host_without_devices_and_one_without_sysfs_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("host");
+        rtrack_fixtures::synthetic::SyntheticHost::small().write(&root);
+        std::fs::remove_dir_all(root.join("sys/bus/pci")).unwrap();
+        let roots = probes::HostRoot::under(&root);
+        let host = probes::probe_host(&roots, &probes::ProbeOptions::default()).unwrap();
+        assert!(host.pci_devices.is_empty());
+        assert!(
+            host.warnings
+                .iter()
+                .any(|w| w.message.contains("the host has no PCI devices")),
+            "{:?}",
+            host.warnings
+        );
+        check_plausible(&host, &roots).unwrap();
+        std::fs::remove_dir_all(root.join("sys/devices/system/cpu")).unwrap();
+        let e = check_plausible(&host, &roots).unwrap_err();
+        assert!(e.contains("sysfs is not mounted or not readable"), "{e}");
     }
 }

@@ -141,6 +141,7 @@ async fn main_loop(
             return Ok(());
         }
     };
+    config_file::check_against_host(&loaded, &host).map_err(|e| anyhow::anyhow!("{e}"))?;
     let settings = settings_for(&cfg, &id, &host);
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -375,6 +376,16 @@ fn reload(
     socket_path: &std::path::Path,
 ) -> anyhow::Result<LoadedConfig> {
     let next = config_file::load(opts.config_path.as_deref(), &opts.overrides)?;
+    let host = state.service.read(|t| t.view().host.clone());
+    config_file::check_against_host(&next, &host).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // Pins and pages the claims hold must still fit the new CPU sets and reserved pages.
+    let held = state.service.read(|t| t.numa_problems_under(&next.valid));
+    if !held.is_empty() {
+        anyhow::bail!(
+            "the new [resources] would leave what instances hold outside the host's NUMA capacity: {}",
+            held.join("; ")
+        );
+    }
     let changes = diff::diff(&current.raw, &next.raw);
     if changes.is_empty() {
         tracing::info!("configuration reloaded: nothing changed");

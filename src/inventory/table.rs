@@ -69,17 +69,23 @@ pub fn render(report: &InventoryReport) -> String {
 
     let _ = writeln!(out, "\nNUMA nodes:    {}", inv.numa_nodes.len());
     if !inv.numa_nodes.is_empty() {
+        let sets = cell_cpu_sets(report);
         let mut rows = vec![vec![
             "NODE".to_string(),
             "CPUS".to_string(),
+            "SHARED (VCPU)".to_string(),
+            "DEDICATED (PCPU)".to_string(),
             "MEMORY_MB".to_string(),
             "FREE_MB".to_string(),
             "HUGEPAGES (size: free/total)".to_string(),
         ]];
         for n in &inv.numa_nodes {
+            let (shared, dedicated) = sets.get(&n.id).cloned().unwrap_or_default();
             rows.push(vec![
                 n.id.to_string(),
                 dash_if_empty(&n.cpus.to_string()),
+                dash_if_empty(&shared),
+                dash_if_empty(&dedicated),
                 n.memory_mb.map_or("-".to_string(), |v| v.to_string()),
                 n.free_mb.map_or("-".to_string(), |v| v.to_string()),
                 hugepage_summary(&n.hugepages).unwrap_or_else(|| "-".to_string()),
@@ -264,4 +270,42 @@ mod tests {
         assert_eq!(size_label(1048576), "1G");
         assert_eq!(size_label(64), "64K");
     }
+}
+
+/// Each NUMA cell's shared (`cpuset`) and dedicated (`pcpuset`) CPUs as the report's ComputeNode
+/// has them (the configuration's CPU sets applied to the probe), as cpulists; empty when the
+/// report has no ComputeNode.
+fn cell_cpu_sets(report: &InventoryReport) -> std::collections::BTreeMap<u32, (String, String)> {
+    let topology = report
+        .compute_node
+        .as_ref()
+        .and_then(|n| n["nova_object.data"]["numa_topology"].as_str())
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok());
+    let ids = |v: &serde_json::Value| -> String {
+        crate::probes::CpuSet::from_ids(
+            v.as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|c| c.as_u64())
+                        .map(|c| c as u32)
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default(),
+        )
+        .to_string()
+    };
+    topology
+        .as_ref()
+        .and_then(|t| t["nova_object.data"]["cells"].as_array())
+        .map(|cells| {
+            cells
+                .iter()
+                .filter_map(|c| {
+                    let d = &c["nova_object.data"];
+                    let id = u32::try_from(d["id"].as_u64()?).ok()?;
+                    Some((id, (ids(&d["cpuset"]), ids(&d["pcpuset"]))))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }

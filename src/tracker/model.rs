@@ -85,15 +85,18 @@ impl FlavorUsage {
         })
     }
 
-    /// The resources one instance of this flavor takes, per class. Classes with nothing asked
-    /// are left out, but VCPU and MEMORY_MB are always there.
+    /// The resources one instance of this flavor takes, per class: VCPU or PCPU or both (VCPU
+    /// alone for a guest with no CPUs at all), MEMORY_MB, and DISK_GB unless it is shared.
     pub fn resources(&self, rules: ResourceRules) -> BTreeMap<ResourceClass, i64> {
         let mut r = BTreeMap::new();
         let cpus = self.cpu_demand();
         if rules.legacy_cpus {
             r.insert(ResourceClass::Vcpu, cpus.shared + cpus.dedicated);
         } else {
-            r.insert(ResourceClass::Vcpu, cpus.shared);
+            // Placement is asked for the classes the guest uses: a pinned guest asks no VCPU.
+            if cpus.shared > 0 || cpus.dedicated == 0 {
+                r.insert(ResourceClass::Vcpu, cpus.shared);
+            }
             if cpus.dedicated > 0 {
                 r.insert(ResourceClass::Pcpu, cpus.dedicated);
             }

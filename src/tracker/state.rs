@@ -399,6 +399,56 @@ impl Tracker {
         &self.view.numa
     }
 
+    /// What the claims hold that would be over NUMA capacity under `config` (CPU sets, reserved
+    /// pages): pins outside the new dedicated CPUs, pages above the new reserve. Empty when
+    /// the new configuration fits what is held, or when it already did not before.
+    pub fn numa_problems_under(&self, config: &crate::config::ValidConfig) -> Vec<String> {
+        let usage = self.usage();
+        let now = self.numa_usage(&usage).overcommit(&self.view.numa);
+        let mut settings = self.settings.clone();
+        settings.policy = config.into();
+        let view = HostView::build(self.view.host.clone(), &settings, self.generation);
+        let numa = NumaUsage::of(
+            &view.numa,
+            usage.consumers.iter().filter_map(|c| c.numa.as_deref()),
+        );
+        numa.overcommit(&view.numa)
+            .into_iter()
+            .filter(|p| !now.contains(p))
+            .collect()
+    }
+
+    /// Every NUMA cell's usage, for `GET /v1/usage`.
+    pub fn numa_report(&self) -> Vec<super::numa::report::CellReport> {
+        super::numa::report::cell_reports(&self.view.numa, &self.numa_usage(&self.usage()))
+    }
+
+    /// Every NUMA cell with what holds each CPU and its local PCI devices (`GET /v1/numa`).
+    pub fn numa_details(&self) -> Vec<super::numa::report::CellDetail> {
+        let usage = self.usage();
+        let devices: Vec<(String, Option<u32>, String)> = self
+            .state
+            .devices
+            .values()
+            .map(|d| {
+                (
+                    d.address.to_string(),
+                    d.numa_node,
+                    d.status.as_str().to_string(),
+                )
+            })
+            .collect();
+        super::numa::report::cell_details(
+            &self.view.numa,
+            &self.numa_usage(&usage),
+            usage
+                .consumers
+                .iter()
+                .filter_map(|c| c.numa.as_deref().map(|t| (c.instance_uuid.as_str(), t))),
+            &devices,
+        )
+    }
+
     /// Usage per class (cached; see `used_cache`).
     pub fn used(&self) -> BTreeMap<ResourceClass, i64> {
         if let Some(u) = self.used_cache.borrow().as_ref() {

@@ -114,9 +114,27 @@ pub async fn usage(State(state): St) -> ApiResult {
             json!({
                 "resources": resources,
                 "pci_pools": t.pool_usage(),
+                "numa_cells": t.numa_report(),
                 "instances": s.instances.len(),
                 "claims": s.claims.len() + s.move_claims.len(),
                 "migrations_in_progress": s.migrations.values().filter(|m| m.in_progress()).count(),
+            })
+        }))
+    })
+    .await?;
+    Ok(Json(body).into_response())
+}
+
+/// `GET /v1/numa`: every NUMA cell, each core's CPUs with what holds them, memory and pages,
+/// and the PCI devices local to the cell.
+pub async fn numa(State(state): St) -> ApiResult {
+    let body = blocking(move || {
+        Ok(state.service.read(|t| {
+            let host = t.numa_host();
+            json!({
+                "cells": t.numa_details(),
+                "legacy_cpus": host.legacy_cpus,
+                "base_page_kb": host.base_page_kb,
             })
         }))
     })

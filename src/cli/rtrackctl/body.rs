@@ -1,8 +1,8 @@
 //! Request bodies built from `rtrackctl`'s flags: a RequestSpec primitive the tracker reads as
 //! it reads Nova's, and the escaping of paths and queries.
 //!
-//! In: the parsed [`RequestArgs`] (instance, sizes, `--pci-alias`, `--dedicated-cpus`, project,
-//! user, or a `--file`), and ids and query values to put in a target. Out: the claim or move body
+//! In: the parsed [`RequestArgs`] (instance, sizes, `--pci-alias`, `--dedicated-cpus`,
+//! `--extra-spec`, `--image-property`, project, user, or a `--file`), and ids and query values to put in a target. Out: the claim or move body
 //! `{"request_spec": ...}` (or the file's document with `--instance` filled in), a flavor id
 //! derived from the sizes, and percent-escaped path segments and queries; a usage [`Failure`] for
 //! bad flags.
@@ -112,6 +112,21 @@ pub fn claim_body(a: &RequestArgs) -> Result<Value, Failure> {
     if a.dedicated_cpus {
         extra.insert("hw:cpu_policy".to_string(), "dedicated".to_string());
     }
+    let pair = |flag: &str, kv: &str| -> Result<(String, String), Failure> {
+        match kv.split_once('=') {
+            Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+            _ => Err(usage(format!("{flag} {kv:?}: expected KEY=VALUE"))),
+        }
+    };
+    for kv in &a.extra_spec {
+        let (k, v) = pair("--extra-spec", kv)?;
+        extra.insert(k, v);
+    }
+    let mut image_props = serde_json::Map::new();
+    for kv in &a.image_property {
+        let (k, v) = pair("--image-property", kv)?;
+        image_props.insert(k, Value::String(v));
+    }
     let flavor_id = a.flavor_id.unwrap_or_else(|| derived_flavor_id(a, &extra));
     let name = format!("rtrackctl-{vcpus}c-{memory_mb}m-{}g", a.disk_gb);
     let flavor = json!({
@@ -135,6 +150,20 @@ pub fn claim_body(a: &RequestArgs) -> Result<Value, Failure> {
     }
     if let Some(u) = &a.user {
         data["user_id"] = u.clone().into();
+    }
+    if !image_props.is_empty() {
+        // Values as glance keeps them, strings (rtrackd reads them as ImageMeta.from_dict does).
+        data["image"] = json!({
+            "nova_object.name": "ImageMeta",
+            "nova_object.namespace": "nova",
+            "nova_object.version": "1.8",
+            "nova_object.data": {"properties": {
+                "nova_object.name": "ImageMetaProps",
+                "nova_object.namespace": "nova",
+                "nova_object.version": "1.44",
+                "nova_object.data": image_props,
+            }},
+        });
     }
     Ok(json!({
         "request_spec": {

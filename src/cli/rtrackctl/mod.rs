@@ -18,6 +18,7 @@ use clap::{Args, Parser, Subcommand};
 use serde_json::Value;
 
 mod body;
+mod numa;
 mod tables;
 
 use super::client::{self, Response};
@@ -65,6 +66,8 @@ pub enum Command {
     Inventory,
     /// Per resource class: total, reserved, capacity, used, free; PCI pools.
     Usage,
+    /// Per NUMA cell: cores with who holds each CPU, memory and pages, local PCI devices.
+    Numa,
     /// The ComputeNode primitive (JSON), optionally backported.
     ComputeNode {
         /// ComputeNode version, e.g. 1.16.
@@ -108,7 +111,7 @@ pub enum Command {
 pub struct RequestArgs {
     /// JSON file with the whole API body (see docs/api.md); "-" reads stdin. Excludes the
     /// sizing flags.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["vcpus", "memory_mb", "disk_gb", "pci_alias"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["vcpus", "memory_mb", "disk_gb", "pci_alias", "extra_spec", "image_property"])]
     pub file: Option<PathBuf>,
     /// Instance uuid.
     #[arg(long, value_name = "UUID")]
@@ -134,6 +137,13 @@ pub struct RequestArgs {
     /// Pinned CPUs (hw:cpu_policy=dedicated: counted as PCPU).
     #[arg(long)]
     pub dedicated_cpus: bool,
+    /// A flavor extra spec, KEY=VALUE (e.g. hw:numa_nodes=2, hw:mem_page_size=1GB,
+    /// hw:cpu_thread_policy=isolate); repeatable.
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub extra_spec: Vec<String>,
+    /// An image property, KEY=VALUE (e.g. hw_cpu_policy=dedicated); repeatable.
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub image_property: Vec<String>,
     /// Booted from volume (no root disk here).
     #[arg(long)]
     pub boot_from_volume: bool,
@@ -363,6 +373,13 @@ pub fn run(cli: &Cli) -> Result<String, Failure> {
                 return json_out(&v);
             }
             Ok(usage_table(&v))
+        }
+        Command::Numa => {
+            let v = ctx.call("GET", "/v1/numa", None)?;
+            if cli.json {
+                return json_out(&v);
+            }
+            Ok(numa::numa_screen(&v))
         }
         Command::ComputeNode { version } => {
             let target = match version {

@@ -140,6 +140,64 @@ pub(super) fn usage_table(v: &Value) -> String {
             &pools,
         ));
     }
+    let cells: Vec<Vec<String>> = v["numa_cells"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|c| {
+                    let pages: Vec<String> = c["mempages"]
+                        .as_array()
+                        .map(|p| {
+                            p.iter()
+                                .skip(1)
+                                .filter(|p| p["total"].as_i64().unwrap_or(0) > 0)
+                                .map(|p| {
+                                    format!(
+                                        "{}K {}/{}",
+                                        num(&p["size_kb"]),
+                                        num(&p["used"]),
+                                        num(&p["total"])
+                                    )
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    let dash = |s: &Value| match s.as_str() {
+                        Some("") | None => "-".to_string(),
+                        Some(s) => s.to_string(),
+                    };
+                    vec![
+                        num(&c["id"]),
+                        dash(&c["cpus"]),
+                        num(&c["cpu_usage"]),
+                        dash(&c["pcpus"]),
+                        dash(&c["pinned_cpus"]),
+                        format!("{}/{}", num(&c["memory_usage_mb"]), num(&c["memory_mb"])),
+                        if pages.is_empty() {
+                            "-".into()
+                        } else {
+                            pages.join(" ")
+                        },
+                    ]
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if !cells.is_empty() {
+        out.push('\n');
+        out.push_str(&table(
+            &[
+                "NUMA",
+                "SHARED",
+                "FLOATING",
+                "DEDICATED",
+                "PINNED",
+                "MEMORY_MB",
+                "HUGEPAGES (used/total)",
+            ],
+            &cells,
+        ));
+    }
     let _ = writeln!(
         out,
         "\n{} instance(s), {} claim(s), {} migration(s) in progress",

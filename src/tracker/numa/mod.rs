@@ -13,6 +13,7 @@
 //! - [`fit`] — `numa_fit_instance_to_host` and `_numa_fit_instance_cell`;
 //! - [`pinning`] — `_pack_instance_onto_cores`;
 //! - [`usage`] — `numa_usage_from_instance_numa`, summed over the records;
+//! - [`report`] — what `GET /v1/usage`, `GET /v1/numa` and `rtrackctl numa` show;
 //! - [`nova`] — the Nova objects (NUMATopology with usage, InstanceNUMATopology).
 //!
 //! Where rtrack differs from Nova (deterministic pinning order, no fit cache, page sizes that do
@@ -24,6 +25,7 @@ pub mod fit;
 pub mod host;
 pub mod nova;
 pub mod pinning;
+pub mod report;
 pub mod usage;
 
 use std::collections::BTreeMap;

@@ -1,0 +1,208 @@
+//! `rtrackctl numa`: one screen per host, read at a glance. Per NUMA cell its socket, its
+//! cores as a grid of CPUs marked free, shared, pinned by an instance (a letter per instance),
+//! kept for an instance's emulator threads or idle next to an `isolate` guest, its memory and
+//! pages per size, and the PCI devices local to it.
+//!
+//! In: the answer of `GET /v1/numa`. Out: the text.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use serde_json::Value;
+
+/// Letters for instances, in order of first appearance.
+const TAGS: &str = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+
+fn page_size(kb: i64) -> String {
+    match kb {
+        kb if kb >= 1_048_576 && kb % 1_048_576 == 0 => format!("{}G", kb / 1_048_576),
+        kb if kb >= 1024 && kb % 1024 == 0 => format!("{}M", kb / 1024),
+        kb => format!("{kb}K"),
+    }
+}
+
+/// The screen for a `GET /v1/numa` answer.
+pub(super) fn numa_screen(v: &Value) -> String {
+    let mut out = String::new();
+    let mut tags: BTreeMap<String, char> = BTreeMap::new();
+    let mut order: Vec<String> = Vec::new();
+    let mut tag_of = |inst: &str| -> char {
+        if let Some(t) = tags.get(inst) {
+            return *t;
+        }
+        let t = TAGS.chars().nth(order.len()).unwrap_or('*');
+        tags.insert(inst.to_string(), t);
+        order.push(inst.to_string());
+        t
+    };
+    let cells = v["cells"].as_array().cloned().unwrap_or_default();
+    if v["legacy_cpus"].as_bool() == Some(true) {
+        let _ = writeln!(
+            out,
+            "No CPU sets configured: every CPU is both shared and dedicated (pinned guests take VCPU)."
+        );
+    }
+    for c in &cells {
+        let socket = c["socket"]
+            .as_i64()
+            .map_or("no single socket".into(), |s| format!("socket {s}"));
+        let _ = writeln!(
+            out,
+            "\nCell {} ({socket}): memory {} MiB, {} MiB used by NUMA guests; shared CPUs {}, {} floating guest CPUs on them; dedicated CPUs {}",
+            c["id"],
+            c["memory_mb"],
+            c["memory_usage_mb"],
+            non_empty(c["cpus"].as_str()),
+            c["cpu_usage"],
+            non_empty(c["pcpus"].as_str()),
+        );
+        let mut line = String::from("  cores:");
+        for core in c["cores"].as_array().cloned().unwrap_or_default() {
+            let mut cell = String::from(" [");
+            for (i, cpu) in core
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .enumerate()
+            {
+                if i > 0 {
+                    cell.push(' ');
+                }
+                let mark = match cpu["state"].as_str().unwrap_or("") {
+                    "free" => ".".to_string(),
+                    "shared" => "s".to_string(),
+                    "unused" => "-".to_string(),
+                    state => {
+                        let t = tag_of(cpu["instance"].as_str().unwrap_or("?"));
+                        match state {
+                            "emulator" => format!("{t}*"),
+                            "isolated" => format!("{t}~"),
+                            _ => t.to_string(),
+                        }
+                    }
+                };
+                let _ = write!(cell, "{}{mark}", cpu["cpu"]);
+            }
+            cell.push(']');
+            if line.len() + cell.len() > 100 {
+                let _ = writeln!(out, "{line}");
+                line = String::from("        ");
+            }
+            line.push_str(&cell);
+        }
+        let _ = writeln!(out, "{line}");
+        let pages: Vec<String> = c["mempages"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|p| {
+                let total = p["total"].as_i64().unwrap_or(0);
+                let used = p["used"].as_i64().unwrap_or(0);
+                let reserved = p["reserved"].as_i64().unwrap_or(0);
+                let mut s = format!(
+                    "{} {used}/{total} used, {} free",
+                    page_size(p["size_kb"].as_i64().unwrap_or(0)),
+                    (total - used - reserved).max(0)
+                );
+                if reserved > 0 {
+                    let _ = write!(s, ", {reserved} reserved");
+                }
+                if let Some(k) = p["kernel_free"].as_i64() {
+                    let _ = write!(s, " (kernel: {k} free)");
+                }
+                s
+            })
+            .collect();
+        let _ = writeln!(out, "  pages: {}", pages.join("; "));
+        let devices = c["pci_devices"].as_array().cloned().unwrap_or_default();
+        if !devices.is_empty() {
+            // Counts by status, and the devices in use by address (free ones are many).
+            let mut by_status: BTreeMap<String, usize> = BTreeMap::new();
+            let mut busy = Vec::new();
+            for d in &devices {
+                let status = d[1].as_str().unwrap_or("?").to_string();
+                if status != "available" {
+                    busy.push(format!("{} {status}", d[0].as_str().unwrap_or("?")));
+                }
+                *by_status.entry(status).or_default() += 1;
+            }
+            let counts: Vec<String> = by_status.iter().map(|(s, n)| format!("{n} {s}")).collect();
+            let _ = write!(
+                out,
+                "  PCI: {} device(s): {}",
+                devices.len(),
+                counts.join(", ")
+            );
+            if !busy.is_empty() {
+                let shown: Vec<&String> = busy.iter().take(8).collect();
+                let more = busy.len().saturating_sub(8);
+                let _ = write!(
+                    out,
+                    "; in use: {}{}",
+                    shown
+                        .iter()
+                        .map(|s| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    if more > 0 {
+                        format!(" and {more} more")
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+            let _ = writeln!(out);
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\n. free dedicated CPU   s shared CPU   - in neither CPU set   letter: pinned by an instance   * its emulator threads   ~ kept idle beside an isolate guest"
+    );
+    for inst in &order {
+        let _ = writeln!(out, "  {} = {inst}", tags[inst]);
+    }
+    out
+}
+
+fn non_empty(s: Option<&str>) -> &str {
+    match s {
+        Some("") | None => "none",
+        Some(s) => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn cores_show_who_holds_each_cpu() {
+        let v = json!({"legacy_cpus": false, "base_page_kb": 4, "cells": [{
+            "id": 0, "socket": 0, "cpus": "0,4", "pcpus": "1-3,5-7", "cpu_usage": 1, "pinned_cpus": "1,5,2",
+            "memory_mb": 4096, "memory_usage_mb": 1024,
+            "mempages": [{"size_kb": 4, "total": 1000, "used": 10, "reserved": 0},
+                         {"size_kb": 2048, "total": 64, "used": 8, "reserved": 4, "kernel_free": 60}],
+            "cores": [[{"cpu": 0, "state": "shared"}, {"cpu": 4, "state": "shared"}],
+                      [{"cpu": 1, "state": "pinned", "instance": "u1"}, {"cpu": 5, "state": "pinned", "instance": "u1"}],
+                      [{"cpu": 2, "state": "emulator", "instance": "u2"}, {"cpu": 6, "state": "isolated", "instance": "u2"}],
+                      [{"cpu": 3, "state": "free"}, {"cpu": 7, "state": "free"}]],
+            "pci_devices": [["0000:3b:02.0", "allocated"]]}]});
+        let s = numa_screen(&v);
+        assert!(
+            s.contains("cores: [0s 4s] [1a 5a] [2b* 6b~] [3. 7.]"),
+            "{s}"
+        );
+        assert!(
+            s.contains("2M 8/64 used, 52 free, 4 reserved (kernel: 60 free)"),
+            "{s}"
+        );
+        assert!(
+            s.contains("PCI: 1 device(s): 1 allocated; in use: 0000:3b:02.0 allocated"),
+            "{s}"
+        );
+        assert!(s.contains("a = u1") && s.contains("b = u2"), "{s}");
+    }
+}
