@@ -461,7 +461,7 @@ fn numa_cell_schema() -> Value {
                 "pinned_cpus": {"type": "string"}, "memory_mb": {"type": "integer"}, "memory_usage_mb": {"type": "integer"},
                 "mempages": {"type": "array", "items": {"type": "object", "properties": {
                     "size_kb": {"type": "integer"}, "total": {"type": "integer"}, "used": {"type": "integer"},
-                    "reserved": {"type": "integer"}, "kernel_free": {"type": "integer", "description": "hugepage pools only"}}}}}})
+                    "reserved": {"type": "integer"}, "kernel_free": {"type": "integer", "nullable": true, "description": "hugepage pools only"}}}}}})
 }
 
 /// One NUMA cell in `GET /v1/numa` (`tracker::numa::report::CellDetail`).

@@ -26,9 +26,8 @@ pub struct PageReport {
     pub used: i64,
     /// Pages kept from guests (`reserved_huge_pages`).
     pub reserved: i64,
-    /// Pages the kernel reports free (hugepages only; includes pages guests already hold if
-    /// they are not running yet).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Pages the kernel reports free (hugepages only, else null; pages a claim holds for a
+    /// guest not started yet are still free to the kernel).
     pub kernel_free: Option<i64>,
 }
 
