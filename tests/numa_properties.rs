@@ -88,8 +88,11 @@ fn settings(legacy: bool, smt: bool) -> TrackerSettings {
     }
 }
 
+/// A flavor shape: vCPUs, memory in MiB, extra specs.
+type Shape = (i64, i64, &'static [(&'static str, &'static str)]);
+
 /// Flavor shapes the operations pick from.
-const FLAVORS: &[(i64, i64, &[(&str, &str)])] = &[
+const FLAVORS: &[Shape] = &[
     (2, 1024, &[("hw:cpu_policy", "dedicated")]),
     (
         4,

@@ -277,6 +277,29 @@ fn to_openapi_30(v: &mut Value) {
     }
 }
 
+/// One NUMA cell in `GET /v1/usage` (`tracker::numa::report::CellReport`).
+fn numa_cell_schema() -> Value {
+    json!({"type": "object", "description": "One host NUMA cell; cpulists as strings", "properties": {
+                "id": {"type": "integer"}, "cpus": {"type": "string", "description": "shared CPUs (Nova's cpuset)"},
+                "pcpus": {"type": "string", "description": "dedicated CPUs (Nova's pcpuset)"},
+                "cpu_usage": {"type": "integer", "description": "floating guest CPUs placed on the cell"},
+                "pinned_cpus": {"type": "string"}, "memory_mb": {"type": "integer"}, "memory_usage_mb": {"type": "integer"},
+                "mempages": {"type": "array", "items": {"type": "object", "properties": {
+                    "size_kb": {"type": "integer"}, "total": {"type": "integer"}, "used": {"type": "integer"},
+                    "reserved": {"type": "integer"}, "kernel_free": {"type": "integer", "nullable": true, "description": "hugepage pools only"}}}}}})
+}
+
+/// One NUMA cell in `GET /v1/numa` (`tracker::numa::report::CellDetail`).
+fn numa_detail_schema() -> Value {
+    json!({"allOf": [schema_ref("NumaCell"), {"type": "object", "properties": {
+                "socket": {"type": "integer", "nullable": true},
+                "cores": {"type": "array", "items": {"type": "array", "items": {"type": "object", "properties": {
+                    "cpu": {"type": "integer"},
+                    "state": {"type": "string", "enum": ["free", "shared", "pinned", "emulator", "isolated", "unused"]},
+                    "instance": {"type": "string", "format": "uuid"}}}}},
+                "pci_devices": {"type": "array", "items": {"type": "array", "items": {"type": "string"}, "description": "[address, status]"}}}}]})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -450,27 +473,4 @@ mod tests {
             "/v1/migrations/3/confirm"
         ));
     }
-}
-
-/// One NUMA cell in `GET /v1/usage` (`tracker::numa::report::CellReport`).
-fn numa_cell_schema() -> Value {
-    json!({"type": "object", "description": "One host NUMA cell; cpulists as strings", "properties": {
-                "id": {"type": "integer"}, "cpus": {"type": "string", "description": "shared CPUs (Nova's cpuset)"},
-                "pcpus": {"type": "string", "description": "dedicated CPUs (Nova's pcpuset)"},
-                "cpu_usage": {"type": "integer", "description": "floating guest CPUs placed on the cell"},
-                "pinned_cpus": {"type": "string"}, "memory_mb": {"type": "integer"}, "memory_usage_mb": {"type": "integer"},
-                "mempages": {"type": "array", "items": {"type": "object", "properties": {
-                    "size_kb": {"type": "integer"}, "total": {"type": "integer"}, "used": {"type": "integer"},
-                    "reserved": {"type": "integer"}, "kernel_free": {"type": "integer", "nullable": true, "description": "hugepage pools only"}}}}}})
-}
-
-/// One NUMA cell in `GET /v1/numa` (`tracker::numa::report::CellDetail`).
-fn numa_detail_schema() -> Value {
-    json!({"allOf": [schema_ref("NumaCell"), {"type": "object", "properties": {
-                "socket": {"type": "integer", "nullable": true},
-                "cores": {"type": "array", "items": {"type": "array", "items": {"type": "object", "properties": {
-                    "cpu": {"type": "integer"},
-                    "state": {"type": "string", "enum": ["free", "shared", "pinned", "emulator", "isolated", "unused"]},
-                    "instance": {"type": "string", "format": "uuid"}}}}},
-                "pci_devices": {"type": "array", "items": {"type": "array", "items": {"type": "string"}, "description": "[address, status]"}}}}]})
 }

@@ -112,6 +112,29 @@ pub fn socket_path(cfg: &ValidConfig) -> PathBuf {
     })
 }
 
+/// What the configuration names that the probed host does not have (CPU sets naming CPUs that
+/// are not online, `reserved_huge_pages` for nodes or page sizes it lacks), one line per key
+/// with the file: startup and `--check-config` refuse such a file, SIGHUP keeps the old one.
+pub fn check_against_host(
+    loaded: &LoadedConfig,
+    host: &crate::probes::HostInventory,
+) -> Result<(), String> {
+    let file = loaded
+        .path
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "(built-in defaults)".into());
+    let problems = crate::tracker::numa::host::config_problems(host, &loaded.valid.resources);
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(problems
+        .iter()
+        .map(|(key, why)| format!("{file}: {key}: {why}"))
+        .collect::<Vec<_>>()
+        .join("\n"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,27 +178,4 @@ mod tests {
         .to_string();
         assert!(e.contains("/nonexistent/rtrack.toml"), "{e}");
     }
-}
-
-/// What the configuration names that the probed host does not have (CPU sets naming CPUs that
-/// are not online, `reserved_huge_pages` for nodes or page sizes it lacks), one line per key
-/// with the file: startup and `--check-config` refuse such a file, SIGHUP keeps the old one.
-pub fn check_against_host(
-    loaded: &LoadedConfig,
-    host: &crate::probes::HostInventory,
-) -> Result<(), String> {
-    let file = loaded
-        .path
-        .as_ref()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|| "(built-in defaults)".into());
-    let problems = crate::tracker::numa::host::config_problems(host, &loaded.valid.resources);
-    if problems.is_empty() {
-        return Ok(());
-    }
-    Err(problems
-        .iter()
-        .map(|(key, why)| format!("{file}: {key}: {why}"))
-        .collect::<Vec<_>>()
-        .join("\n"))
 }

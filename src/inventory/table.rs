@@ -260,18 +260,6 @@ fn push_table(out: &mut String, rows: &[Vec<String>]) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn size_labels() {
-        assert_eq!(size_label(2048), "2M");
-        assert_eq!(size_label(1048576), "1G");
-        assert_eq!(size_label(64), "64K");
-    }
-}
-
 /// Each NUMA cell's shared (`cpuset`) and dedicated (`pcpuset`) CPUs as the report's ComputeNode
 /// has them (the configuration's CPU sets applied to the probe), as cpulists; empty when the
 /// report has no ComputeNode.
@@ -308,4 +296,16 @@ fn cell_cpu_sets(report: &InventoryReport) -> std::collections::BTreeMap<u32, (S
                 .collect()
         })
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_labels() {
+        assert_eq!(size_label(2048), "2M");
+        assert_eq!(size_label(1048576), "1G");
+        assert_eq!(size_label(64), "64K");
+    }
 }

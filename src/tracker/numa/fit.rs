@@ -450,6 +450,23 @@ pub fn fit_instance<R, E>(
             if self.steps > SEARCH_LIMIT || self.dead.contains(used) {
                 return false;
             }
+            if wants_pci {
+                // The requests must be met by the cells chosen plus some of the cells still
+                // open to the guest cells left; if all of those together cannot meet them, no
+                // completion can (more cells only allow more devices).
+                let bound: Vec<usize> =
+                    chosen
+                        .iter()
+                        .copied()
+                        .chain((0..used.len()).filter(|h| {
+                            !used[*h] && (g..self.fits.len()).any(|r| self.fits[r][*h])
+                        }))
+                        .collect();
+                if !self.pci_ok(&bound, pci, false) {
+                    self.dead.insert(used.clone());
+                    return false;
+                }
+            }
             for h in 0..used.len() {
                 if used[h] || !self.fits[g][h] {
                     continue;
@@ -486,14 +503,7 @@ pub fn fit_instance<R, E>(
     let wants_pci = input.wants_pci;
     let found = {
         let mut call = |cells: &[u32]| pci(cells);
-        // With every host cell the requests are met if they can be at all (more cells only
-        // allow more devices); without that, no assignment needs trying.
-        let all: Vec<usize> = (0..m).collect();
-        if wants_pci && !search.pci_ok(&all, &mut call, false) {
-            false
-        } else {
-            search.dfs(0, &mut used, &mut chosen, &mut call, wants_pci)
-        }
+        search.dfs(0, &mut used, &mut chosen, &mut call, wants_pci)
     };
     if !found {
         let reason = if search.steps > SEARCH_LIMIT {

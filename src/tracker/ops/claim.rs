@@ -249,9 +249,33 @@ impl Tracker {
         } else {
             Vec::new()
         };
-        let pci = |cells: &[u32]| -> Result<PciOutcome, PciRefusal> {
+        // Whether the requests can be met depends only on which of the cells hold devices
+        // that could serve them, and on the cells' sockets: a fit that tries many cell sets
+        // asks the device claim once per such shape.
+        let device_cells: std::collections::BTreeSet<u32> =
+            devices.iter().filter_map(|d| d.numa_node).collect();
+        type Shape = (Vec<u32>, Vec<Option<i64>>);
+        let mut refused_shapes: BTreeMap<Shape, PciRefusal> = BTreeMap::new();
+        let mut pci = |cells: &[u32]| -> Result<PciOutcome, PciRefusal> {
             if !wants_pci {
                 return Ok((None, Vec::new()));
+            }
+            let mut sockets: Vec<Option<i64>> = cells
+                .iter()
+                .map(|c| self.view.sockets.get(c).copied().flatten())
+                .collect();
+            sockets.sort_unstable();
+            sockets.dedup();
+            let shape: Shape = (
+                cells
+                    .iter()
+                    .copied()
+                    .filter(|c| device_cells.contains(c))
+                    .collect(),
+                sockets,
+            );
+            if let Some(r) = refused_shapes.get(&shape) {
+                return Err(r.clone());
             }
             claim_devices(
                 &devices,
@@ -262,6 +286,9 @@ impl Tracker {
                 uuid,
             )
             .map(|(d, a)| (Some(d), a))
+            .inspect_err(|r| {
+                refused_shapes.insert(shape, r.clone());
+            })
         };
         let (pci_result, numa, numa_refusal) = match (&req.numa, &full) {
             (Some(guest), Some(usage)) => {
