@@ -384,3 +384,62 @@ proptest! {
         run(ops, legacy, smt);
     }
 }
+
+/// A live migration keeps the page size a guest was given (Nova's
+/// `_test_live_migration_page_size`), and needs the source's placement to know it.
+#[test]
+fn a_live_migration_keeps_its_page_size() {
+    let inv = host(true);
+    let settings = settings(false, true);
+    let mut t = Tracker::new(settings, inv.clone(), TrackerState::default());
+    let _ = t.audit(inv, time::OffsetDateTime::UNIX_EPOCH);
+    // The guest asks for "large" pages; at the source it got 2M ones.
+    let mut new = request(5, 6);
+    new.flavor
+        .extra_specs
+        .insert("hw:mem_page_size".into(), "large".into());
+    let source_placement: FittedTopology = serde_json::from_value(json!({
+        "cells": [{"guest_cell": 0, "host_cell": 0, "cpuset": "0-1", "pcpuset": "", "memory_mb": 2048,
+                   "pagesize_kb": 2048, "cpu_pinning": {}, "cpuset_reserved": null, "cpu_policy": null, "thread_policy": null}],
+        "emulator_threads": null}))
+    .unwrap();
+    let mv = |current_numa: Option<FittedTopology>, new: InstanceRequest| MoveRequest {
+        instance: InstanceInfo {
+            uuid: uuid(1),
+            vm_state: Some("active".into()),
+            task_state: Some("migrating".into()),
+            host: Some("src".into()),
+            node: Some("src".into()),
+            ..Default::default()
+        },
+        current: None,
+        new,
+        current_numa,
+        move_type: Some(MoveType::LiveMigration),
+        migration_id: Some(7),
+        migration_uuid: None,
+        source_compute: None,
+        source_node: None,
+        dest_compute: None,
+        dest_node: None,
+    };
+    // Without the source's placement the page size cannot be kept: 400 naming the field.
+    let e = t
+        .move_claim(&mv(None, new.clone()), 1, true)
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("instance.numa_topology:"), "{e}");
+    // 2 GiB of "large" pages here: the 1G pool (2 pages) is tried first and fits, but the guest
+    // has 2M pages, so it is refused.
+    let e = t
+        .move_claim(&mv(Some(source_placement.clone()), new.clone()), 1, true)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("Requested page size is different from current page size: the guest has 2048 KiB pages, this host would give 1048576 KiB"), "{e}");
+    // A guest that has 1G pages at the source keeps them: granted, with a fresh placement.
+    let mut one_g = source_placement;
+    one_g.cells[0].pagesize_kb = Some(1_048_576);
+    let (o, _) = t.move_claim(&mv(Some(one_g), new), 1, false).unwrap();
+    let placed = o.claim.numa_topology.as_deref().unwrap();
+    assert_eq!(placed.cells[0].pagesize_kb, Some(1_048_576));
+}
