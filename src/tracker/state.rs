@@ -16,7 +16,7 @@ use super::host_view::HostView;
 use super::model::{FlavorUsage, HostNames, InstanceRecord, InstanceRequest, MigrationRecord};
 use super::node_template::NodeUsage;
 use super::numa::nova::host_object;
-use super::numa::{FittedTopology, NumaUsage};
+use super::numa::FittedTopology;
 use super::pci::claim::{free_owner, Assignment};
 use super::pci::devices::TrackedDevice;
 use super::pci::pools::{build_pools, Pool};
@@ -383,69 +383,6 @@ impl Tracker {
             &self.state.instances,
             &self.state.migrations,
             self.settings.counting_rules(),
-        )
-    }
-
-    /// The usage of every NUMA cell: the placements of the consumers `usage` counts.
-    pub fn numa_usage(&self, usage: &Usage) -> NumaUsage {
-        NumaUsage::of(
-            &self.view.numa,
-            usage.consumers.iter().filter_map(|c| c.numa.as_deref()),
-        )
-    }
-
-    /// The host's NUMA cells.
-    pub fn numa_host(&self) -> &super::numa::HostTopology {
-        &self.view.numa
-    }
-
-    /// What the claims hold that would be over NUMA capacity under `config` (CPU sets, reserved
-    /// pages): pins outside the new dedicated CPUs, pages above the new reserve. Empty when
-    /// the new configuration fits what is held, or when it already did not before.
-    pub fn numa_problems_under(&self, config: &crate::config::ValidConfig) -> Vec<String> {
-        let usage = self.usage();
-        let now = self.numa_usage(&usage).overcommit(&self.view.numa);
-        let mut settings = self.settings.clone();
-        settings.policy = config.into();
-        let view = HostView::build(self.view.host.clone(), &settings, self.generation);
-        let numa = NumaUsage::of(
-            &view.numa,
-            usage.consumers.iter().filter_map(|c| c.numa.as_deref()),
-        );
-        numa.overcommit(&view.numa)
-            .into_iter()
-            .filter(|p| !now.contains(p))
-            .collect()
-    }
-
-    /// Every NUMA cell's usage, for `GET /v1/usage`.
-    pub fn numa_report(&self) -> Vec<super::numa::report::CellReport> {
-        super::numa::report::cell_reports(&self.view.numa, &self.numa_usage(&self.usage()))
-    }
-
-    /// Every NUMA cell with what holds each CPU and its local PCI devices (`GET /v1/numa`).
-    pub fn numa_details(&self) -> Vec<super::numa::report::CellDetail> {
-        let usage = self.usage();
-        let devices: Vec<(String, Option<u32>, String)> = self
-            .state
-            .devices
-            .values()
-            .map(|d| {
-                (
-                    d.address.to_string(),
-                    d.numa_node,
-                    d.status.as_str().to_string(),
-                )
-            })
-            .collect();
-        super::numa::report::cell_details(
-            &self.view.numa,
-            &self.numa_usage(&usage),
-            usage
-                .consumers
-                .iter()
-                .filter_map(|c| c.numa.as_deref().map(|t| (c.instance_uuid.as_str(), t))),
-            &devices,
         )
     }
 

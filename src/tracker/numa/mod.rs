@@ -9,7 +9,7 @@
 //! size), or a [`NumaRefusal`] that says, per host cell, why each guest cell does not fit.
 //!
 //! - [`host`] — the host topology (`_get_host_numa_topology`);
-//! - [`constraints`] — `numa_get_constraints`;
+//! - [`constraints`] — `numa_get_constraints`, with [`image`] the image's properties;
 //! - [`fit`] — `numa_fit_instance_to_host` and `_numa_fit_instance_cell`;
 //! - [`pinning`] — `_pack_instance_onto_cores`;
 //! - [`usage`] — `numa_usage_from_instance_numa`, summed over the records;
@@ -23,6 +23,7 @@
 pub mod constraints;
 pub mod fit;
 pub mod host;
+pub mod image;
 pub mod nova;
 pub mod pinning;
 pub mod report;

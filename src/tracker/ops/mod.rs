@@ -8,7 +8,8 @@
 //! - [`claim`]: build claims, aborts, the failed-build counter;
 //! - [`moves`]: resize, migration, live migration, evacuation; confirm and revert;
 //! - [`instance`]: state updates (`update_usage`);
-//! - [`audit`]: a new probe, device re-sync, stale migrations, the ComputeNode.
+//! - [`audit`]: a new probe, device re-sync, stale migrations, the ComputeNode;
+//! - [`numa`]: per-cell usage and reports, and what a new configuration would strand.
 //!
 //! [`Changes`]: super::state::Changes
 
@@ -16,6 +17,7 @@ pub mod audit;
 pub mod claim;
 pub mod instance;
 pub mod moves;
+pub mod numa;
 
 use std::collections::BTreeMap;
 

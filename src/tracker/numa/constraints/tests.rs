@@ -1,5 +1,6 @@
 use super::*;
-use serde_json::json;
+use crate::tracker::numa::PageSize;
+use serde_json::{json, Value};
 
 fn run(
     vcpus: i64,

@@ -1,0 +1,238 @@
+//! The NUMA-related properties of an image, read the way Nova's ImageMetaProps reads them: from
+//! a primitive (typed values) or from a glance dict (strings, `hw_numa_cpus.N` keys,
+//! `trait:NAME=required`).
+//!
+//! In: an ImageMeta's `nova_object.data` (or nothing). Out: [`ImageProps`], or a
+//! [`ClaimError::Invalid`] naming `<path>.properties.<key>` for a value the field refuses.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::constraints::NUMA_NODES_MAX;
+use crate::echo::quoted;
+use crate::nova_syntax::parse_cpu_spec;
+use crate::probes::CpuSet;
+use crate::tracker::error::ClaimError;
+
+fn invalid(field: String, message: impl Into<String>) -> ClaimError {
+    ClaimError::Invalid {
+        field,
+        message: message.into(),
+    }
+}
+
+/// The NUMA-related image properties (Nova's ImageMetaProps fields of the same names).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageProps {
+    /// The image's name (for messages).
+    pub name: Option<String>,
+    /// `hw_cpu_policy`.
+    pub cpu_policy: Option<String>,
+    /// `hw_cpu_thread_policy`.
+    pub cpu_thread_policy: Option<String>,
+    /// `hw_cpu_realtime_mask`.
+    pub cpu_realtime_mask: Option<String>,
+    /// `hw_numa_nodes`.
+    pub numa_nodes: Option<i64>,
+    /// `hw_numa_cpus` (or `hw_numa_cpus.N` in a glance dict).
+    pub numa_cpus: Option<Vec<CpuSet>>,
+    /// `hw_numa_mem` (or `hw_numa_mem.N`), MiB.
+    pub numa_mem: Option<Vec<i64>>,
+    /// `hw_mem_page_size`.
+    pub mem_page_size: Option<String>,
+    /// `hw_locked_memory`.
+    pub locked_memory: Option<bool>,
+    /// `hw_pci_numa_affinity_policy`.
+    pub pci_numa_affinity_policy: Option<String>,
+    /// `traits_required` (or `trait:NAME=required` in a glance dict).
+    pub traits_required: Vec<String>,
+}
+
+const CPU_POLICIES: [&str; 3] = ["dedicated", "shared", "mixed"];
+const THREAD_POLICIES: [&str; 3] = ["prefer", "isolate", "require"];
+const PCI_POLICIES: [&str; 4] = ["required", "legacy", "preferred", "socket"];
+
+/// oslo's `bool_from_string`, not strict: anything but a true word is false.
+pub(super) fn truthy(v: &str) -> bool {
+    matches!(
+        v.trim().to_ascii_lowercase().as_str(),
+        "1" | "t" | "true" | "on" | "y" | "yes"
+    )
+}
+
+impl ImageProps {
+    /// Reads the properties of an image: `image` is an ImageMeta's `nova_object.data` (its
+    /// `properties` an ImageMetaProps primitive, or a plain dict of glance properties). Values
+    /// are coerced as ImageMetaProps' fields do; a value the field refuses is an error naming
+    /// `path.properties.<key>`.
+    pub fn from_image(
+        image: Option<&Map<String, Value>>,
+        path: &str,
+    ) -> Result<ImageProps, ClaimError> {
+        let mut props = ImageProps::default();
+        let Some(image) = image else {
+            return Ok(props);
+        };
+        props.name = image
+            .get("name")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let data = match image.get("properties") {
+            Some(Value::Object(p)) => match p.get("nova_object.data") {
+                Some(Value::Object(d)) => d,
+                _ => p,
+            },
+            _ => return Ok(props),
+        };
+        let field = |k: &str| format!("{path}.properties.{k}");
+        let string = |k: &str| -> Result<Option<String>, ClaimError> {
+            match data.get(k) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(other) => Err(invalid(
+                    field(k),
+                    format!("expected a string, got {}", quoted(&other.to_string())),
+                )),
+            }
+        };
+        let enumerated = |k: &str, allowed: &[&str]| -> Result<Option<String>, ClaimError> {
+            match string(k)? {
+                Some(v) if !allowed.contains(&v.as_str()) => Err(invalid(
+                    field(k),
+                    format!("Invalid image metadata. Error: Field value {} is invalid (expected one of {})", quoted(&v), allowed.join(", ")),
+                )),
+                v => Ok(v),
+            }
+        };
+        let integer = |k: &str, v: &Value| -> Result<i64, ClaimError> {
+            match v {
+                Value::Number(n) => n
+                    .as_i64()
+                    .ok_or_else(|| invalid(field(k), format!("{n} is not an integer"))),
+                Value::String(s) => s
+                    .trim()
+                    .parse()
+                    .map_err(|_| invalid(field(k), format!("{} is not an integer", quoted(s)))),
+                other => Err(invalid(
+                    field(k),
+                    format!("expected an integer, got {}", quoted(&other.to_string())),
+                )),
+            }
+        };
+        props.cpu_policy = enumerated("hw_cpu_policy", &CPU_POLICIES)?;
+        props.cpu_thread_policy = enumerated("hw_cpu_thread_policy", &THREAD_POLICIES)?;
+        props.pci_numa_affinity_policy = enumerated("hw_pci_numa_affinity_policy", &PCI_POLICIES)?;
+        props.cpu_realtime_mask = string("hw_cpu_realtime_mask")?;
+        props.mem_page_size = string("hw_mem_page_size")?;
+        props.numa_nodes = match data.get("hw_numa_nodes") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(integer("hw_numa_nodes", v)?),
+        };
+        props.locked_memory = match data.get("hw_locked_memory") {
+            None | Some(Value::Null) => None,
+            Some(Value::Bool(b)) => Some(*b),
+            Some(Value::String(s)) => Some(truthy(s)),
+            Some(Value::Number(n)) => Some(n.as_i64() == Some(1)),
+            Some(other) => {
+                return Err(invalid(
+                    field("hw_locked_memory"),
+                    format!("expected a boolean, got {}", quoted(&other.to_string())),
+                ))
+            }
+        };
+        // The primitive's lists, or a glance dict's numbered keys.
+        props.numa_cpus = match data.get("hw_numa_cpus") {
+            Some(Value::Array(cells)) => Some(
+                cells
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| {
+                        let f = field(&format!("hw_numa_cpus[{i}]"));
+                        let ids = c
+                            .as_array()
+                            .ok_or_else(|| invalid(f.clone(), "expected a list of CPU numbers"))?;
+                        ids.iter()
+                            .map(|id| {
+                                id.as_u64()
+                                    .and_then(|v| u32::try_from(v).ok())
+                                    .filter(|v| *v <= crate::nova_syntax::MAX_CPU_ID)
+                                    .ok_or_else(|| {
+                                        invalid(f.clone(), format!("{id} is not a CPU number"))
+                                    })
+                            })
+                            .collect::<Result<Vec<u32>, _>>()
+                            .map(CpuSet::from_ids)
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+            Some(Value::Null) | None => numbered(data, "hw_numa_cpus", |k, v| match v {
+                Value::String(s) => parse_cpu_spec(s).map_err(|e| invalid(field(k), e)),
+                other => Err(invalid(
+                    field(k),
+                    format!("expected a CPU list, got {}", quoted(&other.to_string())),
+                )),
+            })?,
+            Some(other) => {
+                return Err(invalid(
+                    field("hw_numa_cpus"),
+                    format!(
+                        "expected a list of CPU lists, got {}",
+                        quoted(&other.to_string())
+                    ),
+                ))
+            }
+        };
+        props.numa_mem = match data.get("hw_numa_mem") {
+            Some(Value::Array(list)) => Some(
+                list.iter()
+                    .enumerate()
+                    .map(|(i, v)| integer(&format!("hw_numa_mem[{i}]"), v))
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+            Some(Value::Null) | None => numbered(data, "hw_numa_mem", |k, v| integer(k, v))?,
+            Some(other) => {
+                return Err(invalid(
+                    field("hw_numa_mem"),
+                    format!(
+                        "expected a list of sizes, got {}",
+                        quoted(&other.to_string())
+                    ),
+                ))
+            }
+        };
+        match data.get("traits_required") {
+            Some(Value::Array(list)) => {
+                props.traits_required = list
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect();
+            }
+            _ => {
+                props.traits_required = data
+                    .iter()
+                    .filter(|(k, v)| k.starts_with("trait:") && v.as_str() == Some("required"))
+                    .map(|(k, _)| k["trait:".len()..].to_string())
+                    .collect();
+            }
+        }
+        Ok(props)
+    }
+}
+
+/// `key.0`, `key.1`... until one is missing, each read with `read`.
+fn numbered<T>(
+    data: &Map<String, Value>,
+    key: &str,
+    read: impl Fn(&str, &Value) -> Result<T, ClaimError>,
+) -> Result<Option<Vec<T>>, ClaimError> {
+    let mut out = Vec::new();
+    for i in 0..NUMA_NODES_MAX {
+        let k = format!("{key}.{i}");
+        match data.get(&k) {
+            Some(v) => out.push(read(&k, v)?),
+            None => break,
+        }
+    }
+    Ok((!out.is_empty()).then_some(out))
+}
