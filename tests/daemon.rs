@@ -1174,7 +1174,10 @@ fn metrics_are_valid_and_count_claims() {
         "rtrack_resource_used{resource_class=\"VCPU\"} 2",
         "rtrack_claims_total{operation=\"instance_claim\",outcome=\"granted\",reason=\"\"} 1",
         "rtrack_claims_total{operation=\"instance_claim\",outcome=\"claim_refused\",reason=\"MEMORY_MB\"} 1",
-        "rtrack_pci_pool_free{vendor_id=\"8086\",product_id=\"1889\",numa_node=\"0\",dev_type=\"type-VF\",address=\"0000:3b:00.0\"} 7",
+        // The VF came from PF 5e:00.0's vfio-pci VFs: with no netdev they have no
+        // parent_ifname, so theirs is the plainer pool, used first (as in Nova).
+        "rtrack_pci_pool_free{vendor_id=\"8086\",product_id=\"1889\",numa_node=\"0\",dev_type=\"type-VF\",address=\"0000:5e:00.0\"} 3",
+        "rtrack_pci_pool_free{vendor_id=\"8086\",product_id=\"1889\",numa_node=\"0\",dev_type=\"type-VF\",address=\"0000:3b:00.0\"} 8",
         "rtrack_probe_warnings 0",
     ] {
         assert!(body.contains(line), "missing {line:?} in:\n{body}");

@@ -139,6 +139,21 @@ pub fn add_alias(
             )
         })?,
     };
+    // Nova normalizes an alias's live_migratable (strictly) and no other key.
+    if let Some(v) = values.get("live_migratable") {
+        let normalized = match v.trim().to_ascii_lowercase().as_str() {
+            "true" | "yes" | "on" | "1" | "y" | "t" => "true",
+            "false" | "no" | "off" | "0" | "n" | "f" => "false",
+            _ => {
+                return Err(err(
+                    "live_migratable",
+                    v,
+                    "must be a boolean (true or false)",
+                ))
+            }
+        };
+        values.insert("live_migratable".to_string(), normalized.to_string());
+    }
     if let Some(t) = values.remove("device_type") {
         if !DEVICE_TYPES.contains(&t.as_str()) {
             return Err(err(
@@ -199,6 +214,28 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn live_migratable_is_normalized_as_nova_does_and_nothing_else() {
+        let mut t = AliasTable::new();
+        add_alias(
+            &mut t,
+            entry(&[
+                ("name", "a"),
+                ("live_migratable", "YES"),
+                ("vendor_id", "8086"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(t["a"].specs[0]["live_migratable"], "true");
+        add_alias(&mut t, entry(&[("name", "b"), ("live_migratable", "off")])).unwrap();
+        assert_eq!(t["b"].specs[0]["live_migratable"], "false");
+        assert!(add_alias(
+            &mut t,
+            entry(&[("name", "c"), ("live_migratable", "sometimes")])
+        )
+        .is_err());
     }
 
     #[test]

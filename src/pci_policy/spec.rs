@@ -21,14 +21,10 @@ use regex::Regex;
 
 use crate::probes::pci::{PciAddress, PciDevType, PciDevice};
 
-/// Tags whose values Nova normalizes to "true"/"false".
-const BOOLEAN_TAGS: &[&str] = &[
-    "trusted",
-    "remote_managed",
-    "managed",
-    "live_migratable",
-    "one_time_use",
-];
+/// Tags whose values Nova 34 normalizes to "true"/"false" in a device spec
+/// (`PciDeviceSpec._normalize_device_spec_tag`); every other tag (`trusted`, `remote_managed`,
+/// `physical_network`...) keeps the value as written, and requests match it case-insensitively.
+const BOOLEAN_TAGS: &[&str] = &["managed", "live_migratable", "one_time_use"];
 
 /// Tags that configure Placement and do not go into pool keys.
 pub const NON_POOL_TAGS: &[&str] = &["resource_class", "traits", "rp_uuid", "rp_uuids"];
@@ -509,6 +505,31 @@ mod tests {
     }
 
     #[test]
+    fn nova_normalizes_exactly_its_own_boolean_tags() {
+        for (tag, written, kept) in [
+            ("managed", "YES", "true"),
+            ("managed", "off", "false"),
+            ("live_migratable", "y", "true"),
+            ("live_migratable", "0", "false"),
+            ("one_time_use", "True", "true"),
+            ("trusted", "YES", "YES"),
+            ("trusted", "yes", "yes"),
+            ("remote_managed", "True", "True"),
+            ("physical_network", "PhysNet1", "PhysNet1"),
+        ] {
+            let s = spec(&[(tag, written)]);
+            assert_eq!(s.tags[tag], kept, "{tag} = {written}");
+        }
+        // Strict for the normalized ones, anything goes for the others.
+        for tag in ["managed", "live_migratable", "one_time_use"] {
+            assert!(
+                DeviceSpec::new([(tag.to_string(), "maybe".to_string())].into(), None).is_err()
+            );
+        }
+        assert_eq!(spec(&[("trusted", "maybe")]).tags["trusted"], "maybe");
+    }
+
+    #[test]
     fn tags_are_normalized_and_bad_values_named() {
         let s = spec(&[
             ("vendor_id", "0x8086"),
@@ -517,7 +538,8 @@ mod tests {
             ("resource_class", "CUSTOM_X"),
         ]);
         assert_eq!(s.vendor_id.as_deref(), Some("8086"));
-        assert_eq!(s.tags["trusted"], "true");
+        // Nova 34 normalizes only managed, live_migratable and one_time_use.
+        assert_eq!(s.tags["trusted"], "Yes");
         let pool: Vec<_> = s.pool_tags().map(|(k, _)| k.as_str()).collect();
         assert_eq!(pool, vec!["physical_network", "trusted"]);
         let e = DeviceSpec::new(
@@ -529,7 +551,7 @@ mod tests {
             e.to_string(),
             "vendor_id = \"80866\": must be a hex id of up to 4 digits like \"8086\", or \"*\""
         );
-        let e = DeviceSpec::new([("trusted".to_string(), "maybe".to_string())].into(), None)
+        let e = DeviceSpec::new([("managed".to_string(), "maybe".to_string())].into(), None)
             .unwrap_err();
         assert!(e.to_string().contains("boolean"));
         let e = DeviceSpec::new(

@@ -677,15 +677,10 @@ fn shelved_offloaded_and_deleted_instances_stop_counting() {
 #[test]
 fn hot_plug_adds_removes_and_defers_busy_devices() {
     let mut t = tracker();
-    let o = claim(
-        &mut t,
-        1,
-        req(
-            flavor(1, 1, 512, 1, &[]),
-            vec![pci("vf", 1, NumaPolicy::Legacy)],
-        ),
-    )
-    .unwrap();
+    // A VF of PF 3b:00.0 (ens1f0): the vfio-pci VFs of 5e:00.0 form a plainer pool, used first.
+    let mut vf = pci("vf", 1, NumaPolicy::Legacy);
+    vf.specs[0].insert("parent_ifname".into(), "ens1f0".into());
+    let o = claim(&mut t, 1, req(flavor(1, 1, 512, 1, &[]), vec![vf])).unwrap();
     let busy = o.claim.assignments[0].address;
     let total_before = t.state().devices.len();
     // The next probe: PF 3b:00.0 (whose VF is busy) lost its VFs; a new PF appeared.
@@ -841,4 +836,50 @@ fn the_compute_node_is_kept_only_when_it_changes() {
     let node = changes.compute_node.expect("changed");
     assert_eq!(node["nova_object.data"]["vcpus_used"], 2);
     assert_eq!(t.state().compute_node.as_ref(), Some(&node));
+}
+
+#[test]
+fn parent_ifname_only_on_vfs_that_are_network_interfaces() {
+    // PF 3b:00.0 (ens1f0) has 8 iavf VFs with netdevs; PF 5e:00.0 (ens2f0) has 4 vfio-pci VFs
+    // without: only the former carry their PF's interface name, as Nova (libvirt) reports.
+    let t = tracker();
+    let vf = |a: &str| &t.state().devices[&crate::probes::pci::PciAddress::parse(a).unwrap()];
+    assert_eq!(vf("0000:3b:01.0").parent_ifname.as_deref(), Some("ens1f0"));
+    assert_eq!(vf("0000:5e:01.0").parent_ifname, None);
+    let pools = t.pool_usage();
+    assert!(pools
+        .iter()
+        .any(
+            |p| p.tags.get("parent_ifname").map(String::as_str) == Some("ens1f0") && p.total == 8
+        ));
+    assert!(pools
+        .iter()
+        .any(
+            |p| p.tags.get("address").map(String::as_str) == Some("0000:5e:00.0")
+                && !p.tags.contains_key("parent_ifname")
+                && p.total == 4
+        ));
+}
+
+#[test]
+fn pools_that_tie_stay_in_discovery_order() {
+    // Two VF pools with the same keys but their NUMA node: PF 3b:00.0 on node 1, PF 5e:00.0 on
+    // node 0. Nova keeps tied pools in discovery (address) order, so a request with no NUMA
+    // affinity takes 3b's VF first, though node 0 sorts before node 1.
+    let mut h = SyntheticHost::bus_crossing();
+    h.pfs = vec![
+        SyntheticPf::e810("0000:3b:00.0", 2, 1, Some("iavf")),
+        SyntheticPf::e810("0000:5e:00.0", 2, 0, Some("iavf")),
+    ];
+    let mut t = tracker_with(h, "");
+    let o = claim(
+        &mut t,
+        1,
+        req(
+            flavor(1, 1, 512, 1, &[]),
+            vec![pci("vf", 1, NumaPolicy::Legacy)],
+        ),
+    )
+    .unwrap();
+    assert_eq!(o.claim.assignments[0].address.to_string(), "0000:3b:01.0");
 }

@@ -156,9 +156,11 @@ pub fn select_tracked(probed: &[PciDevice], specs: &[DeviceSpec]) -> Vec<Tracked
         .filter(|d| !d.is_bridge())
         .filter_map(|d| {
             let (spec_index, spec) = first_match(specs, d, probed)?;
-            let parent_ifname = d
-                .parent_addr
-                .and_then(|p| by_addr.get(&p))
+            // Nova (libvirt) names the PF's interface only for a VF that is a network interface
+            // itself (a VF without `net/`, e.g. bound to vfio-pci, has none).
+            let parent_ifname = (!d.net_interfaces.is_empty())
+                .then(|| d.parent_addr.and_then(|p| by_addr.get(&p)))
+                .flatten()
                 .and_then(|pf| pf.net_interfaces.first().cloned());
             Some(TrackedDevice {
                 address: d.address,

@@ -8,7 +8,8 @@
 //! Pools are a pure function of device states: a pool exists while it has an available device,
 //! and its `count` is the number available (Nova keeps some emptied pools at count 0 depending on
 //! history and forgets them on restart; rtrack reports what a restarted Nova would). Pools are
-//! ordered plainest first (fewest keys), then by key, so the plainest devices are used first.
+//! ordered plainest first (fewest keys), then in discovery order (the address of their first
+//! device), as Nova's stable sort of pools appended in discovery order leaves them.
 
 use std::collections::BTreeMap;
 
@@ -51,13 +52,14 @@ pub fn build_pools<'a>(
         .into_iter()
         .map(|(key, devices)| Pool { key, devices })
         .collect();
-    // Nova sorts by the number of keys so that devices with fewer tags are used first.
+    // Nova sorts by the number of keys so that devices with fewer tags are used first; pools
+    // that tie stay in discovery order, the address order of their first device.
     pools.sort_by(|a, b| {
         a.key
             .tags
             .len()
             .cmp(&b.key.tags.len())
-            .then_with(|| a.key.cmp(&b.key))
+            .then_with(|| a.devices.first().cmp(&b.devices.first()))
     });
     pools
 }
