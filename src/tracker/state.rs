@@ -17,9 +17,9 @@ use super::model::{FlavorUsage, HostNames, InstanceRecord, InstanceRequest, Migr
 use super::node_template::NodeUsage;
 use super::numa::nova::host_object;
 use super::numa::FittedTopology;
-use super::pci::claim::{free_owner, Assignment};
+use super::pci::claim::Assignment;
 use super::pci::devices::TrackedDevice;
-use super::pci::pools::{build_pools, Pool};
+use super::pci::index::PciIndex;
 use super::usage::{compute_usage, current_workload, stats, CountingRules, Usage};
 use crate::config::{Resources, ValidConfig};
 use crate::inventory::resources::{ResourceClass, ResourceInventory};
@@ -291,6 +291,10 @@ pub struct Tracker {
     /// Usage per class, kept between operations: a claim adds to it; anything else clears it
     /// and the next read derives it again from the records.
     pub(super) used_cache: std::cell::RefCell<Option<BTreeMap<ResourceClass, i64>>>,
+    /// The PCI index of the tracked devices (positions, pools, PF/VF links), built when first
+    /// needed and dropped when the set of devices or the device specs change (a claim changes
+    /// only states, which the index does not hold).
+    pub(super) pci_index: std::cell::RefCell<Option<Arc<PciIndex>>>,
 }
 
 impl Tracker {
@@ -304,6 +308,7 @@ impl Tracker {
             view,
             state,
             used_cache: std::cell::RefCell::new(None),
+            pci_index: std::cell::RefCell::new(None),
         }
     }
 
@@ -349,6 +354,14 @@ impl Tracker {
         changes: Changes,
     ) -> Option<Arc<HostView>> {
         self.invalidate_usage();
+        let new_devices = view.is_some()
+            || changes
+                .devices
+                .iter()
+                .any(|(a, d)| d.is_none() || !self.state.devices.contains_key(a));
+        if new_devices {
+            *self.pci_index.get_mut() = None;
+        }
         self.state.apply_owned(changes);
         view.map(|v| std::mem::replace(&mut self.view, v))
     }
@@ -357,6 +370,7 @@ impl Tracker {
     /// already granted stay.
     pub fn set_settings(&mut self, settings: TrackerSettings) {
         self.invalidate_usage();
+        *self.pci_index.get_mut() = None;
         self.settings = settings;
         self.generation += 1;
         self.view = Arc::new(self.view_of(self.view.host.clone()));
@@ -366,6 +380,7 @@ impl Tracker {
     /// follows its working tracker's reload this way).
     pub fn follow_settings(&mut self, other: &Tracker) {
         self.invalidate_usage();
+        *self.pci_index.get_mut() = None;
         self.settings = other.settings.clone();
         self.generation = other.generation;
         self.view = other.view.clone();
@@ -405,39 +420,6 @@ impl Tracker {
         *self.used_cache.get_mut() = None;
     }
 
-    /// Current PCI pools.
-    pub fn pools(&self) -> Vec<Pool> {
-        build_pools(
-            self.state.devices.values(),
-            &self.settings.policy.device_specs,
-        )
-    }
-
-    /// Every PCI pool with how many devices it has in all and how many are free. Devices in
-    /// use count in the pool they belong to when free.
-    pub fn pool_usage(&self) -> Vec<PoolUsage> {
-        let specs = &self.settings.policy.device_specs;
-        let mut by_key: BTreeMap<super::pci::devices::PoolKey, (u32, u32)> = BTreeMap::new();
-        for d in self.state.devices.values() {
-            let e = by_key.entry(d.pool_key(specs)).or_default();
-            e.0 += 1;
-            if d.status == super::pci::devices::DeviceStatus::Available {
-                e.1 += 1;
-            }
-        }
-        by_key
-            .into_iter()
-            .map(|(key, (total, free))| PoolUsage {
-                vendor_id: key.vendor_id,
-                product_id: key.product_id,
-                numa_node: key.numa_node,
-                tags: key.tags,
-                total,
-                free,
-            })
-            .collect()
-    }
-
     /// Checks `resources` against the inventory and current usage.
     pub(super) fn shortfalls(
         &self,
@@ -467,35 +449,6 @@ impl Tracker {
         out
     }
 
-    pub(super) fn device_vec(&self) -> Vec<TrackedDevice> {
-        self.state.devices.values().cloned().collect()
-    }
-
-    pub(super) fn replace_devices(
-        &mut self,
-        new: Option<Vec<TrackedDevice>>,
-        changes: &mut Changes,
-    ) {
-        for d in new.into_iter().flatten() {
-            if self.state.devices.get(&d.address) != Some(&d) {
-                changes.devices.insert(d.address, Some(d.clone()));
-                self.state.devices.insert(d.address, d);
-            }
-        }
-    }
-
-    pub(super) fn free_devices(
-        &mut self,
-        owner: &str,
-        request_ids: Option<&BTreeSet<String>>,
-        changes: &mut Changes,
-    ) -> Vec<PciAddress> {
-        let mut devs = self.device_vec();
-        let freed = free_owner(&mut devs, owner, request_ids);
-        self.replace_devices(Some(devs), changes);
-        freed
-    }
-
     /// The ComputeNode for the current state: the view's host facts with `usage`.
     pub fn compute_node(&self, usage: &Usage, now: time::OffsetDateTime) -> Versioned<ComputeNode> {
         let mut node_usage = NodeUsage {
@@ -523,6 +476,7 @@ impl Tracker {
     /// Replaces the whole state: after a failed commit the service reloads what the store holds.
     pub fn replace_state(&mut self, state: TrackerState) {
         self.invalidate_usage();
+        *self.pci_index.get_mut() = None;
         self.state = state;
     }
 }

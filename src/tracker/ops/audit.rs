@@ -42,6 +42,8 @@ impl Tracker {
         now: time::OffsetDateTime,
     ) -> (AuditOutcome, Changes) {
         self.invalidate_usage();
+        // Devices may come, go or change: the index is built again on next use.
+        *self.pci_index.get_mut() = None;
         self.view = if view.generation == self.generation {
             view
         } else {

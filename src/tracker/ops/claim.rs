@@ -12,7 +12,7 @@ use crate::tracker::error::{ClaimError, Refusal};
 use crate::tracker::model::{InstanceRecord, InstanceRequest, ResourceRules};
 use crate::tracker::numa::{fit_instance, FitInput, FittedTopology};
 use crate::tracker::pci::claim::{claim_devices, Assignment, PciRefusal};
-use crate::tracker::pci::devices::{DeviceStatus, TrackedDevice};
+use crate::tracker::pci::devices::TrackedDevice;
 use crate::tracker::state::{validate_uuid, Changes, ClaimRecord, Tracker};
 use crate::tracker::states::{check_task_state, check_vm_state, releases_resources};
 
@@ -244,16 +244,17 @@ impl Tracker {
         };
         let shortfalls = self.shortfalls(&resources, &used);
         let wants_pci = claim_pci && !req.pci_requests.is_empty();
-        let devices = if wants_pci {
-            self.device_vec()
+        let devices = &self.state.devices;
+        let index = if wants_pci {
+            self.pci_index()
         } else {
-            Vec::new()
+            Default::default()
         };
         // Whether the requests can be met depends only on which of the cells hold devices
         // that could serve them, and on the cells' sockets: a fit that tries many cell sets
         // asks the device claim once per such shape.
         let device_cells: std::collections::BTreeSet<u32> =
-            devices.iter().filter_map(|d| d.numa_node).collect();
+            devices.values().filter_map(|d| d.numa_node).collect();
         type Shape = (Vec<u32>, Vec<Option<i64>>);
         let mut refused_shapes: BTreeMap<Shape, PciRefusal> = BTreeMap::new();
         let mut pci = |cells: &[u32]| -> Result<PciOutcome, PciRefusal> {
@@ -278,8 +279,8 @@ impl Tracker {
                 return Err(r.clone());
             }
             claim_devices(
-                &devices,
-                &self.settings.policy.device_specs,
+                devices,
+                &index,
                 &req.pci_requests,
                 cells,
                 &self.view.sockets,
@@ -334,19 +335,6 @@ impl Tracker {
                 numa: numa_refusal,
             }))),
         }
-    }
-
-    /// Free PCI devices per NUMA node (Nova orders host cells by them).
-    pub(crate) fn pci_free_per_cell(&self) -> BTreeMap<u32, i64> {
-        let mut out = BTreeMap::new();
-        for d in self.state.devices.values() {
-            if d.status == DeviceStatus::Available {
-                if let Some(n) = d.numa_node {
-                    *out.entry(n).or_default() += 1;
-                }
-            }
-        }
-        out
     }
 }
 

@@ -9,7 +9,8 @@
 //! - [`moves`]: resize, migration, live migration, evacuation; confirm and revert;
 //! - [`instance`]: state updates (`update_usage`);
 //! - [`audit`]: a new probe, device re-sync, stale migrations, the ComputeNode;
-//! - [`numa`]: per-cell usage and reports, and what a new configuration would strand.
+//! - [`numa`]: per-cell usage and reports, and what a new configuration would strand;
+//! - [`pci`]: the PCI index, pools, and device changes written into the records.
 //!
 //! [`Changes`]: super::state::Changes
 
@@ -18,6 +19,7 @@ pub mod claim;
 pub mod instance;
 pub mod moves;
 pub mod numa;
+pub mod pci;
 
 use std::collections::BTreeMap;
 

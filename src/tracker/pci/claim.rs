@@ -20,8 +20,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use super::devices::{DeviceOwner, DeviceStatus, TrackedDevice};
-use super::pools::{build_pools, Pool};
-use super::spec::{DeviceSpec, NON_POOL_TAGS};
+use super::index::{IndexedPool, PciIndex};
+use super::spec::NON_POOL_TAGS;
 use super::NumaPolicy;
 use crate::probes::pci::{PciAddress, PciDevType};
 use crate::tracker::model::PciRequest;
@@ -108,18 +108,19 @@ fn spec_true(v: Option<&String>) -> bool {
 
 /// Nova's `_filter_pools` for one request: the usable pools in the order to use them, and a
 /// verdict for every pool.
-fn filter_pools<'p>(
-    pools: &'p [Pool],
+fn filter_pools(
+    pools: &[IndexedPool],
+    counts: &[usize],
     req: &PciRequest,
     numa_cells: &[u32],
     sockets: &CellSockets,
-) -> (Vec<&'p Pool>, Vec<PoolVerdict>) {
-    let flat: Vec<BTreeMap<String, Option<String>>> = pools.iter().map(|p| p.key.flat()).collect();
+) -> (Vec<usize>, Vec<PoolVerdict>) {
+    let flat: Vec<&BTreeMap<String, Option<String>>> = pools.iter().map(|p| &p.flat).collect();
     let mut rejected: Vec<Option<PoolRejection>> = vec![None; pools.len()];
     let alive = |r: &Vec<Option<PoolRejection>>| -> Vec<usize> {
         (0..pools.len()).filter(|i| r[*i].is_none()).collect()
     };
-    let count = |idx: &[usize]| -> usize { idx.iter().map(|i| pools[*i].count()).sum() };
+    let count = |idx: &[usize]| -> usize { idx.iter().map(|i| counts[*i]).sum() };
     let wanted = req.count as usize;
 
     // 1. spec match
@@ -264,164 +265,230 @@ fn filter_pools<'p>(
         );
     }
 
-    let verdicts = pools
-        .iter()
-        .zip(flat)
+    let verdicts = flat
+        .into_iter()
+        .zip(counts)
         .zip(rejected)
-        .map(|((p, f), r)| PoolVerdict {
-            pool: f,
-            count: p.count(),
+        .map(|((f, c), r)| PoolVerdict {
+            pool: f.clone(),
+            count: *c,
             rejected: r,
         })
         .collect();
-    (order.into_iter().map(|i| &pools[i]).collect(), verdicts)
+    (order, verdicts)
 }
 
-/// Claims devices for all `requests` on behalf of `owner`. On success returns the new device
-/// states and the assignments; on failure, the first request that could not be met and why
-/// (the states passed in are untouched either way).
-#[allow(clippy::too_many_arguments)]
+/// Device states while a claim is tried: the map's, by index position, with the claim's changes
+/// on top; nothing is copied but the states.
+struct Sim<'a> {
+    index: &'a PciIndex,
+    status: Vec<DeviceStatus>,
+    touched: BTreeSet<usize>,
+}
+
+impl Sim<'_> {
+    /// Available devices of each pool.
+    fn counts(&self) -> Vec<usize> {
+        self.index
+            .pools
+            .iter()
+            .map(|p| {
+                p.members
+                    .iter()
+                    .filter(|i| self.status[**i] == DeviceStatus::Available)
+                    .count()
+            })
+            .collect()
+    }
+
+    /// Nova's allocation with PF/VF exclusivity: an allocated PF makes its VFs unavailable; an
+    /// allocated VF makes its PF unavailable.
+    fn allocate(&mut self, i: usize) {
+        self.status[i] = DeviceStatus::Allocated;
+        self.touched.insert(i);
+        let relatives: Vec<usize> = match self.index.dev_type[i] {
+            PciDevType::Pf => self.index.children[i].clone(),
+            PciDevType::Vf => self.index.parent[i].into_iter().collect(),
+            PciDevType::Pci => Vec::new(),
+        };
+        for r in relatives {
+            if matches!(
+                self.status[r],
+                DeviceStatus::Available | DeviceStatus::Unclaimable
+            ) {
+                self.status[r] = DeviceStatus::Unavailable;
+                self.touched.insert(r);
+            }
+        }
+    }
+}
+
+/// Claims devices for all `requests` on behalf of `owner`. On success returns the devices whose
+/// state changed (with their new state) and the assignments; on failure, the first request that
+/// could not be met and why. `devices` is the tracker's map and `index` its index; neither is
+/// changed, and only the devices that change are copied.
 pub fn claim_devices(
-    devices: &[TrackedDevice],
-    specs: &[DeviceSpec],
+    devices: &BTreeMap<PciAddress, TrackedDevice>,
+    index: &PciIndex,
     requests: &[PciRequest],
     numa_cells: &[u32],
     sockets: &CellSockets,
     owner: &str,
 ) -> Result<(Vec<TrackedDevice>, Vec<Assignment>), PciRefusal> {
-    let mut sim = devices.to_vec();
-    let mut assigned = Vec::new();
+    let mut sim = Sim {
+        index,
+        status: devices.values().map(|d| d.status).collect(),
+        touched: BTreeSet::new(),
+    };
+    let mut assigned: Vec<(usize, String)> = Vec::new();
+    let refusal = |sim: &Sim<'_>, req: &PciRequest, usable: usize, assigned: &[(usize, String)]| {
+        let counts = sim.counts();
+        PciRefusal {
+            request_id: req.request_id.clone(),
+            alias_name: req.alias_name.clone(),
+            requested: req.count,
+            usable,
+            pools: filter_pools(&index.pools, &counts, req, numa_cells, sockets).1,
+            taken_by_earlier_requests: assigned.iter().map(|(i, _)| index.addresses[*i]).collect(),
+        }
+    };
     for req in requests {
-        let pools = build_pools(&sim, specs);
-        let (usable, verdicts) = filter_pools(&pools, req, numa_cells, sockets);
-        let available: usize = usable.iter().map(|p| p.count()).sum();
+        let counts = sim.counts();
+        let (usable, _) = filter_pools(&index.pools, &counts, req, numa_cells, sockets);
+        let available: usize = usable.iter().map(|p| counts[*p]).sum();
         if available < req.count as usize {
-            return Err(PciRefusal {
-                request_id: req.request_id.clone(),
-                alias_name: req.alias_name.clone(),
-                requested: req.count,
-                usable: available,
-                pools: verdicts,
-                taken_by_earlier_requests: assigned
-                    .iter()
-                    .map(|a: &Assignment| a.address)
-                    .collect(),
-            });
+            return Err(refusal(&sim, req, available, &assigned));
         }
         // Take devices pool by pool; a device may have become unavailable because an earlier
         // device of this same request was its PF or VF, so re-check each one.
         let mut left = req.count as usize;
-        let candidates: Vec<usize> = usable
-            .iter()
-            .flat_map(|p| p.devices.iter().copied())
-            .collect();
-        for idx in candidates {
-            if left == 0 {
-                break;
+        'pools: for p in usable {
+            for &i in &index.pools[p].members {
+                if left == 0 {
+                    break 'pools;
+                }
+                if sim.status[i] != DeviceStatus::Available {
+                    continue;
+                }
+                sim.allocate(i);
+                assigned.push((i, req.request_id.clone()));
+                left -= 1;
             }
-            if sim[idx].status != DeviceStatus::Available {
-                continue;
-            }
-            allocate(&mut sim, idx, owner, &req.request_id);
-            assigned.push(Assignment {
-                address: sim[idx].address,
-                request_id: req.request_id.clone(),
-            });
-            left -= 1;
         }
         if left > 0 {
-            return Err(PciRefusal {
-                request_id: req.request_id.clone(),
-                alias_name: req.alias_name.clone(),
-                requested: req.count,
-                usable: req.count as usize - left,
-                pools: filter_pools(&build_pools(&sim, specs), req, numa_cells, sockets).1,
-                taken_by_earlier_requests: assigned.iter().map(|a| a.address).collect(),
-            });
+            return Err(refusal(&sim, req, req.count as usize - left, &assigned));
         }
     }
-    Ok((sim, assigned))
-}
-
-/// Marks a device allocated to `owner` and applies PF/VF exclusivity: an allocated PF makes its
-/// VFs unavailable; an allocated VF makes its PF unavailable.
-pub fn allocate(devices: &mut [TrackedDevice], idx: usize, owner: &str, request_id: &str) {
-    devices[idx].status = DeviceStatus::Allocated;
-    devices[idx].owner = Some(DeviceOwner {
-        instance_uuid: owner.to_string(),
-        request_id: Some(request_id.to_string()),
-    });
-    let addr = devices[idx].address;
-    match devices[idx].dev_type {
-        PciDevType::Pf => {
-            for d in devices.iter_mut() {
-                if d.parent_addr == Some(addr)
-                    && matches!(
-                        d.status,
-                        DeviceStatus::Available | DeviceStatus::Unclaimable
-                    )
-                {
-                    d.status = DeviceStatus::Unavailable;
-                }
+    let owners: BTreeMap<usize, &str> = assigned.iter().map(|(i, r)| (*i, r.as_str())).collect();
+    let changed = sim
+        .touched
+        .iter()
+        .filter_map(|i| devices.get(&index.addresses[*i]).map(|d| (*i, d)))
+        .map(|(i, d)| {
+            let mut d = d.clone();
+            d.status = sim.status[i];
+            if let Some(r) = owners.get(&i) {
+                d.owner = Some(DeviceOwner {
+                    instance_uuid: owner.to_string(),
+                    request_id: Some((*r).to_string()),
+                });
             }
-        }
-        PciDevType::Vf => {
-            if let Some(parent) = devices[idx].parent_addr {
-                for d in devices.iter_mut() {
-                    if d.address == parent
-                        && matches!(
-                            d.status,
-                            DeviceStatus::Available | DeviceStatus::Unclaimable
-                        )
-                    {
-                        d.status = DeviceStatus::Unavailable;
-                    }
-                }
-            }
-        }
-        PciDevType::Pci => {}
-    }
+            d
+        })
+        .collect();
+    let assignments = assigned
+        .into_iter()
+        .map(|(i, request_id)| Assignment {
+            address: index.addresses[i],
+            request_id,
+        })
+        .collect();
+    Ok((changed, assignments))
 }
 
 /// Frees every device `owner` holds (optionally only those for `request_ids`) and restores
 /// exactly what their allocation made unavailable: a freed PF's VFs become available; a freed
-/// VF's PF becomes available once none of its VFs is in use. Returns the freed addresses.
+/// VF's PF becomes available once none of its VFs is in use. Returns the devices whose state
+/// changed (with their new state) and the freed addresses; `devices` is not changed.
 pub fn free_owner(
-    devices: &mut [TrackedDevice],
+    devices: &BTreeMap<PciAddress, TrackedDevice>,
+    index: &PciIndex,
     owner: &str,
     request_ids: Option<&BTreeSet<String>>,
-) -> Vec<PciAddress> {
+) -> (Vec<TrackedDevice>, Vec<PciAddress>) {
+    let mut status: BTreeMap<usize, DeviceStatus> = BTreeMap::new();
     let mut freed = Vec::new();
-    for d in devices.iter_mut() {
+    for (i, d) in devices.values().enumerate() {
         let mine = d.owner.as_ref().is_some_and(|o| {
             o.instance_uuid == owner
                 && request_ids
                     .is_none_or(|ids| o.request_id.as_ref().is_some_and(|r| ids.contains(r)))
         });
         if mine {
-            d.status = DeviceStatus::Available;
-            d.owner = None;
-            freed.push(d.address);
+            status.insert(i, DeviceStatus::Available);
+            freed.push(i);
         }
     }
-    recompute_relatives(devices);
-    freed
-}
-
-/// Re-derives the unavailable/available states of relatives from the allocated devices: a PF is
-/// unavailable while any VF is allocated or claimed; VFs are unavailable while their PF is.
-/// Every other non-owned device is available.
-pub fn recompute_relatives(devices: &mut [TrackedDevice]) {
-    let blocked = BlockedRelatives::of(devices.iter());
-    for d in devices.iter_mut() {
-        if let Some(status) = blocked.status_of(d) {
-            d.status = status;
-        }
+    if freed.is_empty() {
+        return (Vec::new(), Vec::new());
     }
+    let current = |i: usize, status: &BTreeMap<usize, DeviceStatus>| -> DeviceStatus {
+        status.get(&i).copied().unwrap_or_else(|| {
+            devices
+                .get(&index.addresses[i])
+                .map_or(DeviceStatus::Available, |d| d.status)
+        })
+    };
+    // The relatives whose state may change: the freed devices, their PFs and their VFs.
+    let mut related: BTreeSet<usize> = BTreeSet::new();
+    for &i in &freed {
+        related.insert(i);
+        related.extend(index.parent[i]);
+        related.extend(index.children[i].iter().copied());
+    }
+    let updates: Vec<(usize, DeviceStatus)> = related
+        .iter()
+        .filter(|i| !is_busy(current(**i, &status)))
+        .map(|&i| {
+            let blocked = match index.dev_type[i] {
+                PciDevType::Pf => index.children[i]
+                    .iter()
+                    .any(|c| is_busy(current(*c, &status))),
+                PciDevType::Vf => index.parent[i].is_some_and(|p| is_busy(current(p, &status))),
+                PciDevType::Pci => false,
+            };
+            (
+                i,
+                if blocked {
+                    DeviceStatus::Unavailable
+                } else {
+                    DeviceStatus::Available
+                },
+            )
+        })
+        .collect();
+    status.extend(updates);
+    let changed = status
+        .iter()
+        .filter_map(|(i, st)| {
+            let d = devices.get(&index.addresses[*i])?;
+            let freeing = freed.contains(i);
+            (d.status != *st || freeing).then(|| {
+                let mut d = d.clone();
+                d.status = *st;
+                if freeing {
+                    d.owner = None;
+                }
+                d
+            })
+        })
+        .collect();
+    (changed, freed.iter().map(|i| index.addresses[*i]).collect())
 }
 
-/// [`recompute_relatives`] over the tracker's device map; returns the devices whose status
-/// changed.
+/// Re-derives the unavailable/available states of relatives over the tracker's device map (a PF
+/// is unavailable while any VF is allocated or claimed; VFs are unavailable while their PF is;
+/// every other non-owned device is available); returns the devices whose status changed.
 pub fn recompute_relatives_in(
     devices: &mut BTreeMap<PciAddress, TrackedDevice>,
 ) -> Vec<PciAddress> {

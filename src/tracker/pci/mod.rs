@@ -7,6 +7,7 @@
 
 pub mod claim;
 pub mod devices;
+pub mod index;
 pub mod pools;
 
 // The policy lives below the configuration and the tracker; these paths stay for callers.

@@ -1,0 +1,127 @@
+//! The tracker's PCI devices: the index claims read, the pools (for the ComputeNode, usage and
+//! metrics) derived from it, and the writing of changed device states into the records.
+//!
+//! In: the tracked devices and the device specs. Out: the [`PciIndex`], [`Pool`]s and
+//! [`PoolUsage`], and device changes recorded in [`Changes`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use super::PoolUsage;
+use crate::probes::pci::PciAddress;
+use crate::tracker::pci::claim::free_owner;
+use crate::tracker::pci::devices::{DeviceStatus, TrackedDevice};
+use crate::tracker::pci::index::PciIndex;
+use crate::tracker::pci::pools::Pool;
+use crate::tracker::state::{Changes, Tracker};
+
+impl Tracker {
+    /// The index of the tracked devices (built on first use after the devices or the device
+    /// specs changed).
+    pub fn pci_index(&self) -> Arc<PciIndex> {
+        if let Some(i) = self.pci_index.borrow().as_ref() {
+            return i.clone();
+        }
+        let index = Arc::new(PciIndex::build(
+            &self.state.devices,
+            &self.settings.policy.device_specs,
+        ));
+        *self.pci_index.borrow_mut() = Some(index.clone());
+        index
+    }
+
+    /// The current PCI pools: available devices, in the order claims use them.
+    pub fn pools(&self) -> Vec<Pool> {
+        let index = self.pci_index();
+        let status: Vec<DeviceStatus> = self.state.devices.values().map(|d| d.status).collect();
+        index
+            .pools
+            .iter()
+            .filter_map(|p| {
+                let devices: Vec<usize> = p
+                    .members
+                    .iter()
+                    .copied()
+                    .filter(|i| status[*i] == DeviceStatus::Available)
+                    .collect();
+                (!devices.is_empty()).then(|| Pool {
+                    key: p.key.clone(),
+                    devices,
+                })
+            })
+            .collect()
+    }
+
+    /// Every PCI pool with how many devices it has in all and how many are free. Devices in
+    /// use count in the pool they belong to when free.
+    pub fn pool_usage(&self) -> Vec<PoolUsage> {
+        let index = self.pci_index();
+        let status: Vec<DeviceStatus> = self.state.devices.values().map(|d| d.status).collect();
+        let mut out: Vec<PoolUsage> = index
+            .pools
+            .iter()
+            .map(|p| PoolUsage {
+                vendor_id: p.key.vendor_id.clone(),
+                product_id: p.key.product_id.clone(),
+                numa_node: p.key.numa_node,
+                tags: p.key.tags.clone(),
+                total: p.members.len() as u32,
+                free: p
+                    .members
+                    .iter()
+                    .filter(|i| status[**i] == DeviceStatus::Available)
+                    .count() as u32,
+            })
+            .collect();
+        // Reported by key, as before the index existed.
+        out.sort_by(|a, b| {
+            (&a.vendor_id, &a.product_id, a.numa_node, &a.tags).cmp(&(
+                &b.vendor_id,
+                &b.product_id,
+                b.numa_node,
+                &b.tags,
+            ))
+        });
+        out
+    }
+
+    /// Writes the devices whose state changed into the records and the changes.
+    pub(crate) fn replace_devices(
+        &mut self,
+        new: Option<Vec<TrackedDevice>>,
+        changes: &mut Changes,
+    ) {
+        for d in new.into_iter().flatten() {
+            if self.state.devices.get(&d.address) != Some(&d) {
+                changes.devices.insert(d.address, Some(d.clone()));
+                self.state.devices.insert(d.address, d);
+            }
+        }
+    }
+
+    /// Frees what `owner` holds (only `request_ids` when given); returns the freed addresses.
+    pub(crate) fn free_devices(
+        &mut self,
+        owner: &str,
+        request_ids: Option<&BTreeSet<String>>,
+        changes: &mut Changes,
+    ) -> Vec<PciAddress> {
+        let index = self.pci_index();
+        let (changed, freed) = free_owner(&self.state.devices, &index, owner, request_ids);
+        self.replace_devices(Some(changed), changes);
+        freed
+    }
+
+    /// Free PCI devices per NUMA node (Nova orders host cells by them).
+    pub(crate) fn pci_free_per_cell(&self) -> BTreeMap<u32, i64> {
+        let mut out = BTreeMap::new();
+        for d in self.state.devices.values() {
+            if d.status == DeviceStatus::Available {
+                if let Some(n) = d.numa_node {
+                    *out.entry(n).or_default() += 1;
+                }
+            }
+        }
+        out
+    }
+}
