@@ -5,9 +5,12 @@
 //! - claim latency over the socket (connect, POST /v1/claims, durable commit, answer), p50 /
 //!   p99 / max, with 1 and with 32 concurrent clients, the two runs side by side;
 //! - footprint after 500 claims holding 1,000 VFs: resident memory (VmRSS, VmHWM) and the CPU
-//!   time used while idle between audits.
+//!   time used while idle between audits;
+//! - a claim of 2 VFs against a claim without PCI, p50 and p99, at 1 and 8 clients, on the large
+//!   host (1,024 VFs) and on the same host with 4 PFs of 1,024 VFs (4,096 VFs).
 //!
-//! Targets (issue 5): idle RSS under 20 MB; no CPU between audits.
+//! Targets: idle RSS under 20 MB, no CPU between audits (issue 5); a 2-VF claim at most twice a
+//! plain one at p99, at 1 and 8 clients, with 1,024 and with 4,096 VFs (issue 12).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -94,11 +97,78 @@ fn cpu_ticks(pid: i32) -> u64 {
     f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
 }
 
+/// A 2-VF claim against a plain one on `host` (`vfs` tracked VFs), at 1 and at 8 clients,
+/// alternating, on a fresh daemon.
+fn pci_against_plain(host: SyntheticHost, vfs: usize) {
+    let scratch = rtrack_fixtures::real::scratch_dir();
+    let root = scratch.path().join("host");
+    host.write(&root);
+    let state = tempfile::Builder::new()
+        .prefix("rtrack-bench-")
+        .tempdir_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
+        .unwrap();
+    let config = base_config(&root, state.path())
+        .replace(
+            "cpu_allocation_ratio = 4.0",
+            "cpu_allocation_ratio = 1000.0",
+        )
+        .replace(
+            "ram_allocation_ratio = 1.0",
+            "ram_allocation_ratio = 100.0\ndisk_allocation_ratio = 1000.0",
+        )
+        + "[audit]\ninterval_s = 3600\n";
+    let d = Daemon::start_with(Path::new(RTRACKD), state.path(), &config, &[]);
+    run_claims(&d, 1, 20, 9_000_000, 0);
+    let mut rows = Vec::new();
+    let mut next = 10_000_000;
+    for clients in [1u64, 8] {
+        // 480 2-VF claims in all: 960 of the 1,024 VFs of the smaller host.
+        let per = if clients == 1 { 240 } else { 30 };
+        let (mut plain, mut pci) = (Vec::new(), Vec::new());
+        for _ in 0..2 {
+            let (p, _) = run_claims(&d, clients, per / 2, next, 0);
+            next += 1_000_000;
+            let (v, _) = run_claims(&d, clients, per / 2, next, 1);
+            next += 1_000_000;
+            plain.extend(p);
+            pci.extend(v);
+        }
+        plain.sort();
+        pci.sort();
+        rows.push((clients, plain, pci));
+    }
+    println!();
+    println!("2-VF claims against plain claims, {vfs} tracked VFs, alternating batches:");
+    println!(
+        "{:>8} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10}",
+        "clients", "plain p50", "plain p99", "2-VF p50", "2-VF p99", "p50 ratio", "p99 ratio"
+    );
+    for (c, plain, pci) in rows {
+        println!(
+            "{:>8} {:>12} {:>12} {:>12} {:>12} {:>10.2} {:>10.2}",
+            c,
+            ms(percentile(&plain, 0.5)),
+            ms(percentile(&plain, 0.99)),
+            ms(percentile(&pci, 0.5)),
+            ms(percentile(&pci, 0.99)),
+            percentile(&pci, 0.5).as_secs_f64() / percentile(&plain, 0.5).as_secs_f64(),
+            percentile(&pci, 0.99).as_secs_f64() / percentile(&plain, 0.99).as_secs_f64()
+        );
+    }
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         println!("daemon: bench");
         return;
     }
+    pci_against_plain(SyntheticHost::large(), 1024);
+    let mut big = SyntheticHost::large();
+    for pf in &mut big.pfs {
+        pf.total_vfs = 1024;
+        pf.num_vfs = 1024;
+    }
+    pci_against_plain(big, 4096);
     let scratch = rtrack_fixtures::real::scratch_dir();
     let root = scratch.path().join("host");
     SyntheticHost::large().write(&root);
