@@ -241,11 +241,14 @@ fn netdevs_by_function(
     w: &mut Warnings,
 ) -> Option<std::collections::HashMap<PciAddress, Vec<String>>> {
     let class_net = root.sys_path("class/net");
-    let names = list_dir(&class_net, w)?;
+    // Listed once, each link read relative to the open directory (no path walk per interface).
+    let mut dir = SysDir::open(&class_net, w)?;
+    let mut names = dir.entries(w);
+    names.sort();
     let mut map: std::collections::HashMap<PciAddress, Vec<String>> = Default::default();
     for name in names {
         let path = class_net.join(&name);
-        let Ok(target) = std::fs::read_link(&path) else {
+        let Some(target) = dir.link_target(&name) else {
             w.push(
                 &path,
                 "not a link to a device: network interfaces taken from each function's net/ instead",

@@ -476,6 +476,14 @@ impl SysDir {
         }
     }
 
+    /// The target of the link `name` in this directory, as written; none when `name` is not a
+    /// link or cannot be read.
+    pub fn link_target(&self, name: &str) -> Option<PathBuf> {
+        nix::fcntl::readlinkat(&self.fd, name)
+            .ok()
+            .map(PathBuf::from)
+    }
+
     /// Basename of a link's target, like [`link_basename`].
     pub fn link_basename(&self, name: &str, w: &mut Warnings) -> Option<String> {
         match nix::fcntl::readlinkat(&self.fd, name) {
