@@ -6,6 +6,7 @@
 
 pub mod resources;
 pub mod table;
+pub mod traits;
 
 use serde::Serialize;
 use time::OffsetDateTime;

@@ -31,7 +31,7 @@ pub mod desired;
 pub mod http_push;
 pub mod plan;
 pub mod reporter;
-pub mod traits;
+pub use crate::inventory::traits;
 pub mod transport;
 
 use uuid::Uuid;

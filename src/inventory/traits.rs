@@ -24,6 +24,10 @@ pub const COMPUTE_STATUS_DISABLED: &str = "COMPUTE_STATUS_DISABLED";
 pub const HW_CPU_HYPERTHREADING: &str = "HW_CPU_HYPERTHREADING";
 /// On every PCI child provider rtrack (or Nova) manages.
 pub const COMPUTE_MANAGED_PCI_DEVICE: &str = "COMPUTE_MANAGED_PCI_DEVICE";
+/// On a PCI provider whose device spec says `live_migratable = true`.
+pub const HW_PCI_LIVE_MIGRATABLE: &str = "HW_PCI_LIVE_MIGRATABLE";
+/// On a PCI provider whose device spec says `one_time_use = true`.
+pub const HW_PCI_ONE_TIME_USE: &str = "HW_PCI_ONE_TIME_USE";
 /// On a sharing provider: its inventory is shared with the members of its aggregates.
 pub const MISC_SHARES_VIA_AGGREGATE: &str = "MISC_SHARES_VIA_AGGREGATE";
 
