@@ -77,6 +77,7 @@ fn request(vfs: u32, id: &str) -> InstanceRequest {
                 alias_name: Some("vf".into()),
                 numa_policy: NumaPolicy::Legacy,
                 requester_id: None,
+                rp_uuids: Vec::new(),
             }]
         },
         numa: None,

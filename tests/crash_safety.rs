@@ -95,6 +95,7 @@ fn child(db: &str, host_dir: &str, round: u32) {
                                 alias_name: Some("vf".into()),
                                 numa_policy: NumaPolicy::Legacy,
                                 requester_id: None,
+                                rp_uuids: Vec::new(),
                             }]
                         } else {
                             vec![]

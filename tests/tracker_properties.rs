@@ -146,6 +146,7 @@ fn pci(n: u8, kind: &str, count: u32, policy: NumaPolicy) -> PciRequest {
         alias_name: Some(kind.into()),
         numa_policy: policy,
         requester_id: None,
+        rp_uuids: Vec::new(),
     }
 }
 
@@ -185,7 +186,12 @@ fn check_invariants(t: &Tracker, model: &Model) {
         );
     }
     let devs = &t.state().devices;
-    let busy = |s: DeviceStatus| matches!(s, DeviceStatus::Allocated | DeviceStatus::Claimed);
+    let busy = |s: DeviceStatus| {
+        matches!(
+            s,
+            DeviceStatus::Allocated | DeviceStatus::Claimed | DeviceStatus::Reserved
+        )
+    };
     let busy_pfs: BTreeSet<PciAddress> = devs
         .values()
         .filter(|d| d.dev_type == PciDevType::Pf && busy(d.status))
@@ -230,6 +236,14 @@ fn check_invariants(t: &Tracker, model: &Model) {
                 );
             }
             DeviceStatus::Unclaimable => panic!("{} unclaimable outside a claim", d.address),
+            DeviceStatus::Reserved => {
+                assert!(d.owner.is_none(), "{} reserved with an owner", d.address);
+                assert!(
+                    d.tags.get("one_time_use").map(String::as_str) == Some("true"),
+                    "{} reserved but not one-time-use",
+                    d.address
+                );
+            }
         }
     }
     let available = devs

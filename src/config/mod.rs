@@ -165,6 +165,21 @@ impl Config {
         }
 
         let device_specs = pci::validate_device_specs(&self.pci.device_spec, file)?;
+        if !self.pci.report_in_placement.unwrap_or(false) {
+            // Nova's rule: a used device is kept from the scheduler only by its provider's
+            // reserved inventory.
+            if let Some(i) = device_specs
+                .iter()
+                .position(|s| s.tags.get("one_time_use").map(String::as_str) == Some("true"))
+            {
+                return Err(ConfigError::Value {
+                    file: file.to_path_buf(),
+                    key: format!("pci.device_spec[{i}].one_time_use"),
+                    value: "true".into(),
+                    expected: "requires [pci] report_in_placement = true".into(),
+                });
+            }
+        }
         let aliases = pci::validate_aliases(&self.pci.alias, file)?;
 
         let h = &self.host;

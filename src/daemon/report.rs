@@ -20,6 +20,7 @@ use uuid::Uuid;
 use crate::api::shared::DaemonState;
 use crate::tracker::node_template::without_updated_at;
 use crate::upstream::consumers::consumers;
+use crate::upstream::desired::PciProviderInputs;
 use crate::upstream::{
     install_crypto_provider, DesiredState, HttpPlacement, HttpPush, PlacementSettings,
     ReportOutcome, Reporter, ReporterOptions, UpstreamError,
@@ -38,26 +39,33 @@ fn snapshot(
 ) -> Snapshot {
     let config = state.config();
     // Under the lock: only what changes with claims. The view is shared, not copied.
-    let (consumers, view, node_uuid, node_name, node) = state.service.read(|t| {
+    let (consumers, view, node_uuid, node_name, node, pci) = state.service.read(|t| {
         let consumers = if with_allocations {
             consumers(t)
         } else {
             Vec::new()
         };
         let settings = t.settings();
+        let pci = PciProviderInputs {
+            uuids: t.pci_provider_uuids(),
+            one_time_used: t.one_time_used(),
+        };
         (
             consumers,
             t.view(),
             settings.node_uuid.clone(),
             settings.names.node.clone(),
             t.compute_node(&t.usage(), time::OffsetDateTime::now_utc()),
+            pci,
         )
     });
     let desired = Uuid::parse_str(&node_uuid)
         .map_err(|_| {
             UpstreamError::Input(format!("the compute node uuid {node_uuid:?} is not a UUID"))
         })
-        .and_then(|uuid| DesiredState::build(&view, &config, uuid, &node_name, false, &consumers));
+        .and_then(|uuid| {
+            DesiredState::build_with(&view, &config, uuid, &node_name, false, &consumers, &pci)
+        });
     let compute_node = match push_version {
         None => node.to_primitive(),
         Some(v) => node
@@ -179,6 +187,21 @@ pub async fn run(
                     Err(e) => Err(e),
                 };
                 record(&state, &outcome);
+                if let Ok(o) = &outcome {
+                    if !o.adopted_pci_providers.is_empty() {
+                        // Kept, so that claims follow allocations made against these providers
+                        // and the next report names them without looking them up.
+                        let st = state.clone();
+                        let adopted = o.adopted_pci_providers.clone();
+                        let kept = tokio::task::spawn_blocking(move || {
+                            st.service.adopt_pci_providers(&adopted)
+                        })
+                        .await;
+                        if !matches!(kept, Ok(Ok(()))) {
+                            tracing::warn!(target: "rtrack::upstream", "cannot store the uuids of the PCI providers taken over from nova-compute; they are looked up again at the next report");
+                        }
+                    }
+                }
                 wait = match &outcome {
                     Ok(o) => o.backing_off.unwrap_or(interval).min(interval),
                     Err(_) => r

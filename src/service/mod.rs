@@ -66,6 +66,8 @@ enum Subject<'a> {
     Migration(i64),
     /// The audit: no one instance, and the new probe's view is committed with the changes.
     Audit,
+    /// The host's own records (PCI providers, a device released): no one instance.
+    Host,
 }
 
 /// Whether the store answered the last read-back.
@@ -164,7 +166,7 @@ impl TrackerService {
                     .get(&id)
                     .map(|m| [m.instance_uuid.clone()].into())
                     .unwrap_or_default(),
-                Subject::Audit => BTreeSet::new(),
+                Subject::Audit | Subject::Host => BTreeSet::new(),
             };
             if !self.in_flight.any(&keys) {
                 break (working, keys);
@@ -361,6 +363,25 @@ impl TrackerService {
         let view = Arc::new(HostView::build(Arc::new(host), &settings, generation));
         let now = time::OffsetDateTime::now_utc();
         self.mutate(Subject::Audit, |t| Ok(t.audit_view(view, now)))
+    }
+
+    /// Releases a one-time-use PCI device reserved after use.
+    pub fn release_pci_device(
+        &self,
+        address: &crate::probes::pci::PciAddress,
+    ) -> Result<(), ServiceError> {
+        self.mutate(Subject::Host, |t| {
+            t.release_device(address).map(|c| ((), c))
+        })
+    }
+
+    /// Keeps the uuids of PCI providers adopted from Placement (see
+    /// [`Tracker::adopt_pci_providers`]).
+    pub fn adopt_pci_providers(
+        &self,
+        adopted: &std::collections::BTreeMap<crate::probes::pci::PciAddress, uuid::Uuid>,
+    ) -> Result<(), ServiceError> {
+        self.mutate(Subject::Host, |t| Ok(((), t.adopt_pci_providers(adopted))))
     }
 
     /// Replaces the settings (configuration reload) in both views.

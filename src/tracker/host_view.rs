@@ -13,6 +13,7 @@ use super::node_template::{NodeIdentity, NodeTemplate};
 use super::numa::HostTopology;
 use super::pci::claim::CellSockets;
 use super::pci::devices::{select_tracked, TrackedDevice};
+use super::pci::providers::{provider_groups, ProviderGroup};
 use super::state::TrackerSettings;
 use crate::inventory::resources::{
     compute_inventory, InventoryOptions, ResourceClass, ResourceInventory,
@@ -29,6 +30,11 @@ pub struct HostView {
     pub inventory: BTreeMap<ResourceClass, ResourceInventory>,
     /// The PCI functions a device spec selects, all available, by address.
     pub tracked: BTreeMap<PciAddress, TrackedDevice>,
+    /// With `[pci] report_in_placement`: the PCI child providers, by the address they are
+    /// named after; empty otherwise.
+    pub pci_providers: BTreeMap<PciAddress, ProviderGroup>,
+    /// Tracked functions left out of the providers, and why.
+    pub pci_provider_warnings: Vec<String>,
     /// The host's NUMA cells as Nova's libvirt driver reports them.
     pub numa: HostTopology,
     /// The socket of each NUMA cell, when all its CPUs share one.
@@ -62,6 +68,12 @@ impl HostView {
             .into_iter()
             .map(|d| (d.address, d))
             .collect();
+        let mut pci_provider_warnings = Vec::new();
+        let pci_providers = if policy.report_pci_in_placement {
+            provider_groups(&tracked, &policy.device_specs, &mut pci_provider_warnings)
+        } else {
+            BTreeMap::new()
+        };
         let identity = NodeIdentity {
             uuid: settings.node_uuid.clone(),
             hypervisor_hostname: settings.names.node.clone(),
@@ -72,6 +84,8 @@ impl HostView {
         HostView {
             inventory,
             tracked,
+            pci_providers,
+            pci_provider_warnings,
             sockets: numa.cells.iter().map(|c| (c.id, c.socket)).collect(),
             numa,
             node: NodeTemplate::new(&host, policy, &identity),

@@ -124,6 +124,11 @@ pub struct PciRequest {
     pub numa_policy: NumaPolicy,
     /// The neutron port, for port requests.
     pub requester_id: Option<String>,
+    /// With PCI in Placement: the provider each device was allocated from, once per device
+    /// (Nova's `rp_uuids` spec key, or the RequestSpec's request group mapping). Devices are
+    /// then taken from those providers only. Empty: any provider.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rp_uuids: Vec<uuid::Uuid>,
 }
 
 /// What an instance asks of a host, from a RequestSpec (or legacy dicts) and the instance.

@@ -216,6 +216,7 @@ pub fn alias_requests_with_policy(
             alias_name: Some(name.to_string()),
             numa_policy: override_policy.unwrap_or(alias.numa_policy),
             requester_id: None,
+            rp_uuids: Vec::new(),
         });
     }
     Ok(out)
@@ -270,6 +271,12 @@ pub fn pci_requests_from_object(
             ));
         }
         let alias_name = r.alias_name.get().cloned();
+        // Nova reads the providers from the first spec only, and only for alias requests
+        // (a port's devices are not in Placement).
+        let rp_uuids = match (&alias_name, specs[0].get("rp_uuids")) {
+            (Some(_), Some(list)) => parse_rp_uuids(list, &format!("{path}.spec[0].rp_uuids"))?,
+            _ => Vec::new(),
+        };
         let policy = match r.numa_policy.get() {
             Some(p) => NumaPolicy::parse(p).unwrap_or(NumaPolicy::Legacy),
             None => NumaPolicy::Legacy,
@@ -288,9 +295,108 @@ pub fn pci_requests_from_object(
             alias_name,
             numa_policy: policy,
             requester_id: r.requester_id.get().cloned(),
+            rp_uuids,
         });
     }
     Ok(out)
+}
+
+/// Nova's `rp_uuids` spec value: provider uuids joined by commas, one per device.
+fn parse_rp_uuids(list: &str, field: &str) -> Result<Vec<uuid::Uuid>, ClaimError> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|u| {
+            uuid::Uuid::parse_str(u).map_err(|_| {
+                invalid(
+                    field,
+                    format!(
+                        "{} is not a provider uuid; expected uuids joined by commas",
+                        crate::echo::quoted(u)
+                    ),
+                )
+            })
+        })
+        .collect()
+}
+
+/// Applies the RequestSpec's request group to provider mapping to the PCI requests, as Nova's
+/// compute does before it claims (`update_pci_request_with_placement_allocations`): the scheduler
+/// makes one group per requested device, `<request_id>-<n>`, each allocated from one provider.
+/// Groups of other requesters (ports with QoS, the flavor's own) are left alone. When a request
+/// already carries `rp_uuids` in its spec, the mapping must agree with it.
+pub fn apply_provider_mapping(
+    requests: &mut [PciRequest],
+    groups: &[&serde_json::Map<String, serde_json::Value>],
+    field: &str,
+) -> Result<(), ClaimError> {
+    let mut parsed: Vec<(String, Vec<uuid::Uuid>)> = Vec::with_capacity(groups.len());
+    for (i, g) in groups.iter().enumerate() {
+        let Some(requester) = g.get("requester_id").and_then(|v| v.as_str()) else {
+            continue;
+        };
+        let providers = match g.get("provider_uuids") {
+            None | Some(serde_json::Value::Null) => Vec::new(),
+            Some(serde_json::Value::Array(list)) => list
+                .iter()
+                .enumerate()
+                .map(|(j, v)| {
+                    v.as_str()
+                        .and_then(|s| uuid::Uuid::parse_str(s).ok())
+                        .ok_or_else(|| {
+                            invalid(
+                                &format!("{field}[{i}].provider_uuids[{j}]"),
+                                "is not a uuid",
+                            )
+                        })
+                })
+                .collect::<Result<_, _>>()?,
+            Some(_) => {
+                return Err(invalid(
+                    &format!("{field}[{i}].provider_uuids"),
+                    "expected a list of provider uuids",
+                ))
+            }
+        };
+        parsed.push((requester.to_string(), providers));
+    }
+    for r in requests.iter_mut().filter(|r| r.alias_name.is_some()) {
+        let mut mapped = Vec::new();
+        for (i, (requester, providers)) in parsed.iter().enumerate() {
+            if !requester.starts_with(&r.request_id) {
+                continue;
+            }
+            let first = providers.first().ok_or_else(|| {
+                invalid(
+                    &format!("{field}[{i}].provider_uuids"),
+                    format!(
+                        "is empty for group {}: the scheduler maps each PCI request group to the provider it allocated from",
+                        crate::echo::quoted(requester)
+                    ),
+                )
+            })?;
+            mapped.push(*first);
+        }
+        if mapped.is_empty() {
+            continue;
+        }
+        if !r.rp_uuids.is_empty() {
+            let (mut a, mut b) = (r.rp_uuids.clone(), mapped.clone());
+            a.sort_unstable();
+            b.sort_unstable();
+            if a != b {
+                return Err(invalid(
+                    field,
+                    format!(
+                        "the request groups of PCI request {} name other providers than its spec's rp_uuids",
+                        r.request_id
+                    ),
+                ));
+            }
+        }
+        r.rp_uuids = mapped;
+    }
+    Ok(())
 }
 
 /// The instance request in a RequestSpec.
@@ -332,6 +438,29 @@ pub fn from_request_spec(
             "request_spec.flavor",
         )?,
     };
+    let mut pci_requests = pci_requests;
+    if let Some(groups) = s.requested_resources.get() {
+        let groups: Vec<&serde_json::Map<String, serde_json::Value>> =
+            groups.iter().map(|g| &g.obj.data).collect();
+        apply_provider_mapping(
+            &mut pci_requests,
+            &groups,
+            "request_spec.requested_resources",
+        )?;
+    }
+    for (i, r) in pci_requests.iter().enumerate() {
+        if !r.rp_uuids.is_empty() && r.rp_uuids.len() != r.count as usize {
+            return Err(invalid(
+                &format!("request_spec.pci_requests.requests[{i}]"),
+                format!(
+                    "Placement allocated {} device(s) for request {} (rp_uuids or its request groups) but it asks for {}",
+                    r.rp_uuids.len(),
+                    r.request_id,
+                    r.count
+                ),
+            ));
+        }
+    }
     Ok((
         uuid,
         InstanceRequest {
@@ -471,5 +600,66 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("flavor.memory_mb: is missing"));
+    }
+
+    fn group(requester: &str, providers: &[&str]) -> serde_json::Map<String, serde_json::Value> {
+        serde_json::json!({"requester_id": requester, "provider_uuids": providers, "use_same_provider": true})
+            .as_object()
+            .unwrap()
+            .clone()
+    }
+
+    #[test]
+    fn request_groups_map_each_device_to_its_provider_as_novas_compute_does() {
+        let f = flavor(&[("pci_passthrough:alias", "vf:2")]);
+        let mut reqs = alias_requests(&f, &aliases(), "u1", "flavor").unwrap();
+        let id = reqs[0].request_id.clone();
+        let a = "aaaaaaaa-0000-4000-8000-000000000001";
+        let b = "bbbbbbbb-0000-4000-8000-000000000002";
+        let groups = [
+            group(&format!("{id}-0"), &[a]),
+            group(&format!("{id}-1"), &[b]),
+            group("port-1", &[a]),
+        ];
+        let refs: Vec<_> = groups.iter().collect();
+        apply_provider_mapping(&mut reqs, &refs, "rr").unwrap();
+        let want: Vec<uuid::Uuid> = [a, b].iter().map(|u| u.parse().unwrap()).collect();
+        assert_eq!(reqs[0].rp_uuids, want);
+        // The spec's rp_uuids, as Nova's compute writes them, must agree.
+        let mut with_spec = reqs.clone();
+        with_spec[0].rp_uuids = parse_rp_uuids(&format!("{b},{a}"), "s").unwrap();
+        apply_provider_mapping(&mut with_spec, &refs, "rr").unwrap();
+        with_spec[0].rp_uuids = parse_rp_uuids(&format!("{b},{b}"), "s").unwrap();
+        let e = apply_provider_mapping(&mut with_spec, &refs, "rr").unwrap_err();
+        assert!(e.to_string().contains("other providers"), "{e}");
+        // A port request keeps no providers.
+        let mut port = reqs.clone();
+        port[0].alias_name = None;
+        port[0].rp_uuids.clear();
+        apply_provider_mapping(&mut port, &refs, "rr").unwrap();
+        assert!(port[0].rp_uuids.is_empty());
+    }
+
+    #[test]
+    fn bad_mappings_name_the_field() {
+        let f = flavor(&[("pci_passthrough:alias", "vf:1")]);
+        let mut reqs = alias_requests(&f, &aliases(), "u1", "flavor").unwrap();
+        let id = reqs[0].request_id.clone();
+        let empty = [group(&format!("{id}-0"), &[])];
+        let e =
+            apply_provider_mapping(&mut reqs, &empty.iter().collect::<Vec<_>>(), "rr").unwrap_err();
+        assert!(
+            e.to_string().starts_with("rr[0].provider_uuids: is empty"),
+            "{e}"
+        );
+        let bad = [group(&format!("{id}-0"), &["nope"])];
+        let e =
+            apply_provider_mapping(&mut reqs, &bad.iter().collect::<Vec<_>>(), "rr").unwrap_err();
+        assert_eq!(e.to_string(), "rr[0].provider_uuids[0]: is not a uuid");
+        let e = parse_rp_uuids("x".repeat(500).as_str(), "spec.rp_uuids").unwrap_err();
+        assert!(
+            e.to_string().starts_with("spec.rp_uuids: \"xxx") && e.to_string().len() < 300,
+            "{e}"
+        );
     }
 }

@@ -50,6 +50,27 @@ pub struct ClaimRecord {
     pub claimed_at: i64,
 }
 
+/// The Placement provider of a PCI child (`[pci] report_in_placement`), by the address it is
+/// named after. Kept so that the uuid stays what Placement knows whatever changes on the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PciProviderRecord {
+    /// The provider's uuid.
+    pub uuid: uuid::Uuid,
+    /// Where the uuid came from.
+    pub origin: PciProviderOrigin,
+}
+
+/// Where a PCI provider's uuid came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PciProviderOrigin {
+    /// Derived by rtrack from the compute node uuid and the provider name.
+    Derived,
+    /// Taken over from a provider of the same name under this compute node in Placement (left
+    /// there by nova-compute, which gives them random uuids).
+    Adopted,
+}
+
 /// Everything the tracker keeps (what the store persists).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TrackerState {
@@ -71,6 +92,9 @@ pub struct TrackerState {
     /// `updated_at` alone does not count as a change).
     #[serde(default)]
     pub compute_node: Option<serde_json::Value>,
+    /// PCI child providers' uuids, by the address each is named after.
+    #[serde(default)]
+    pub pci_providers: BTreeMap<PciAddress, PciProviderRecord>,
 }
 
 impl TrackerState {
@@ -112,6 +136,7 @@ impl TrackerState {
         put(&mut self.migrations, c.migrations);
         put(&mut self.claims, c.claims);
         put(&mut self.move_claims, c.move_claims);
+        put(&mut self.pci_providers, c.pci_providers);
         if let Some(counters) = c.counters {
             self.failed_builds = counters.failed_builds;
             self.next_migration_id = counters.next_migration_id;
@@ -148,6 +173,8 @@ pub struct Changes {
     pub counters: Option<Counters>,
     /// A new ComputeNode primitive to keep.
     pub compute_node: Option<serde_json::Value>,
+    /// PCI provider uuids written or removed, by address.
+    pub pci_providers: BTreeMap<PciAddress, Option<PciProviderRecord>>,
 }
 
 impl Changes {
@@ -160,6 +187,7 @@ impl Changes {
             && self.move_claims.is_empty()
             && self.counters.is_none()
             && self.compute_node.is_none()
+            && self.pci_providers.is_empty()
     }
 
     /// The instances these changes concern: an operation on one of them must wait until these
@@ -195,6 +223,7 @@ impl Changes {
         self.migrations.extend(later.migrations);
         self.claims.extend(later.claims);
         self.move_claims.extend(later.move_claims);
+        self.pci_providers.extend(later.pci_providers);
         if later.counters.is_some() {
             self.counters = later.counters;
         }
@@ -221,6 +250,9 @@ pub struct TrackerPolicy {
     pub hypervisor_type: String,
     /// The ComputeNode's `host_ip`.
     pub host_ip: Option<std::net::IpAddr>,
+    /// `[pci] report_in_placement`: tracked devices are Placement providers, and claims follow
+    /// the providers Placement allocated from.
+    pub report_pci_in_placement: bool,
 }
 
 impl From<&ValidConfig> for TrackerPolicy {
@@ -230,6 +262,7 @@ impl From<&ValidConfig> for TrackerPolicy {
             device_specs: c.device_specs.clone(),
             hypervisor_type: c.hypervisor_type.clone(),
             host_ip: c.host_ip,
+            report_pci_in_placement: c.report_pci_in_placement,
         }
     }
 }
@@ -241,6 +274,7 @@ impl From<ValidConfig> for TrackerPolicy {
             device_specs: c.device_specs,
             hypervisor_type: c.hypervisor_type,
             host_ip: c.host_ip,
+            report_pci_in_placement: c.report_pci_in_placement,
         }
     }
 }
@@ -355,6 +389,7 @@ impl Tracker {
     ) -> Option<Arc<HostView>> {
         self.invalidate_usage();
         let new_devices = view.is_some()
+            || !changes.pci_providers.is_empty()
             || changes
                 .devices
                 .iter()

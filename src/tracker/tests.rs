@@ -147,6 +147,7 @@ fn pci(alias: &str, count: u32, policy: NumaPolicy) -> PciRequest {
         alias_name: Some(alias.into()),
         numa_policy: policy,
         requester_id: None,
+        rp_uuids: Vec::new(),
     }
 }
 
@@ -883,3 +884,5 @@ fn pools_that_tie_stay_in_discovery_order() {
     .unwrap();
     assert_eq!(o.claim.assignments[0].address.to_string(), "0000:3b:01.0");
 }
+
+mod placement;

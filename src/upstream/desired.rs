@@ -16,7 +16,7 @@ use super::traits::{self, MISC_SHARES_VIA_AGGREGATE};
 use super::UpstreamError;
 use crate::config::ValidConfig;
 use crate::inventory::resources::ResourceClass;
-use crate::probes::pci::{PciAddress, PciDevType};
+use crate::probes::pci::PciAddress;
 use crate::tracker::host_view::HostView;
 
 /// `consumer_type` of an instance's own allocation.
@@ -90,7 +90,10 @@ pub enum ProviderRole {
     /// The compute node (root of the tree).
     ComputeNode,
     /// A PCI child: rtrack owns it whole and deletes it when the device goes.
-    Pci,
+    Pci {
+        /// The address it is named after (a PF's for its VFs, the device's own otherwise).
+        address: PciAddress,
+    },
     /// The shared storage provider: rtrack manages only DISK_GB, one trait and one aggregate
     /// on it, never its name, and never deletes it.
     Sharing,
@@ -146,19 +149,18 @@ pub struct DesiredState {
     pub warnings: Vec<String>,
 }
 
-/// The child provider name Nova uses: `<hypervisor_hostname>_<ADDRESS UPPER-CASE>`.
-pub fn pci_provider_name(hypervisor_hostname: &str, address: &PciAddress) -> String {
-    format!(
-        "{hypervisor_hostname}_{}",
-        address.to_string().to_ascii_uppercase()
-    )
-}
+pub use crate::tracker::pci::providers::{
+    derived_provider_uuid as pci_provider_uuid, provider_name as pci_provider_name,
+};
 
-/// A PCI child's uuid: derived from the compute node uuid and the provider name, so it is the
-/// same after a restart or a Placement database loss without any local state (Nova stores a
-/// random one instead).
-pub fn pci_provider_uuid(node_uuid: Uuid, name: &str) -> Uuid {
-    Uuid::new_v5(&node_uuid, name.as_bytes())
+/// What the PCI providers need besides the view: the stored uuids (the tracker's; a provider
+/// missing here gets the uuid rtrack derives) and the one-time-use devices held after use.
+#[derive(Debug, Clone, Default)]
+pub struct PciProviderInputs {
+    /// Provider uuids by the address each provider is named after.
+    pub uuids: BTreeMap<PciAddress, Uuid>,
+    /// One-time-use devices in use, or used and not yet released: their provider is reserved.
+    pub one_time_used: BTreeSet<PciAddress>,
 }
 
 /// Name given to the sharing provider when rtrack has to create it.
@@ -166,19 +168,11 @@ pub fn sharing_provider_name(uuid: Uuid) -> String {
     format!("shared-storage-{uuid}")
 }
 
-/// One PCI child being assembled.
-struct PciGroup {
-    /// Address the name is made of: the device's own, or the PF's for a VF group.
-    address: PciAddress,
-    class: String,
-    traits: BTreeSet<String>,
-    members: Vec<PciAddress>,
-}
-
 impl DesiredState {
     /// Computes the desired state. `consumers` are the local claims; they become allocations
     /// only with `[placement] report_allocations = true`, but their PCI usage always keeps a
-    /// PCI provider's total from dropping below it.
+    /// PCI provider's total from dropping below it. PCI providers get derived uuids (see
+    /// [`DesiredState::build_with`]).
     pub fn build(
         view: &HostView,
         config: &ValidConfig,
@@ -186,6 +180,27 @@ impl DesiredState {
         hypervisor_hostname: &str,
         service_disabled: bool,
         consumers: &[Consumer],
+    ) -> Result<DesiredState, UpstreamError> {
+        DesiredState::build_with(
+            view,
+            config,
+            node_uuid,
+            hypervisor_hostname,
+            service_disabled,
+            consumers,
+            &PciProviderInputs::default(),
+        )
+    }
+
+    /// [`DesiredState::build`] with the PCI providers' stored uuids and held devices.
+    pub fn build_with(
+        view: &HostView,
+        config: &ValidConfig,
+        node_uuid: Uuid,
+        hypervisor_hostname: &str,
+        service_disabled: bool,
+        consumers: &[Consumer],
+        pci: &PciProviderInputs,
     ) -> Result<DesiredState, UpstreamError> {
         if hypervisor_hostname.trim().is_empty() {
             return Err(UpstreamError::Input(
@@ -266,7 +281,9 @@ impl DesiredState {
         // ---- PCI children
         let mut device_provider: BTreeMap<PciAddress, (Uuid, String)> = BTreeMap::new();
         if config.report_pci_in_placement {
-            let groups = pci_groups(view, config, &mut warnings);
+            warnings.extend(view.pci_provider_warnings.iter().cloned());
+            let groups: Vec<&crate::tracker::pci::providers::ProviderGroup> =
+                view.pci_providers.values().collect();
             // Local usage per group, so the total never drops below what is claimed.
             let mut used: BTreeMap<PciAddress, u64> = BTreeMap::new();
             for c in consumers {
@@ -280,7 +297,11 @@ impl DesiredState {
             }
             for g in groups {
                 let name = pci_provider_name(hypervisor_hostname, &g.address);
-                let uuid = pci_provider_uuid(node_uuid, &name);
+                let uuid = pci
+                    .uuids
+                    .get(&g.address)
+                    .copied()
+                    .unwrap_or_else(|| pci_provider_uuid(node_uuid, &name));
                 let total = (g.members.len() as i64).max(
                     used.get(&g.address)
                         .copied()
@@ -291,16 +312,26 @@ impl DesiredState {
                 for m in &g.members {
                     device_provider.insert(*m, (uuid, g.class.clone()));
                 }
+                // Nova reserves a one-time-use provider's whole inventory once its device is
+                // used; rtrack keeps it reserved until an operator releases the device.
+                let reserved = if g.one_time_use
+                    && (used.contains_key(&g.address)
+                        || g.members.iter().any(|m| pci.one_time_used.contains(m)))
+                {
+                    total
+                } else {
+                    0
+                };
                 providers.push(DesiredProvider {
                     uuid,
                     name,
                     parent: Some(node_uuid),
-                    role: ProviderRole::Pci,
+                    role: ProviderRole::Pci { address: g.address },
                     inventories: BTreeMap::from([(
-                        g.class,
+                        g.class.clone(),
                         DesiredInventory {
                             total,
-                            reserved: 0,
+                            reserved,
                             min_unit: 1,
                             max_unit: total,
                             step_size: 1,
@@ -309,7 +340,7 @@ impl DesiredState {
                         },
                     )]),
                     owned_classes: None,
-                    traits: g.traits,
+                    traits: g.traits.clone(),
                     owned_traits: None,
                     aggregates: BTreeSet::new(),
                 });
@@ -418,73 +449,6 @@ impl DesiredState {
     pub fn provider(&self, uuid: Uuid) -> Option<&DesiredProvider> {
         self.providers.iter().find(|p| p.uuid == uuid)
     }
-}
-
-/// Tracked PCI functions grouped into child providers, with Nova's rules: bridges are never
-/// tracked; the first matching device spec decides; a spec with `physical_network` belongs to
-/// Neutron and is not reported; VFs group under their PF; a PF with tracked VFs is not reported
-/// itself; the VFs of one PF must share one class and trait set.
-fn pci_groups(view: &HostView, config: &ValidConfig, warnings: &mut Vec<String>) -> Vec<PciGroup> {
-    let mut groups: BTreeMap<PciAddress, PciGroup> = BTreeMap::new();
-    let mut standalone_pfs: Vec<PciGroup> = Vec::new();
-    // The view holds the functions the device specs selected, with the spec that did.
-    for dev in view.tracked.values() {
-        let Some(spec) = config.device_specs.get(dev.spec_index) else {
-            continue;
-        };
-        if spec.tags.contains_key("physical_network") {
-            continue;
-        }
-        let class = traits::pci_resource_class(
-            spec.tags.get("resource_class").map(String::as_str),
-            &dev.vendor_id,
-            &dev.product_id,
-        );
-        let traits = traits::pci_traits(spec.tags.get("traits").map(String::as_str));
-        let key = match (dev.dev_type, dev.parent_addr) {
-            (PciDevType::Vf, Some(pf)) => pf,
-            _ => dev.address,
-        };
-        if dev.dev_type == PciDevType::Pf {
-            standalone_pfs.push(PciGroup {
-                address: dev.address,
-                class,
-                traits,
-                members: vec![dev.address],
-            });
-            continue;
-        }
-        match groups.get_mut(&key) {
-            Some(g) if g.class != class || g.traits != traits => warnings.push(format!(
-                "PCI VF {}: its device spec gives class {class} and traits {traits:?}, unlike the other VFs of PF {key} ({} {:?}); it is not reported",
-                dev.address, g.class, g.traits
-            )),
-            Some(g) => g.members.push(dev.address),
-            None => {
-                groups.insert(
-                    key,
-                    PciGroup {
-                        address: key,
-                        class,
-                        traits,
-                        members: vec![dev.address],
-                    },
-                );
-            }
-        }
-    }
-    for pf in standalone_pfs {
-        match groups.entry(pf.address) {
-            std::collections::btree_map::Entry::Occupied(_) => warnings.push(format!(
-                "PCI PF {} and some of its VFs match device specs; a PF and its own VFs are never both reported, so only the VFs are",
-                pf.address
-            )),
-            std::collections::btree_map::Entry::Vacant(v) => {
-                v.insert(pf);
-            }
-        }
-    }
-    groups.into_values().collect()
 }
 
 #[cfg(test)]
@@ -656,7 +620,7 @@ resource_class = "nvme disk"
         let child = d
             .providers
             .iter()
-            .find(|p| p.role == ProviderRole::Pci)
+            .find(|p| matches!(p.role, ProviderRole::Pci { .. }))
             .unwrap();
         assert_eq!(child.inventories["CUSTOM_PCI_144D_A808"].total, 2);
         let shared = Uuid::parse_str("aaaaaaaa-0000-0000-0000-000000000001").unwrap();

@@ -569,7 +569,9 @@ mod tests {
         let mut pci = root(child);
         pci.name = "cmp-1_0000:3B:00.0".into();
         pci.parent = Some(node);
-        pci.role = ProviderRole::Pci;
+        pci.role = ProviderRole::Pci {
+            address: crate::probes::pci::PciAddress::parse("0000:3b:00.0").unwrap(),
+        };
         pci.owned_traits = None;
         pci.traits = BTreeSet::from([COMPUTE_MANAGED_PCI_DEVICE.to_string()]);
         pci.inventories = BTreeMap::from([(

@@ -9,8 +9,10 @@
 //!
 //! Schema versions (table `meta`, key `schema_version`):
 //! - 1: the whole state as one JSON document (table `state`), rewritten on every change.
-//! - 2 (current): one row per device, instance, migration and claim, each holding a JSON record
-//!   and the layout version of that record.
+//! - 2: one row per device, instance, migration and claim, each holding a JSON record and the
+//!   layout version of that record.
+//! - 3 (current): version 2 and a row per PCI Placement provider (`pci_providers`). Opening a
+//!   version-2 database adds the empty table.
 //!
 //! Opening a version-1 database reads the state the old way, writes it the new way and drops
 //! the old table, in one transaction. A record in an older layout is read the old way and
@@ -26,7 +28,7 @@ use serde::Serialize;
 use crate::tracker::state::{Changes, TrackerState};
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 /// Current layout of the JSON records.
 pub const RECORD_LAYOUT: i64 = 1;
 
@@ -98,6 +100,7 @@ const TABLES: &[(&str, &str)] = &[
     ("migrations", "id INTEGER PRIMARY KEY"),
     ("claims", "uuid TEXT PRIMARY KEY"),
     ("move_claims", "migration_id INTEGER PRIMARY KEY"),
+    ("pci_providers", "address TEXT PRIMARY KEY"),
 ];
 
 mod open;
@@ -157,6 +160,21 @@ impl Store {
                 upgraded.move_claims.insert(id, Some(v.0.clone()));
             }
             state.move_claims.insert(id, v.0);
+        }
+        for (k, v) in
+            self.rows::<crate::tracker::state::PciProviderRecord>("pci_providers", "address")?
+        {
+            let addr =
+                crate::probes::pci::PciAddress::parse(&k).ok_or_else(|| StoreError::Corrupt {
+                    path: self.path.clone(),
+                    table: "pci_providers",
+                    key: k.clone(),
+                    message: "key is not a PCI address".into(),
+                })?;
+            if v.1 {
+                upgraded.pci_providers.insert(addr, Some(v.0.clone()));
+            }
+            state.pci_providers.insert(addr, v.0);
         }
         let counters: Option<String> = self
             .conn
@@ -366,6 +384,16 @@ impl Store {
                     .map(|(k, v)| (k.to_string(), v.as_ref())),
             )
             .map_err(sql)?;
+            write_rows(
+                &tx,
+                "pci_providers",
+                "address",
+                changes
+                    .pci_providers
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.as_ref())),
+            )
+            .map_err(sql)?;
             if let Some(c) = changes.counters {
                 tx.execute(
                     "INSERT OR REPLACE INTO meta (key, value) VALUES ('counters', ?1)",
@@ -517,6 +545,11 @@ pub fn full_changes(state: &TrackerState) -> Changes {
             next_migration_id: state.next_migration_id,
         }),
         compute_node: state.compute_node.clone(),
+        pci_providers: state
+            .pci_providers
+            .iter()
+            .map(|(k, v)| (*k, Some(v.clone())))
+            .collect(),
     }
 }
 
@@ -595,7 +628,7 @@ mod tests {
                 |r| r.get(0),
             )
             .unwrap();
-        assert_eq!(v, "2");
+        assert_eq!(v, SCHEMA_VERSION.to_string());
         let old: Option<String> = s
             .conn
             .query_row(
@@ -609,18 +642,61 @@ mod tests {
     }
 
     #[test]
+    fn a_version_2_database_gains_the_pci_providers_table_and_keeps_its_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rtrack.sqlite");
+        let state = sample_state();
+        {
+            // A version-2 database: the tables of version 2 only.
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch(
+                "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+                 INSERT INTO meta VALUES ('schema_version', '2');",
+            )
+            .unwrap();
+            for (table, key) in &TABLES[..5] {
+                c.execute_batch(&format!(
+                    "CREATE TABLE {table} ({key}, layout INTEGER NOT NULL, record TEXT NOT NULL)"
+                ))
+                .unwrap();
+            }
+            for (uuid, rec) in &state.instances {
+                c.execute(
+                    "INSERT INTO instances VALUES (?1, 1, ?2)",
+                    params![uuid, serde_json::to_string(rec).unwrap()],
+                )
+                .unwrap();
+            }
+        }
+        let mut s = Store::open(&path).unwrap();
+        let loaded = s.load().unwrap();
+        assert_eq!(loaded.instances, state.instances);
+        let a = crate::probes::pci::PciAddress::parse("0000:3b:00.0").unwrap();
+        let rec = crate::tracker::state::PciProviderRecord {
+            uuid: uuid::Uuid::from_u128(42),
+            origin: crate::tracker::state::PciProviderOrigin::Adopted,
+        };
+        let mut c = Changes::default();
+        c.pci_providers.insert(a, Some(rec.clone()));
+        s.commit(&[c]).unwrap();
+        drop(s);
+        let mut s = Store::open(&path).unwrap();
+        assert_eq!(s.load().unwrap().pci_providers.get(&a), Some(&rec));
+    }
+
+    #[test]
     fn newer_schema_and_garbage_files_are_refused_naming_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("rtrack.sqlite");
         {
             let c = Connection::open(&path).unwrap();
-            c.execute_batch("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL); INSERT INTO meta VALUES ('schema_version', '3');")
+            c.execute_batch("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL); INSERT INTO meta VALUES ('schema_version', '4');")
                 .unwrap();
         }
         let e = Store::open(&path).err().unwrap().to_string();
         assert!(
             e.contains("rtrack.sqlite")
-                && e.contains("schema version 3")
+                && e.contains("schema version 4")
                 && e.contains("newer rtrack"),
             "{e}"
         );

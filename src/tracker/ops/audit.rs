@@ -16,7 +16,6 @@ use crate::tracker::host_view::HostView;
 use crate::tracker::node_template::without_updated_at;
 use crate::tracker::pci::claim::recompute_relatives_in;
 use crate::tracker::pci::devices::TrackedDevice;
-use crate::tracker::pci::DeviceStatus;
 use crate::tracker::state::{Changes, Tracker};
 
 impl Tracker {
@@ -98,11 +97,12 @@ impl Tracker {
             if orphan {
                 reclaimed.push(d.address);
                 d.owner = None;
-                d.status = DeviceStatus::Available;
+                d.status = d.freed_status();
                 touched.insert(d.address);
             }
         }
         touched.extend(recompute_relatives_in(&mut self.state.devices));
+        self.record_new_pci_providers(&mut changes);
         for addr in touched {
             if let Some(d) = self.state.devices.get(&addr) {
                 changes.devices.insert(addr, Some(d.clone()));

@@ -244,6 +244,9 @@ impl Tracker {
         };
         let shortfalls = self.shortfalls(&resources, &used);
         let wants_pci = claim_pci && !req.pci_requests.is_empty();
+        if wants_pci {
+            self.check_provider_mapping(uuid, &req.pci_requests)?;
+        }
         let devices = &self.state.devices;
         let index = if wants_pci {
             self.pci_index()

@@ -10,7 +10,8 @@
 //! - [`instance`]: state updates (`update_usage`);
 //! - [`audit`]: a new probe, device re-sync, stale migrations, the ComputeNode;
 //! - [`numa`]: per-cell usage and reports, and what a new configuration would strand;
-//! - [`pci`]: the PCI index, pools, and device changes written into the records.
+//! - [`pci`]: the PCI index, pools, and device changes written into the records;
+//! - [`pci_providers`]: the PCI Placement providers' uuids, and claims held to them.
 //!
 //! [`Changes`]: super::state::Changes
 
@@ -20,6 +21,7 @@ pub mod instance;
 pub mod moves;
 pub mod numa;
 pub mod pci;
+pub mod pci_providers;
 
 use std::collections::BTreeMap;
 

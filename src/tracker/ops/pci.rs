@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use super::PoolUsage;
 use crate::probes::pci::PciAddress;
-use crate::tracker::pci::claim::free_owner;
+use crate::tracker::error::ClaimError;
+use crate::tracker::pci::claim::{free_owner, recompute_relatives_in};
 use crate::tracker::pci::devices::{DeviceStatus, TrackedDevice};
 use crate::tracker::pci::index::PciIndex;
 use crate::tracker::pci::pools::Pool;
@@ -25,6 +26,7 @@ impl Tracker {
         let index = Arc::new(PciIndex::build(
             &self.state.devices,
             &self.settings.policy.device_specs,
+            &self.pci_device_providers(),
         ));
         *self.pci_index.borrow_mut() = Some(index.clone());
         index
@@ -47,6 +49,7 @@ impl Tracker {
                 (!devices.is_empty()).then(|| Pool {
                     key: p.key.clone(),
                     devices,
+                    rp_uuid: p.rp_uuid,
                 })
             })
             .collect()
@@ -110,6 +113,55 @@ impl Tracker {
         let (changed, freed) = free_owner(&self.state.devices, &index, owner, request_ids);
         self.replace_devices(Some(changed), changes);
         freed
+    }
+
+    /// Releases a one-time-use device reserved after use: it becomes available (unless a PF or
+    /// VF of it is in use) and its provider's inventory is no longer reserved.
+    pub fn release_device(&mut self, address: &PciAddress) -> Result<Changes, ClaimError> {
+        let Some(d) = self.state.devices.get(address) else {
+            return Err(ClaimError::NotFound {
+                what: "PCI device",
+                id: address.to_string(),
+            });
+        };
+        if d.status != DeviceStatus::Reserved {
+            return Err(ClaimError::Conflict {
+                id: address.to_string(),
+                message: format!(
+                    "PCI device {address} is {}; only a one-time-use device reserved after use is released",
+                    d.status.as_str()
+                ),
+            });
+        }
+        let mut devices = self.state.devices.clone();
+        if let Some(d) = devices.get_mut(address) {
+            d.status = DeviceStatus::Available;
+        }
+        recompute_relatives_in(&mut devices);
+        let mut changes = Changes::default();
+        let changed: Vec<TrackedDevice> = devices
+            .into_values()
+            .filter(|d| self.state.devices.get(&d.address) != Some(d))
+            .collect();
+        self.replace_devices(Some(changed), &mut changes);
+        Ok(changes)
+    }
+
+    /// One-time-use devices in use, or used and not yet released (their providers are
+    /// reserved in Placement).
+    pub fn one_time_used(&self) -> BTreeSet<PciAddress> {
+        self.state
+            .devices
+            .values()
+            .filter(|d| {
+                d.one_time_use()
+                    && matches!(
+                        d.status,
+                        DeviceStatus::Claimed | DeviceStatus::Allocated | DeviceStatus::Reserved
+                    )
+            })
+            .map(|d| d.address)
+            .collect()
     }
 
     /// Free PCI devices per NUMA node (Nova orders host cells by them).

@@ -55,6 +55,9 @@ pub enum PoolRejection {
     UnrequestedRemoteManaged,
     /// The request's live_migratable requirement does not match.
     LiveMigratable,
+    /// Placement allocated the request's devices from other providers (or the pool is not in
+    /// Placement, or its provider has fewer devices left than Placement allocated from it).
+    PlacementAllocation,
 }
 
 /// One pool as a refused request saw it.
@@ -104,6 +107,19 @@ fn spec_true(v: Option<&String>) -> bool {
             "true" | "1" | "yes" | "on" | "y" | "t"
         )
     })
+}
+
+/// How many devices Placement allocated from each provider for `req`; empty when the request
+/// is not held to Placement's allocation (no `rp_uuids`, or a port request, whose devices Nova
+/// does not put in Placement).
+fn provider_counts(req: &PciRequest) -> BTreeMap<uuid::Uuid, usize> {
+    let mut out = BTreeMap::new();
+    if req.alias_name.is_some() {
+        for rp in &req.rp_uuids {
+            *out.entry(*rp).or_default() += 1;
+        }
+    }
+    out
 }
 
 /// Nova's `_filter_pools` for one request: the usable pools in the order to use them, and a
@@ -243,7 +259,31 @@ fn filter_pools(
             &|i| spec_true(tag(i, "remote_managed").as_ref()),
         );
     }
-    // 7. live_migratable (6, Placement allocations, applies to Placement-scheduled requests only)
+    // 6. Placement's allocation: only the pools of the providers allocated from, each with at
+    // least as many devices left as Placement took from it. Nova counts each pool alone; one
+    // provider's devices can sit in two pools (VFs with and without a network interface), so
+    // rtrack counts them per provider.
+    let per_provider = provider_counts(req);
+    if !per_provider.is_empty() {
+        let mut left: BTreeMap<uuid::Uuid, usize> = BTreeMap::new();
+        for i in &order {
+            if let Some(rp) = pools[*i].rp_uuid {
+                *left.entry(rp).or_default() += counts[*i];
+            }
+        }
+        drop_where(
+            &mut order,
+            &mut rejected,
+            PoolRejection::PlacementAllocation,
+            &|i| match pools[i].rp_uuid {
+                Some(rp) => per_provider
+                    .get(&rp)
+                    .is_none_or(|want| left.get(&rp).copied().unwrap_or(0) < *want),
+                None => true,
+            },
+        );
+    }
+    // 7. live_migratable
     let lm = |v: &str| {
         req.specs
             .iter()
@@ -360,12 +400,21 @@ pub fn claim_devices(
             return Err(refusal(&sim, req, available, &assigned));
         }
         // Take devices pool by pool; a device may have become unavailable because an earlier
-        // device of this same request was its PF or VF, so re-check each one.
+        // device of this same request was its PF or VF, so re-check each one. Held to
+        // Placement's allocation, each provider gives exactly what Placement took from it.
+        let mut per_provider = provider_counts(req);
         let mut left = req.count as usize;
         'pools: for p in usable {
+            let mut from_pool = match index.pools[p].rp_uuid {
+                Some(rp) if !per_provider.is_empty() => per_provider.get_mut(&rp),
+                _ => None,
+            };
             for &i in &index.pools[p].members {
                 if left == 0 {
                     break 'pools;
+                }
+                if from_pool.as_deref() == Some(&0) {
+                    break;
                 }
                 if sim.status[i] != DeviceStatus::Available {
                     continue;
@@ -373,6 +422,9 @@ pub fn claim_devices(
                 sim.allocate(i);
                 assigned.push((i, req.request_id.clone()));
                 left -= 1;
+                if let Some(n) = from_pool.as_deref_mut() {
+                    *n -= 1;
+                }
             }
         }
         if left > 0 {
@@ -425,7 +477,7 @@ pub fn free_owner(
                     .is_none_or(|ids| o.request_id.as_ref().is_some_and(|r| ids.contains(r)))
         });
         if mine {
-            status.insert(i, DeviceStatus::Available);
+            status.insert(i, d.freed_status());
             freed.push(i);
         }
     }
@@ -545,6 +597,10 @@ impl BlockedRelatives {
     }
 }
 
+/// Held by an instance, or reserved after one use: its PF or VFs cannot be given out.
 fn is_busy(s: DeviceStatus) -> bool {
-    matches!(s, DeviceStatus::Allocated | DeviceStatus::Claimed)
+    matches!(
+        s,
+        DeviceStatus::Allocated | DeviceStatus::Claimed | DeviceStatus::Reserved
+    )
 }

@@ -32,6 +32,9 @@ pub enum DeviceStatus {
     Unclaimable,
     /// A PF whose VF is allocated, or a VF whose PF is allocated.
     Unavailable,
+    /// A one-time-use device freed after use: kept from every claim until an operator releases
+    /// it (Nova keeps only its Placement inventory reserved).
+    Reserved,
 }
 
 impl DeviceStatus {
@@ -43,6 +46,7 @@ impl DeviceStatus {
             DeviceStatus::Allocated => "allocated",
             DeviceStatus::Unclaimable => "unclaimable",
             DeviceStatus::Unavailable => "unavailable",
+            DeviceStatus::Reserved => "reserved",
         }
     }
 }
@@ -84,6 +88,21 @@ pub struct TrackedDevice {
 }
 
 impl TrackedDevice {
+    /// Its device spec says `one_time_use = true`.
+    pub fn one_time_use(&self) -> bool {
+        self.tags.get("one_time_use").map(String::as_str) == Some("true")
+    }
+
+    /// The status it takes when its holder frees it: available, or reserved for a
+    /// one-time-use device.
+    pub fn freed_status(&self) -> DeviceStatus {
+        if self.one_time_use() {
+            DeviceStatus::Reserved
+        } else {
+            DeviceStatus::Available
+        }
+    }
+
     /// The pool this device belongs to while available: Nova's `_create_pool_keys_from_dev`.
     pub fn pool_key(&self, specs: &[DeviceSpec]) -> PoolKey {
         let mut tags: BTreeMap<String, String> = specs

@@ -21,6 +21,8 @@ pub struct IndexedPool {
     pub flat: BTreeMap<String, Option<String>>,
     /// Member positions, ascending (address order).
     pub members: Vec<usize>,
+    /// With PCI in Placement: the provider of the pool's devices.
+    pub rp_uuid: Option<uuid::Uuid>,
 }
 
 /// The index.
@@ -40,8 +42,13 @@ pub struct PciIndex {
 }
 
 impl PciIndex {
-    /// Indexes `devices` (in address order) under `specs`.
-    pub fn build(devices: &BTreeMap<PciAddress, TrackedDevice>, specs: &[DeviceSpec]) -> PciIndex {
+    /// Indexes `devices` (in address order) under `specs`; `providers` gives the Placement
+    /// provider of each device reported there.
+    pub fn build(
+        devices: &BTreeMap<PciAddress, TrackedDevice>,
+        specs: &[DeviceSpec],
+        providers: &HashMap<PciAddress, uuid::Uuid>,
+    ) -> PciIndex {
         let addresses: Vec<PciAddress> = devices.keys().copied().collect();
         let position: HashMap<PciAddress, usize> =
             addresses.iter().enumerate().map(|(i, a)| (*a, i)).collect();
@@ -63,6 +70,9 @@ impl PciIndex {
             .map(|(key, members)| IndexedPool {
                 flat: key.flat(),
                 key,
+                rp_uuid: members
+                    .iter()
+                    .find_map(|i| providers.get(&addresses[*i]).copied()),
                 members,
             })
             .collect();

@@ -9,6 +9,7 @@ pub mod claim;
 pub mod devices;
 pub mod index;
 pub mod pools;
+pub mod providers;
 
 // The policy lives below the configuration and the tracker; these paths stay for callers.
 pub use crate::pci_policy::{alias, spec};

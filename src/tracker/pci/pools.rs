@@ -28,6 +28,9 @@ pub struct Pool {
     pub key: PoolKey,
     /// Available devices (indexes into the tracker's device list, in address order).
     pub devices: Vec<usize>,
+    /// With PCI in Placement: the provider holding the pool's devices (Nova's pool metadata
+    /// `rp_uuid`, reported as a tag).
+    pub rp_uuid: Option<uuid::Uuid>,
 }
 
 impl Pool {
@@ -50,7 +53,11 @@ pub fn build_pools<'a>(
     }
     let mut pools: Vec<Pool> = by_key
         .into_iter()
-        .map(|(key, devices)| Pool { key, devices })
+        .map(|(key, devices)| Pool {
+            key,
+            devices,
+            rp_uuid: None,
+        })
         .collect();
     // Nova sorts by the number of keys so that devices with fewer tags are used first; pools
     // that tie stay in discovery order, the address order of their first device.
@@ -78,6 +85,10 @@ pub fn pools_object(pools: &[Pool]) -> Versioned<PciDevicePoolList> {
                         .tags
                         .iter()
                         .map(|(k, v)| (k.clone(), Some(v.clone())))
+                        .chain(
+                            p.rp_uuid
+                                .map(|u| ("rp_uuid".to_string(), Some(u.to_string()))),
+                        )
                         .collect(),
                 ),
                 count: Field::Set(p.count() as i64),

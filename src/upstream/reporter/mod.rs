@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
+mod adopt;
 mod refresh;
 
 use crate::config::upstream::PlacementSettings;
@@ -72,6 +73,9 @@ pub struct ReportOutcome {
     pub allocations_rejected: u32,
     /// No attempt was made: still backing off after a failure; the time left.
     pub backing_off: Option<Duration>,
+    /// PCI providers nova-compute left in Placement that were reported under their uuids, by
+    /// the address each is named after: the caller keeps them (see `adopt`).
+    pub adopted_pci_providers: std::collections::BTreeMap<crate::probes::pci::PciAddress, Uuid>,
 }
 
 /// Why applying a plan stopped.
@@ -198,6 +202,16 @@ impl<P: PlacementApi> Reporter<P> {
             self.refresh(desired).await?;
             outcome.refreshed = true;
         }
+        let adopted = adopt::adoptions(desired, &self.cache);
+        let owned;
+        let desired = if adopted.is_empty() {
+            desired
+        } else {
+            tracing::info!(providers = ?adopted, "reporting the PCI providers nova-compute created under their uuids");
+            owned = adopt::with_adopted(desired, &adopted);
+            outcome.adopted_pci_providers = adopted;
+            &owned
+        };
         let tries = self.opts.conflict_tries.max(1);
         for attempt in 1..=tries {
             let actions = plan(desired, &self.cache);

@@ -1,0 +1,337 @@
+//! PCI in Placement (`[pci] report_in_placement`): claims held to the providers Placement
+//! allocated from, the providers' uuids (derived, stored, adopted), and one-time-use devices.
+//! Expected outcomes follow Nova 34's `PciDeviceStats` with `rp_uuids` and its PCI Placement
+//! translator (`nova/compute/pci_placement_translator.py`).
+
+use super::*;
+use crate::probes::pci::PciAddress;
+
+const PLACEMENT: &str = r#"
+[pci]
+report_in_placement = true
+
+[[pci.device_spec]]
+vendor_id = "8086"
+product_id = "1889"
+
+[[pci.device_spec]]
+vendor_id = "144d"
+product_id = "a808"
+one_time_use = "yes"
+
+[[pci.alias]]
+name = "vf"
+vendor_id = "8086"
+product_id = "1889"
+device_type = "type-VF"
+
+[[pci.alias]]
+name = "nvme"
+vendor_id = "144d"
+product_id = "a808"
+"#;
+
+fn placement_tracker() -> Tracker {
+    let f = std::path::Path::new("test.toml");
+    let cfg = Config::parse(PLACEMENT, f).unwrap().validate(f).unwrap();
+    let settings = TrackerSettings {
+        policy: cfg.into(),
+        names: HostNames {
+            host: "cmp1".into(),
+            node: "cmp1".into(),
+        },
+        node_uuid: "11111111-2222-3333-4444-555555555555".into(),
+        node_created_at: time::OffsetDateTime::UNIX_EPOCH,
+    };
+    let inv = host(SyntheticHost::small());
+    let mut t = Tracker::new(settings, inv.clone(), TrackerState::default());
+    t.audit(inv, time::OffsetDateTime::UNIX_EPOCH);
+    t
+}
+
+fn addr(s: &str) -> PciAddress {
+    PciAddress::parse(s).unwrap()
+}
+
+fn provider(t: &Tracker, pf: &str) -> uuid::Uuid {
+    t.pci_provider_uuids()[&addr(pf)]
+}
+
+/// `count` VFs, allocated in Placement from `providers` (one per device).
+fn vfs_from(count: u32, providers: &[uuid::Uuid]) -> PciRequest {
+    let mut r = pci("vf", count, NumaPolicy::Legacy);
+    r.rp_uuids = providers.to_vec();
+    r
+}
+
+fn nvme() -> PciRequest {
+    PciRequest {
+        request_id: "req-nvme".into(),
+        count: 1,
+        specs: vec![[("vendor_id", "144d"), ("product_id", "a808")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()],
+        alias_name: Some("nvme".into()),
+        numa_policy: NumaPolicy::Legacy,
+        requester_id: None,
+        rp_uuids: Vec::new(),
+    }
+}
+
+fn taken(o: &ClaimOutcome) -> Vec<String> {
+    o.claim
+        .assignments
+        .iter()
+        .map(|a| a.address.to_string())
+        .collect()
+}
+
+#[test]
+fn providers_are_the_pfs_and_the_nvme_with_stored_derived_uuids() {
+    let t = placement_tracker();
+    let uuids = t.pci_provider_uuids();
+    let names: Vec<String> = uuids.keys().map(|a| a.to_string()).collect();
+    assert_eq!(names, ["0000:01:00.0", "0000:3b:00.0", "0000:5e:00.0"]);
+    // Derived from the node uuid and Nova's provider name, and stored by the first audit.
+    let node = uuid::Uuid::parse_str("11111111-2222-3333-4444-555555555555").unwrap();
+    assert_eq!(
+        uuids[&addr("0000:3b:00.0")],
+        uuid::Uuid::new_v5(&node, b"cmp1_0000:3B:00.0")
+    );
+    for (a, u) in &uuids {
+        assert_eq!(t.state().pci_providers[a].uuid, *u);
+        assert_eq!(
+            t.state().pci_providers[a].origin,
+            PciProviderOrigin::Derived
+        );
+    }
+    // The ComputeNode's pools carry the provider as Nova's pool metadata does.
+    let node_obj = t.compute_node(&t.usage(), time::OffsetDateTime::UNIX_EPOCH);
+    let pools = node_obj.to_primitive()["nova_object.data"]["pci_device_pools"]["nova_object.data"]
+        ["objects"]
+        .clone();
+    let rp_tags: Vec<String> = pools
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            p["nova_object.data"]["tags"]["rp_uuid"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(rp_tags.len(), 3);
+    assert!(rp_tags.contains(&uuids[&addr("0000:5e:00.0")].to_string()));
+}
+
+#[test]
+fn a_claim_takes_the_devices_of_the_providers_placement_allocated_from() {
+    let mut t = placement_tracker();
+    // Without a mapping the plainest pool goes first: 5e:00.0's VFs (no parent_ifname).
+    let o = claim(
+        &mut t,
+        1,
+        req(
+            flavor(1, 1, 512, 1, &[]),
+            vec![pci("vf", 2, NumaPolicy::Legacy)],
+        ),
+    )
+    .unwrap();
+    assert!(
+        taken(&o).iter().all(|a| a.starts_with("0000:5e:")),
+        "{:?}",
+        taken(&o)
+    );
+    // Placement allocated both from 3b:00.0: rtrack takes 3b:00.0's, though 5e's come first.
+    let a = provider(&t, "0000:3b:00.0");
+    let o = claim(
+        &mut t,
+        2,
+        req(flavor(1, 1, 512, 1, &[]), vec![vfs_from(2, &[a, a])]),
+    )
+    .unwrap();
+    assert!(
+        taken(&o).iter().all(|x| x.starts_with("0000:3b:")),
+        "{:?}",
+        taken(&o)
+    );
+    // One from each provider.
+    let b = provider(&t, "0000:5e:00.0");
+    let o = claim(
+        &mut t,
+        3,
+        req(flavor(1, 1, 512, 1, &[]), vec![vfs_from(2, &[b, a])]),
+    )
+    .unwrap();
+    let mut got = taken(&o);
+    got.sort();
+    assert!(
+        got[0].starts_with("0000:3b:") && got[1].starts_with("0000:5e:"),
+        "{got:?}"
+    );
+    // 5e:00.0 has one VF left: two from it are refused, naming Placement's allocation.
+    let e = claim(
+        &mut t,
+        4,
+        req(flavor(1, 1, 512, 1, &[]), vec![vfs_from(2, &[b, b])]),
+    )
+    .unwrap_err();
+    let ClaimError::Refused(r) = &e else {
+        panic!("{e}")
+    };
+    let pci = r.pci.as_ref().unwrap();
+    assert!(pci.pools.iter().any(
+        |p| p.rejected == Some(crate::tracker::pci::claim::PoolRejection::PlacementAllocation)
+    ));
+}
+
+#[test]
+fn a_port_request_is_not_held_to_providers() {
+    // Nova does not put ports' devices in Placement: their rp_uuids are ignored.
+    let mut t = placement_tracker();
+    let mut port = vfs_from(1, &[uuid::Uuid::from_u128(9)]);
+    port.alias_name = None;
+    port.requester_id = Some("port-1".into());
+    // Unknown providers are refused for alias requests only.
+    let o = claim(&mut t, 1, req(flavor(1, 1, 512, 1, &[]), vec![port])).unwrap();
+    assert_eq!(o.claim.assignments.len(), 1);
+}
+
+#[test]
+fn unknown_and_vanished_providers_and_miscounted_mappings_are_refused_before_anything() {
+    let mut t = placement_tracker();
+    let before = t.state().clone();
+    let e = claim(
+        &mut t,
+        1,
+        req(
+            flavor(1, 1, 512, 1, &[]),
+            vec![vfs_from(1, &[uuid::Uuid::from_u128(77)])],
+        ),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, ClaimError::Conflict { .. })
+            && e.to_string()
+                .contains("not one of this host's PCI providers"),
+        "{e}"
+    );
+    let a = provider(&t, "0000:3b:00.0");
+    let e = claim(
+        &mut t,
+        1,
+        req(flavor(1, 1, 512, 1, &[]), vec![vfs_from(2, &[a])]),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, ClaimError::Invalid { .. }) && e.to_string().contains("asks for 2"),
+        "{e}"
+    );
+    assert_eq!(t.state(), &before);
+    // 5e:00.0 loses its VFs: its provider stands for nothing any more.
+    let b = provider(&t, "0000:5e:00.0");
+    let mut h = SyntheticHost::small();
+    h.pfs[2].num_vfs = 0;
+    t.audit(host(h), time::OffsetDateTime::UNIX_EPOCH);
+    let e = claim(
+        &mut t,
+        1,
+        req(flavor(1, 1, 512, 1, &[]), vec![vfs_from(1, &[b])]),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, ClaimError::Conflict { .. })
+            && e.to_string().contains("0000:5e:00.0")
+            && e.to_string().contains("no longer on this host"),
+        "{e}"
+    );
+}
+
+#[test]
+fn adopted_providers_replace_the_derived_uuids_for_claims() {
+    let mut t = placement_tracker();
+    let derived = provider(&t, "0000:3b:00.0");
+    let novas = uuid::Uuid::from_u128(0xabc);
+    let changes = t.adopt_pci_providers(&[(addr("0000:3b:00.0"), novas)].into());
+    assert_eq!(
+        changes.pci_providers[&addr("0000:3b:00.0")]
+            .as_ref()
+            .unwrap()
+            .origin,
+        PciProviderOrigin::Adopted
+    );
+    assert_eq!(provider(&t, "0000:3b:00.0"), novas);
+    // Adopting again changes nothing.
+    assert!(t
+        .adopt_pci_providers(&[(addr("0000:3b:00.0"), novas)].into())
+        .is_empty());
+    let o = claim(
+        &mut t,
+        1,
+        req(flavor(1, 1, 512, 1, &[]), vec![vfs_from(1, &[novas])]),
+    )
+    .unwrap();
+    assert!(taken(&o)[0].starts_with("0000:3b:"));
+    let e = claim(
+        &mut t,
+        2,
+        req(flavor(1, 1, 512, 1, &[]), vec![vfs_from(1, &[derived])]),
+    )
+    .unwrap_err();
+    assert!(matches!(e, ClaimError::Conflict { .. }), "{e}");
+    // A later audit keeps the adopted uuid.
+    let host = t.host().clone();
+    t.audit(host, time::OffsetDateTime::UNIX_EPOCH);
+    assert_eq!(provider(&t, "0000:3b:00.0"), novas);
+}
+
+#[test]
+fn a_one_time_use_device_stays_reserved_after_use_until_released() {
+    let mut t = placement_tracker();
+    let nvme_addr = addr("0000:01:00.0");
+    assert!(t.one_time_used().is_empty());
+    claim(&mut t, 1, req(flavor(1, 1, 512, 1, &[]), vec![nvme()])).unwrap();
+    assert_eq!(t.one_time_used(), [nvme_addr].into());
+    // Releasing a device in use is refused.
+    let e = t.release_device(&nvme_addr).unwrap_err();
+    assert!(e.to_string().contains("allocated"), "{e}");
+    t.abort(&uuid(1)).unwrap();
+    assert_eq!(t.state().devices[&nvme_addr].status, DeviceStatus::Reserved);
+    assert_eq!(t.one_time_used(), [nvme_addr].into());
+    assert!(
+        t.pools().iter().all(|p| p.key.vendor_id != "144d"),
+        "a reserved device is in no pool"
+    );
+    assert!(matches!(
+        claim(&mut t, 2, req(flavor(1, 1, 512, 1, &[]), vec![nvme()])),
+        Err(ClaimError::Refused(_))
+    ));
+    let changes = t.release_device(&nvme_addr).unwrap();
+    assert_eq!(
+        changes.devices[&nvme_addr].as_ref().unwrap().status,
+        DeviceStatus::Available
+    );
+    assert!(t.one_time_used().is_empty());
+    claim(&mut t, 2, req(flavor(1, 1, 512, 1, &[]), vec![nvme()])).unwrap();
+    assert!(matches!(
+        t.release_device(&addr("0000:99:00.0")),
+        Err(ClaimError::NotFound { .. })
+    ));
+}
+
+#[test]
+fn one_time_use_needs_pci_in_placement() {
+    let text = PLACEMENT.replace("report_in_placement = true", "report_in_placement = false");
+    let f = std::path::Path::new("test.toml");
+    let e = Config::parse(&text, f)
+        .unwrap()
+        .validate(f)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("pci.device_spec[1].one_time_use") && e.contains("report_in_placement"),
+        "{e}"
+    );
+}

@@ -1,0 +1,62 @@
+//! Taking over the PCI providers nova-compute left in Placement: Nova names a PCI child
+//! `<hypervisor_hostname>_<ADDRESS>` and gives it a random uuid, so rtrack cannot derive it. A
+//! child of our compute node with the name rtrack would create is the same device's provider:
+//! rtrack reports under its uuid (keeping the allocations the scheduler made against it) instead
+//! of creating a second provider, which Placement would refuse for the name anyway.
+//!
+//! In: the desired state and the cache read from Placement. Out: the adopted uuids by the address
+//! each provider is named after, and the desired state with them in place of rtrack's own.
+
+use std::collections::BTreeMap;
+
+use uuid::Uuid;
+
+use crate::probes::pci::PciAddress;
+use crate::upstream::desired::{DesiredState, ProviderRole};
+use crate::upstream::plan::ProviderCache;
+
+/// The PCI providers of `desired` that Placement holds under another uuid: a child of the root
+/// with the same name, while the desired uuid is not in Placement.
+pub fn adoptions(desired: &DesiredState, cache: &ProviderCache) -> BTreeMap<PciAddress, Uuid> {
+    let mut out = BTreeMap::new();
+    for p in &desired.providers {
+        let ProviderRole::Pci { address } = p.role else {
+            continue;
+        };
+        if cache.providers.contains_key(&p.uuid) {
+            continue;
+        }
+        if let Some(theirs) = cache
+            .providers
+            .values()
+            .find(|c| c.parent == Some(desired.root) && c.name == p.name)
+        {
+            out.insert(address, theirs.uuid);
+        }
+    }
+    out
+}
+
+/// `desired` with the adopted uuids in place of the PCI providers' own, in the providers and in
+/// the allocations.
+pub fn with_adopted(desired: &DesiredState, adopted: &BTreeMap<PciAddress, Uuid>) -> DesiredState {
+    let mut out = desired.clone();
+    let mut renamed: BTreeMap<Uuid, Uuid> = BTreeMap::new();
+    for p in &mut out.providers {
+        if let ProviderRole::Pci { address } = p.role {
+            if let Some(theirs) = adopted.get(&address) {
+                renamed.insert(p.uuid, *theirs);
+                p.uuid = *theirs;
+            }
+        }
+    }
+    if let Some(allocations) = out.allocations.as_mut() {
+        for a in allocations.values_mut() {
+            a.resources = std::mem::take(&mut a.resources)
+                .into_iter()
+                .map(|(rp, r)| (renamed.get(&rp).copied().unwrap_or(rp), r))
+                .collect();
+        }
+    }
+    out
+}
