@@ -209,11 +209,10 @@ pub(crate) enum TestKind {
     /// An instance claim: devices claimed, usage from the cache kept in step with claims.
     Instance,
     /// The destination side of a move: usage derived afresh from the records (a move changes
-    /// them in ways only a full derivation follows).
-    Move {
-        /// Whether PCI devices are claimed here (every move type but live migration).
-        claim_pci: bool,
-    },
+    /// them in ways only a full derivation follows). Devices are claimed for every move type,
+    /// live migration included (Nova claims a live-migrating instance's flavor and port devices
+    /// at the destination in `check_can_live_migrate_destination`).
+    Move,
 }
 
 impl Tracker {
@@ -224,10 +223,7 @@ impl Tracker {
         req: &InstanceRequest,
         kind: TestKind,
     ) -> Result<TestedClaim, ClaimError> {
-        let (claim_pci, cache_usage) = match kind {
-            TestKind::Instance => (true, true),
-            TestKind::Move { claim_pci } => (claim_pci, false),
-        };
+        let cache_usage = kind == TestKind::Instance;
         let rules = self.settings.counting_rules();
         let resources = req.flavor.resources(ResourceRules {
             is_bfv: req.is_bfv,
@@ -243,7 +239,7 @@ impl Tracker {
             _ => self.used(),
         };
         let shortfalls = self.shortfalls(&resources, &used);
-        let wants_pci = claim_pci && !req.pci_requests.is_empty();
+        let wants_pci = !req.pci_requests.is_empty();
         if wants_pci {
             self.check_provider_mapping(uuid, &req.pci_requests)?;
         }

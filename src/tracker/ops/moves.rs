@@ -74,9 +74,11 @@ impl Tracker {
     }
 
     /// Nova's `_move_claim` (resize, cold or live migration, evacuation): at the destination,
-    /// checks and claims the new flavor's resources and PCI devices (not for live migration, as
-    /// Nova) and records the migration (status `pre-migrating`; `accepted` stays for live
-    /// migration). At the source, records the outgoing migration without claiming anything.
+    /// checks and claims the new flavor's resources and PCI devices (for a live migration, the
+    /// devices Nova claims in `check_can_live_migrate_destination`: the flavor's and the ports',
+    /// on the destination's NUMA cells) and records the migration (status `pre-migrating`;
+    /// `accepted` stays for live migration). At the source, records the outgoing migration
+    /// without claiming anything.
     pub fn move_claim(
         &mut self,
         mv: &MoveRequest,
@@ -225,8 +227,7 @@ impl Tracker {
             .and_then(|i| i.numa_topology.clone())
             .or_else(|| mv.current_numa.clone().map(Arc::new));
         let tested = if incoming {
-            let claim_pci = move_type != MoveType::LiveMigration;
-            let tested = self.test_claim(&uuid, &mv.new, TestKind::Move { claim_pci })?;
+            let tested = self.test_claim(&uuid, &mv.new, TestKind::Move)?;
             if move_type == MoveType::LiveMigration {
                 check_live_page_size(
                     &uuid,
