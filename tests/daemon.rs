@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use serde_json::{json, Value};
-use support::{base_config, claim, env, request_spec, uuid, Daemon, Env};
+use support::{base_config, check_shape, claim, env, request_spec, uuid, Daemon, Env};
 
 const RTRACKD: &str = env!("CARGO_BIN_EXE_rtrackd");
 const RTRACKCTL: &str = env!("CARGO_BIN_EXE_rtrackctl");
@@ -359,81 +359,6 @@ fn every_documented_operation_is_routed() {
     ] {
         let (s, _) = d.call(m, p, None);
         assert!(s == 404 || s == 405, "{m} {p}: {s}");
-    }
-}
-
-/// Checks `answer` against `schema` (references resolved in `doc`): every key an object answer
-/// has is documented, and every documented key is there. Hand-written answer schemas would
-/// otherwise drift from what the routes build.
-fn check_shape(doc: &Value, schema: &Value, answer: &Value, at: &str) {
-    let schema = match schema.get("$ref").and_then(Value::as_str) {
-        Some(r) => {
-            let name = r.trim_start_matches("#/components/schemas/");
-            &doc["components"]["schemas"][name]
-        }
-        None => schema,
-    };
-    if let Some(all) = schema.get("allOf").and_then(Value::as_array) {
-        if answer.is_null() {
-            return;
-        }
-        for s in all {
-            check_shape(doc, s, answer, at);
-        }
-        return;
-    }
-    if let Some(alternatives) = schema.get("oneOf").and_then(Value::as_array) {
-        if schema.get("properties").is_none() {
-            // One of several shapes: the answer must match one of them.
-            let names: BTreeSet<String> = answer
-                .as_object()
-                .map(|m| m.keys().cloned().collect())
-                .unwrap_or_default();
-            assert!(
-                alternatives.iter().any(|s| {
-                    let s = match s.get("$ref").and_then(Value::as_str) {
-                        Some(r) => {
-                            &doc["components"]["schemas"]
-                                [r.trim_start_matches("#/components/schemas/")]
-                        }
-                        None => s,
-                    };
-                    s["properties"]
-                        .as_object()
-                        .is_some_and(|p| p.keys().cloned().collect::<BTreeSet<_>>() == names)
-                }),
-                "{at}: {answer} matches none of {alternatives:?}"
-            );
-            return;
-        }
-    }
-    match (schema.get("properties").and_then(Value::as_object), answer) {
-        (Some(props), Value::Object(fields)) => {
-            let documented: BTreeSet<&String> = props.keys().collect();
-            let answered: BTreeSet<&String> = fields.keys().collect();
-            assert_eq!(
-                answered, documented,
-                "{at}: answer keys vs documented properties"
-            );
-            for (k, v) in fields {
-                check_shape(doc, &props[k], v, &format!("{at}.{k}"));
-            }
-        }
-        (None, Value::Object(fields)) => {
-            if let Some(each) = schema.get("additionalProperties").filter(|a| a.is_object()) {
-                for (k, v) in fields {
-                    check_shape(doc, each, v, &format!("{at}.{k}"));
-                }
-            }
-        }
-        (_, Value::Array(items)) => {
-            if let Some(each) = schema.get("items") {
-                for (i, v) in items.iter().enumerate() {
-                    check_shape(doc, each, v, &format!("{at}[{i}]"));
-                }
-            }
-        }
-        _ => {}
     }
 }
 

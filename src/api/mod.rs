@@ -77,6 +77,10 @@ route_table! {
     "POST" post "/v1/migrations/{id}/confirm" => routes::confirm_migration,
     "POST" post "/v1/migrations/{id}/revert" => routes::revert_migration,
     "POST" post "/v1/instances/{uuid}/state" => routes::update_instance,
+    "POST" post "/v1/instances/{uuid}/pci-requests" => routes::attach_pci,
+    "DELETE" delete "/v1/instances/{uuid}/pci-requests/{request_id}" => routes::detach_pci,
+    "GET" get "/v1/pci-devices" => routes::list_pci_devices,
+    "POST" post "/v1/pci-devices/{address}/release" => routes::release_pci_device,
 }
 
 /// The socket API.

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use super::bodies::{ClaimBody, MigrationBody};
 use super::error::ErrorCode;
+use super::routes::AttachBody;
 use crate::objects::compute_node::ComputeNode;
 use crate::objects::NovaObject;
 use crate::tracker::state::InstanceUpdate;
@@ -164,6 +165,25 @@ pub fn document() -> Value {
                 "post": {"operationId": "updateInstance", "summary": "Change an instance's vm/task state or host (Nova's update_usage)",
                     "requestBody": body("InstanceUpdate"),
                     "responses": responses(&[("200", ok("updated", json!({"type": "object", "properties": {"instance": {"type": "object"}}})))], &[400, 403, 404, 409, 413, 415, 500, 503])}},
+            "/v1/instances/{uuid}/pci-requests": {
+                "parameters": [path_param("uuid", uuid.clone(), "Instance (running here, holding a claim)")],
+                "post": {"operationId": "attachPci", "summary": "Devices for ports attached to a running instance (Nova's interface attach): the port's requests are claimed on the instance's NUMA cells and added to the instance; the same requests again answer what they hold",
+                    "requestBody": body("AttachRequest"),
+                    "responses": responses(&[
+                        ("201", ok("attached", schema_ref("Attached"))),
+                        ("200", ok("already attached: nothing changed", schema_ref("Attached")))],
+                        &[400, 403, 404, 409, 413, 415, 500, 503])}},
+            "/v1/instances/{uuid}/pci-requests/{request_id}": {
+                "parameters": [path_param("uuid", uuid.clone(), "Instance"), path_param("request_id", json!({"type": "string", "maxLength": 255}), "The port's InstancePCIRequest request_id")],
+                "delete": {"operationId": "detachPci", "summary": "Frees a port's devices and removes its request (Nova's interface detach); a flavor's requests are not detached",
+                    "responses": responses(&[("200", ok("detached", json!({"type": "object", "properties": {
+                        "instance_uuid": {"type": "string"}, "request_id": {"type": "string"}, "detached": {"type": "boolean"}}})))], &[400, 403, 404, 409, 500, 503])}},
+            "/v1/pci-devices": {"get": {"operationId": "listPciDevices", "summary": "Every tracked PCI device: state (available, claimed, allocated, unavailable, unclaimable, reserved), holder, one-time use, Placement provider",
+                "responses": responses(&[("200", ok("devices", json!({"type": "object", "properties": {"pci_devices": {"type": "array", "items": schema_ref("PciDevice")}}})))], &std_errors)}},
+            "/v1/pci-devices/{address}/release": {
+                "parameters": [path_param("address", json!({"type": "string", "pattern": "^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\\.[0-7]$"}), "PCI address")],
+                "post": {"operationId": "releasePciDevice", "summary": "Releases a one-time-use device reserved after use: available again, its provider's inventory unreserved",
+                    "responses": responses(&[("200", ok("released", json!({"type": "object", "properties": {"address": {"type": "string"}, "status": {"type": "string"}}})))], &[400, 403, 404, 409, 500, 503])}},
         },
         "components": {"schemas": schemas_with_bodies(json!({
             "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "object", "required": ["code", "message", "details"], "properties": {
@@ -200,6 +220,17 @@ pub fn document() -> Value {
                     "tags": {"type": "object"}, "total": {"type": "integer"}, "free": {"type": "integer"}}}},
                 "numa_cells": {"type": "array", "items": schema_ref("NumaCell")},
                 "instances": {"type": "integer"}, "claims": {"type": "integer"}, "migrations_in_progress": {"type": "integer"}}},
+            "Attached": {"type": "object", "properties": {"instance_uuid": {"type": "string"},
+                "pci_devices": {"type": "array", "items": {"type": "object", "properties": {"address": {"type": "string"}, "request_id": {"type": "string"}}}},
+                "existing": {"type": "boolean"}}},
+            "PciDevice": {"type": "object", "properties": {
+                "address": {"type": "string"}, "vendor_id": {"type": "string"}, "product_id": {"type": "string"},
+                "dev_type": {"type": "string", "enum": ["type-PCI", "type-PF", "type-VF"]}, "numa_node": {"type": "integer", "nullable": true},
+                "parent_addr": {"type": "string", "nullable": true},
+                "status": {"type": "string", "enum": ["available", "claimed", "allocated", "unclaimable", "unavailable", "reserved"]},
+                "instance_uuid": {"type": "string", "nullable": true}, "request_id": {"type": "string", "nullable": true},
+                "one_time_use": {"type": "boolean"},
+                "resource_provider_uuid": {"type": "string", "nullable": true, "description": "with [pci] report_in_placement: the provider holding it"}}},
             "NumaCell": numa_cell_schema(),
             "NumaDetail": numa_detail_schema(),
         }))},
@@ -219,7 +250,7 @@ fn with_properties(base: &Value, more: Value) -> Value {
 /// from the body types (utoipa), so the document describes exactly what the server decodes.
 fn schemas_with_bodies(mut answers: Value) -> Value {
     #[derive(utoipa::OpenApi)]
-    #[openapi(components(schemas(ClaimBody, MigrationBody, InstanceUpdate)))]
+    #[openapi(components(schemas(ClaimBody, MigrationBody, InstanceUpdate, AttachBody)))]
     struct Bodies;
     let components = <Bodies as utoipa::OpenApi>::openapi().components;
     let mut bodies = components

@@ -365,6 +365,23 @@ impl TrackerService {
         self.mutate(Subject::Audit, |t| Ok(t.audit_view(view, now)))
     }
 
+    /// Claims devices for ports attached to a running instance (see [`Tracker::attach_pci`]).
+    /// A retry of the same requests answers what they hold.
+    pub fn attach_pci(
+        &self,
+        uuid: &str,
+        requests: &[crate::tracker::model::PciRequest],
+    ) -> Result<crate::tracker::ops::attach::AttachOutcome, ServiceError> {
+        self.mutate(Subject::Instance(uuid), |t| t.attach_pci(uuid, requests))
+    }
+
+    /// Frees the devices of a port detached from an instance.
+    pub fn detach_pci(&self, uuid: &str, request_id: &str) -> Result<(), ServiceError> {
+        self.mutate(Subject::Instance(uuid), |t| {
+            t.detach_pci(uuid, request_id).map(|c| ((), c))
+        })
+    }
+
     /// Releases a one-time-use PCI device reserved after use.
     pub fn release_pci_device(
         &self,

@@ -885,5 +885,6 @@ fn pools_that_tie_stay_in_discovery_order() {
     assert_eq!(o.claim.assignments[0].address.to_string(), "0000:3b:01.0");
 }
 
+mod attach;
 mod live_pci;
 mod placement;

@@ -2,6 +2,7 @@
 //! socket in a temporary directory, a fixture root, the daemon's log kept in a file.
 #![allow(dead_code)]
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -273,4 +274,79 @@ pub fn claim(uuid: &str, vcpus: i64, memory_mb: i64, root_gb: i64, alias: Option
 /// A uuid from a number.
 pub fn uuid(n: u64) -> String {
     format!("00000000-0000-4000-8000-{n:012}")
+}
+
+/// Checks `answer` against `schema` (references resolved in `doc`): every key an object answer
+/// has is documented, and every documented key is there. Hand-written answer schemas would
+/// otherwise drift from what the routes build.
+pub fn check_shape(doc: &Value, schema: &Value, answer: &Value, at: &str) {
+    let schema = match schema.get("$ref").and_then(Value::as_str) {
+        Some(r) => {
+            let name = r.trim_start_matches("#/components/schemas/");
+            &doc["components"]["schemas"][name]
+        }
+        None => schema,
+    };
+    if let Some(all) = schema.get("allOf").and_then(Value::as_array) {
+        if answer.is_null() {
+            return;
+        }
+        for s in all {
+            check_shape(doc, s, answer, at);
+        }
+        return;
+    }
+    if let Some(alternatives) = schema.get("oneOf").and_then(Value::as_array) {
+        if schema.get("properties").is_none() {
+            // One of several shapes: the answer must match one of them.
+            let names: BTreeSet<String> = answer
+                .as_object()
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default();
+            assert!(
+                alternatives.iter().any(|s| {
+                    let s = match s.get("$ref").and_then(Value::as_str) {
+                        Some(r) => {
+                            &doc["components"]["schemas"]
+                                [r.trim_start_matches("#/components/schemas/")]
+                        }
+                        None => s,
+                    };
+                    s["properties"]
+                        .as_object()
+                        .is_some_and(|p| p.keys().cloned().collect::<BTreeSet<_>>() == names)
+                }),
+                "{at}: {answer} matches none of {alternatives:?}"
+            );
+            return;
+        }
+    }
+    match (schema.get("properties").and_then(Value::as_object), answer) {
+        (Some(props), Value::Object(fields)) => {
+            let documented: BTreeSet<&String> = props.keys().collect();
+            let answered: BTreeSet<&String> = fields.keys().collect();
+            assert_eq!(
+                answered, documented,
+                "{at}: answer keys vs documented properties"
+            );
+            for (k, v) in fields {
+                check_shape(doc, &props[k], v, &format!("{at}.{k}"));
+            }
+        }
+        (None, Value::Object(fields)) => {
+            if let Some(each) = schema.get("additionalProperties").filter(|a| a.is_object()) {
+                for (k, v) in fields {
+                    check_shape(doc, each, v, &format!("{at}.{k}"));
+                }
+            }
+        }
+        (_, Value::Array(items)) => {
+            if let Some(each) = schema.get("items") {
+                for (i, v) in items.iter().enumerate() {
+                    check_shape(doc, each, v, &format!("{at}[{i}]"));
+                }
+            }
+        }
+        _ => {}
+    }
 }

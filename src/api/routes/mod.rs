@@ -6,9 +6,11 @@
 //! In: an HTTP request (path, query, headers, body) and the shared [`DaemonState`]. Out: a JSON
 //! answer, or an [`ApiError`] with its status and stable code.
 
+mod pci;
 mod reads;
 mod writes;
 
+pub use pci::*;
 pub use reads::*;
 pub use writes::*;
 

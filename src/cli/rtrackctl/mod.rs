@@ -19,6 +19,7 @@ use serde_json::Value;
 
 mod body;
 mod numa;
+mod pci;
 mod tables;
 
 use super::client::{self, Response};
@@ -102,6 +103,12 @@ pub enum Command {
     },
     /// Change an instance's state (e.g. --vm-state deleted when it is gone).
     State(StateArgs),
+    /// PCI devices: list them, release one-time-use devices, attach or detach a port's.
+    Pci {
+        /// What to do.
+        #[command(subcommand)]
+        command: pci::PciCommand,
+    },
     /// rtrackd's health.
     Health,
 }
@@ -527,6 +534,89 @@ pub fn run(cli: &Cli) -> Result<String, Failure> {
                 i["host"].as_str().unwrap_or("-")
             ))
         }
+        Command::Pci { command } => match command {
+            pci::PciCommand::List { one_time_use } => {
+                let v = ctx.call("GET", "/v1/pci-devices", None)?;
+                if cli.json {
+                    return json_out(&v);
+                }
+                Ok(pci::devices_table(&v, *one_time_use))
+            }
+            pci::PciCommand::Release { address } => {
+                let v = ctx.call(
+                    "POST",
+                    &format!("/v1/pci-devices/{}/release", path_segment(address)?),
+                    None,
+                )?;
+                if cli.json {
+                    return json_out(&v);
+                }
+                Ok(format!("{address}: released, available again\n"))
+            }
+            pci::PciCommand::Attach {
+                instance,
+                port,
+                physical_network,
+                request_id,
+                numa_policy,
+                spec,
+            } => {
+                let body = pci::attach_body(
+                    instance,
+                    port,
+                    physical_network,
+                    request_id.as_deref(),
+                    numa_policy.as_deref(),
+                    spec,
+                )?;
+                let v = ctx.call(
+                    "POST",
+                    &format!("/v1/instances/{}/pci-requests", path_segment(instance)?),
+                    Some(&body),
+                )?;
+                if cli.json {
+                    return json_out(&v);
+                }
+                let devices: Vec<String> = v["pci_devices"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .map(|d| {
+                                format!(
+                                    "{} (request {})",
+                                    d["address"].as_str().unwrap_or("?"),
+                                    d["request_id"].as_str().unwrap_or("?")
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let verb = if v["existing"].as_bool() == Some(true) {
+                    "already attached"
+                } else {
+                    "attached"
+                };
+                Ok(format!("{instance}: {verb} {}\n", devices.join(", ")))
+            }
+            pci::PciCommand::Detach {
+                instance,
+                request_id,
+            } => {
+                let v = ctx.call(
+                    "DELETE",
+                    &format!(
+                        "/v1/instances/{}/pci-requests/{}",
+                        path_segment(instance)?,
+                        path_segment(request_id)?
+                    ),
+                    None,
+                )?;
+                if cli.json {
+                    return json_out(&v);
+                }
+                Ok(format!("{instance}: detached request {request_id}\n"))
+            }
+        },
         Command::Health => {
             let v = ctx.call("GET", "/healthz", None)?;
             if cli.json {

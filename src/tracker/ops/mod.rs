@@ -6,6 +6,7 @@
 //! [`AuditOutcome`]) and the [`Changes`] to commit.
 //!
 //! - [`claim`]: build claims, aborts, the failed-build counter;
+//! - [`attach`]: devices for a port attached to a running instance, released on detach;
 //! - [`moves`]: resize, migration, live migration, evacuation; confirm and revert;
 //! - [`instance`]: state updates (`update_usage`);
 //! - [`audit`]: a new probe, device re-sync, stale migrations, the ComputeNode;
@@ -15,6 +16,7 @@
 //!
 //! [`Changes`]: super::state::Changes
 
+pub mod attach;
 pub mod audit;
 pub mod claim;
 pub mod instance;
