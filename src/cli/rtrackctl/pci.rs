@@ -7,7 +7,8 @@
 use clap::Subcommand;
 use serde_json::{json, Value};
 
-use super::{usage, Failure};
+use super::body::path_segment;
+use super::{pretty, usage, Ctx, Failure};
 
 /// `rtrackctl pci` subcommands.
 #[derive(Debug, Subcommand)]
@@ -52,6 +53,95 @@ pub enum PciCommand {
         /// The port's request id.
         request_id: String,
     },
+}
+
+/// Runs one `rtrackctl pci` command.
+pub(super) fn run(ctx: &Ctx<'_>, command: &PciCommand) -> Result<String, Failure> {
+    let cli = ctx.cli;
+    let json_out = |v: &Value| Ok(pretty(v) + "\n");
+    match command {
+        PciCommand::List { one_time_use } => {
+            let v = ctx.call("GET", "/v1/pci-devices", None)?;
+            if cli.json {
+                return json_out(&v);
+            }
+            Ok(devices_table(&v, *one_time_use))
+        }
+        PciCommand::Release { address } => {
+            let v = ctx.call(
+                "POST",
+                &format!("/v1/pci-devices/{}/release", path_segment(address)?),
+                None,
+            )?;
+            if cli.json {
+                return json_out(&v);
+            }
+            Ok(format!("{address}: released, available again\n"))
+        }
+        PciCommand::Attach {
+            instance,
+            port,
+            physical_network,
+            request_id,
+            numa_policy,
+            spec,
+        } => {
+            let body = attach_body(
+                instance,
+                port,
+                physical_network,
+                request_id.as_deref(),
+                numa_policy.as_deref(),
+                spec,
+            )?;
+            let v = ctx.call(
+                "POST",
+                &format!("/v1/instances/{}/pci-requests", path_segment(instance)?),
+                Some(&body),
+            )?;
+            if cli.json {
+                return json_out(&v);
+            }
+            let devices: Vec<String> = v["pci_devices"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|d| {
+                            format!(
+                                "{} (request {})",
+                                d["address"].as_str().unwrap_or("?"),
+                                d["request_id"].as_str().unwrap_or("?")
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let verb = if v["existing"].as_bool() == Some(true) {
+                "already attached"
+            } else {
+                "attached"
+            };
+            Ok(format!("{instance}: {verb} {}\n", devices.join(", ")))
+        }
+        PciCommand::Detach {
+            instance,
+            request_id,
+        } => {
+            let v = ctx.call(
+                "DELETE",
+                &format!(
+                    "/v1/instances/{}/pci-requests/{}",
+                    path_segment(instance)?,
+                    path_segment(request_id)?
+                ),
+                None,
+            )?;
+            if cli.json {
+                return json_out(&v);
+            }
+            Ok(format!("{instance}: detached request {request_id}\n"))
+        }
+    }
 }
 
 /// The request id `pci attach` gives when none is named.

@@ -7,6 +7,7 @@
 
 pub mod claim;
 pub mod devices;
+pub mod free;
 pub mod index;
 pub mod pools;
 pub mod providers;
