@@ -76,41 +76,6 @@ fn port_requests(instance: &str, request_id: &str) -> Value {
                 "requester_id": "port-1"}}]}}})
 }
 
-/// A RequestSpec for `alias` whose PCI request (`request_id`) Placement allocated from
-/// `providers`, as Nova sends it: the request in `pci_requests`, one request group per device.
-fn mapped_claim(instance: &str, alias: &str, request_id: &str, providers: &[&str]) -> Value {
-    let mut spec = request_spec(
-        instance,
-        1,
-        1,
-        512,
-        1,
-        Some(&format!("{alias}:{}", providers.len())),
-    );
-    let data = spec["nova_object.data"].as_object_mut().unwrap();
-    data.insert("pci_requests".into(), json!({
-        "nova_object.name": "InstancePCIRequests", "nova_object.namespace": "nova",
-        "nova_object.version": "1.1",
-        "nova_object.data": {"instance_uuid": instance, "requests": [{
-            "nova_object.name": "InstancePCIRequest", "nova_object.namespace": "nova",
-            "nova_object.version": "1.4", "nova_object.data": {
-                "count": providers.len(), "spec": [{"vendor_id": "8086", "product_id": "1889", "dev_type": "type-VF"}],
-                "alias_name": alias, "is_new": false, "request_id": request_id}}]}}));
-    let groups: Vec<Value> = providers
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            json!({
-            "nova_object.name": "RequestGroup", "nova_object.namespace": "nova",
-            "nova_object.version": "1.3", "nova_object.data": {
-                "use_same_provider": true, "requester_id": format!("{request_id}-{i}"),
-                "resources": {"CUSTOM_PCI_8086_1889": 1}, "provider_uuids": [p]}})
-        })
-        .collect();
-    data.insert("requested_resources".into(), Value::Array(groups));
-    json!({"request_spec": spec})
-}
-
 #[test]
 fn ports_attach_and_detach_over_the_api_and_rtrackctl() {
     let e = env();
@@ -269,7 +234,7 @@ fn claims_follow_placement_and_one_time_use_devices_wait_for_release() {
     let (s, v) = d.call(
         "POST",
         "/v1/claims",
-        Some(&mapped_claim(&a, "vf", rid, &[&pf_a, &pf_a])),
+        Some(&support::mapped_claim(&a, "vf", rid, &[&pf_a, &pf_a])),
     );
     assert_eq!(s, 201, "{v}");
     for dev in v["pci_devices"].as_array().unwrap() {
@@ -284,7 +249,7 @@ fn claims_follow_placement_and_one_time_use_devices_wait_for_release() {
     let (s, v) = d.call(
         "POST",
         "/v1/claims",
-        Some(&mapped_claim(
+        Some(&support::mapped_claim(
             &b,
             "vf",
             "bbbbbbbb-1111-4000-8000-000000000001",

@@ -303,16 +303,47 @@ pub fn plan(desired: &DesiredState, cache: &ProviderCache) -> Vec<Action> {
     // Inventories, traits, aggregates: children first, as Nova flushes (a parent's traits or
     // inventory never depend on a child's, and the order keeps PCI capacity in place before
     // the root changes).
+    // A reservation that would leave no room for an allocation about to be written (a
+    // one-time-use device's, reserved from its first use) is written after that allocation, as
+    // in Nova, where the scheduler allocates before the compute reserves: Placement refuses an
+    // allocation beyond (total - reserved) but keeps one made before.
+    let mut reserve_after_allocations = Vec::new();
     for p in desired.providers.iter().rev() {
         let cached = cache.providers.get(&p.uuid);
         let inventories = resolve_inventories(p, cached);
         let empty = BTreeMap::new();
         let have = cached.map_or(&empty, |c| &c.inventories);
         if !same_inventories(&inventories, have) {
-            actions.push(Action::PutInventories {
-                uuid: p.uuid,
-                inventories,
-            });
+            if reserves_before_new_allocation(desired, cache, p.uuid, &inventories, have) {
+                let first: BTreeMap<String, InventoryRecord> = inventories
+                    .iter()
+                    .map(|(class, rec)| {
+                        let reserved = have.get(class).map_or(0, |h| h.reserved.min(rec.reserved));
+                        (
+                            class.clone(),
+                            InventoryRecord {
+                                reserved,
+                                ..rec.clone()
+                            },
+                        )
+                    })
+                    .collect();
+                if !same_inventories(&first, have) {
+                    actions.push(Action::PutInventories {
+                        uuid: p.uuid,
+                        inventories: first,
+                    });
+                }
+                reserve_after_allocations.push(Action::PutInventories {
+                    uuid: p.uuid,
+                    inventories,
+                });
+            } else {
+                actions.push(Action::PutInventories {
+                    uuid: p.uuid,
+                    inventories,
+                });
+            }
         }
 
         let have_traits = cached.map(|c| c.traits.clone()).unwrap_or_default();
@@ -359,7 +390,42 @@ pub fn plan(desired: &DesiredState, cache: &ProviderCache) -> Vec<Action> {
             }
         }
     }
+    actions.extend(reserve_after_allocations);
     actions
+}
+
+/// Whether `inventories` raise a class's `reserved` on `provider` while an allocation this plan
+/// writes adds to what is used there.
+fn reserves_before_new_allocation(
+    desired: &DesiredState,
+    cache: &ProviderCache,
+    provider: Uuid,
+    inventories: &BTreeMap<String, InventoryRecord>,
+    have: &BTreeMap<String, InventoryRecord>,
+) -> bool {
+    let raised: Vec<&String> = inventories
+        .iter()
+        .filter(|(class, rec)| rec.reserved > have.get(*class).map_or(0, |h| h.reserved))
+        .map(|(class, _)| class)
+        .collect();
+    if raised.is_empty() {
+        return false;
+    }
+    let Some(wanted) = &desired.allocations else {
+        return false;
+    };
+    wanted.iter().any(|(consumer, a)| {
+        let held = cache
+            .consumers
+            .get(consumer)
+            .and_then(|c| c.resources.get(&provider));
+        a.resources.get(&provider).is_some_and(|r| {
+            raised.iter().any(|class| {
+                r.get(*class).copied().unwrap_or(0)
+                    > held.and_then(|h| h.get(*class)).copied().unwrap_or(0)
+            })
+        })
+    })
 }
 
 fn depth(cache: &ProviderCache, mut uuid: Uuid) -> usize {
@@ -615,6 +681,71 @@ mod tests {
         let only_root = state(vec![root(node)]);
         let p = plan(&only_root, &cache);
         assert_eq!(p, vec![Action::DeleteProvider { uuid: child }]);
+    }
+
+    #[test]
+    fn a_one_time_use_reservation_follows_the_allocation_it_would_block() {
+        let node = Uuid::new_v4();
+        let drive = Uuid::new_v4();
+        let mut otu = root(drive);
+        otu.name = "cmp-1_0000:01:00.0".into();
+        otu.parent = Some(node);
+        otu.role = ProviderRole::Pci {
+            address: crate::probes::pci::PciAddress::parse("0000:01:00.0").unwrap(),
+        };
+        otu.owned_traits = None;
+        otu.traits = BTreeSet::from([COMPUTE_MANAGED_PCI_DEVICE.to_string()]);
+        let inv = |reserved| DesiredInventory {
+            total: 1,
+            reserved,
+            min_unit: 1,
+            max_unit: 1,
+            step_size: 1,
+            ratio: RatioRule::Fixed(1.0),
+            floor_at_usage: true,
+        };
+        otu.inventories = BTreeMap::from([("CUSTOM_PCI_144D_A808".to_string(), inv(0))]);
+        let mut d = state(vec![root(node), otu.clone()]);
+        d.allocations = Some(BTreeMap::new());
+        let cache = applied(&d, &ProviderCache::default());
+        // The device is used: reserved, and an allocation on it.
+        otu.inventories = BTreeMap::from([("CUSTOM_PCI_144D_A808".to_string(), inv(1))]);
+        let mut d = state(vec![root(node), otu]);
+        let c = Uuid::new_v4();
+        d.allocations = Some(BTreeMap::from([(
+            c,
+            DesiredAllocation {
+                project_id: "p".into(),
+                user_id: "u".into(),
+                consumer_type: "INSTANCE".into(),
+                resources: BTreeMap::from([(
+                    drive,
+                    BTreeMap::from([("CUSTOM_PCI_144D_A808".to_string(), 1)]),
+                )]),
+            },
+        )]));
+        match plan(&d, &cache).as_slice() {
+            [Action::PutAllocation { consumer, .. }, Action::PutInventories { uuid, inventories }] =>
+            {
+                assert_eq!((*consumer, *uuid), (c, drive));
+                assert_eq!(inventories["CUSTOM_PCI_144D_A808"].reserved, 1);
+            }
+            other => panic!("{other:?}"),
+        }
+        // Once the allocation is there, the reservation goes alone (and after a release, too).
+        let mut cache = applied(&d, &cache);
+        cache
+            .providers
+            .get_mut(&drive)
+            .unwrap()
+            .inventories
+            .get_mut("CUSTOM_PCI_144D_A808")
+            .unwrap()
+            .reserved = 0;
+        match plan(&d, &cache).as_slice() {
+            [Action::PutInventories { uuid, .. }] => assert_eq!(*uuid, drive),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

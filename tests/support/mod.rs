@@ -266,6 +266,46 @@ pub fn request_spec(
     })
 }
 
+/// A claim body for `alias` (of VFs 8086:1889) whose PCI request `request_id` Placement
+/// allocated from `providers` (one per device), as Nova sends it: the request in
+/// `pci_requests`, one request group `<request_id>-<n>` per device with its provider.
+pub fn mapped_claim(instance: &str, alias: &str, request_id: &str, providers: &[&str]) -> Value {
+    let mut spec = request_spec(
+        instance,
+        1,
+        1,
+        512,
+        1,
+        Some(&format!("{alias}:{}", providers.len())),
+    );
+    let data = spec["nova_object.data"].as_object_mut().unwrap();
+    data.insert(
+        "pci_requests".into(),
+        serde_json::json!({
+        "nova_object.name": "InstancePCIRequests", "nova_object.namespace": "nova",
+        "nova_object.version": "1.1",
+        "nova_object.data": {"instance_uuid": instance, "requests": [{
+            "nova_object.name": "InstancePCIRequest", "nova_object.namespace": "nova",
+            "nova_object.version": "1.4", "nova_object.data": {
+                "count": providers.len(),
+                "spec": [{"vendor_id": "8086", "product_id": "1889", "dev_type": "type-VF"}],
+                "alias_name": alias, "is_new": false, "request_id": request_id}}]}}),
+    );
+    let groups: Vec<Value> = providers
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            serde_json::json!({
+            "nova_object.name": "RequestGroup", "nova_object.namespace": "nova",
+            "nova_object.version": "1.3", "nova_object.data": {
+                "use_same_provider": true, "requester_id": format!("{request_id}-{i}"),
+                "resources": {"CUSTOM_PCI_8086_1889": 1}, "provider_uuids": [p]}})
+        })
+        .collect();
+    data.insert("requested_resources".into(), Value::Array(groups));
+    serde_json::json!({"request_spec": spec})
+}
+
 /// A claim body.
 pub fn claim(uuid: &str, vcpus: i64, memory_mb: i64, root_gb: i64, alias: Option<&str>) -> Value {
     serde_json::json!({"request_spec": request_spec(uuid, 1, vcpus, memory_mb, root_gb, alias)})
