@@ -269,6 +269,18 @@ mod tests {
         assert!(!a.specs[0].contains_key("device_type"));
     }
 
+    /// Nova 34 fails every alias when one defined twice has no `device_type` (a KeyError on
+    /// 'dev_type' in `_get_alias_from_config`); rtrack ORs the entries (docs/differences.md).
+    #[test]
+    fn same_name_entries_without_device_type_are_ored_where_nova_fails() {
+        let mut t = AliasTable::new();
+        for vendor in ["8086", "15b3"] {
+            add_alias(&mut t, entry(&[("name", "nic"), ("vendor_id", vendor)])).unwrap();
+        }
+        assert_eq!(t["nic"].specs.len(), 2);
+        assert!(t["nic"].specs.iter().all(|s| !s.contains_key("dev_type")));
+    }
+
     #[test]
     fn conflicting_duplicates_and_bad_values_are_rejected() {
         let mut t = AliasTable::new();

@@ -335,3 +335,52 @@ fn one_time_use_needs_pci_in_placement() {
         "{e}"
     );
 }
+
+/// Nova refuses a Placement-mapped request when one provider's devices sit in two pools (VFs of
+/// one PF with and without a network interface: `_assert_one_pool_per_rp_uuid`); rtrack counts
+/// them per provider (docs/differences.md).
+#[test]
+fn a_providers_devices_in_two_pools_serve_one_mapped_request() {
+    let mut t = placement_tracker();
+    // Half of 3b:00.0's VFs lose their network interface (bound to vfio-pci): two pools.
+    let mut state = t.state().clone();
+    for d in state.devices.values_mut().filter(|d| {
+        d.address.to_string() >= "0000:3b:01.4".to_string()
+            && d.parent_addr == Some(addr("0000:3b:00.0"))
+    }) {
+        d.parent_ifname = None;
+    }
+    t.replace_state(state);
+    let a = provider(&t, "0000:3b:00.0");
+    let pools: Vec<_> = t
+        .pools()
+        .into_iter()
+        .filter(|p| p.rp_uuid == Some(a))
+        .collect();
+    assert_eq!(pools.len(), 2, "{pools:?}");
+    assert!(pools.iter().all(|p| p.count() == 4));
+    let o = claim(
+        &mut t,
+        1,
+        req(flavor(1, 1, 512, 1, &[]), vec![vfs_from(6, &[a; 6])]),
+    )
+    .unwrap();
+    assert_eq!(o.claim.assignments.len(), 6);
+    assert!(taken(&o).iter().all(|x| x.starts_with("0000:3b:")));
+}
+
+/// Within a pool rtrack takes the lowest address first (Nova takes the device added last);
+/// the devices of one pool are interchangeable, so only the addresses differ
+/// (docs/differences.md).
+#[test]
+fn devices_of_a_pool_are_taken_lowest_address_first() {
+    let mut t = placement_tracker();
+    let a = provider(&t, "0000:3b:00.0");
+    let o = claim(
+        &mut t,
+        1,
+        req(flavor(1, 1, 512, 1, &[]), vec![vfs_from(2, &[a, a])]),
+    )
+    .unwrap();
+    assert_eq!(taken(&o), ["0000:3b:01.0", "0000:3b:01.1"]);
+}
