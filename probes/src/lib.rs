@@ -10,7 +10,8 @@
 //! plain data and pushes [`Warning`]s for anything missing or malformed. A probe never panics on
 //! file contents and never aborts the whole inventory because one file is bad.
 //!
-//! One module per probe: [`cpu`], [`numa`], [`memory`], [`disk`], [`pci`], [`host`];
+//! One module per probe: [`cpu`], [`numa`], [`memory`], [`disk`], [`pci`] (with [`vpd`]),
+//! [`host`];
 //! [`probe_host`] runs them all in the order their inputs need.
 
 pub mod confine;
@@ -23,6 +24,7 @@ pub mod numa;
 pub mod pci;
 pub mod read;
 mod root;
+pub mod vpd;
 
 use std::path::PathBuf;
 
@@ -71,6 +73,9 @@ pub struct HostInventory {
 pub struct ProbeOptions {
     /// Disk probe options (instances path, virtual devices).
     pub disk: disk::DiskOptions,
+    /// Read each PF's VPD for its card serial number ([`vpd`]): needed for remote-managed
+    /// devices only, and a VPD read goes to the device, so it is off unless asked for.
+    pub pci_vpd: bool,
 }
 
 /// Runs every probe. Fails only when the roots are unusable.
@@ -83,7 +88,7 @@ pub fn probe_host(root: &HostRoot, opts: &ProbeOptions) -> Result<HostInventory,
     let cpu = cpu::probe_cpu(root, cpu_lists, &numa.cpu_nodes, &mut w);
     let memory = memory::probe_memory(root, &mut w);
     let disks = disk::probe_disks(root, &opts.disk, &mut w);
-    let pci_devices = pci::probe_pci(root, &numa, &mut w);
+    let pci_devices = pci::probe_pci(root, &numa, opts.pci_vpd, &mut w);
     let host = host::probe_host_identity(root, cpu.arch.clone(), &mut w);
     Ok(HostInventory {
         host,

@@ -173,6 +173,9 @@ pub struct PciDevice {
     pub product_name: Option<String>,
     /// Subclass (or class) name from the PCI ID database.
     pub class_name: Option<String>,
+    /// The card's serial number from VPD (a VF's is its PF's); read only when asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub card_serial_number: Option<String>,
 }
 
 impl PciDevice {
@@ -196,7 +199,12 @@ impl Ord for PciDevice {
 
 /// Reads every PCI function. `numa` resolves devices whose `numa_node` is -1 through their
 /// `local_cpulist`.
-pub fn probe_pci(root: &HostRoot, numa: &NumaTopology, w: &mut Warnings) -> Vec<PciDevice> {
+pub fn probe_pci(
+    root: &HostRoot,
+    numa: &NumaTopology,
+    read_vpd: bool,
+    w: &mut Warnings,
+) -> Vec<PciDevice> {
     let devices_dir = root.sys_path("bus/pci/devices");
     let Some(names) = list_dir(&devices_dir, w) else {
         if !devices_dir.exists() {
@@ -228,7 +236,27 @@ pub fn probe_pci(root: &HostRoot, numa: &NumaTopology, w: &mut Warnings) -> Vec<
         }
     }
     out.sort();
+    if read_vpd {
+        card_serials(&devices_dir, &mut out, w);
+    }
     out
+}
+
+/// Each PF's card serial number from its VPD, given to its VFs too (libvirt's
+/// `_get_vf_parent_pci_vpd_info`).
+fn card_serials(devices_dir: &Path, devices: &mut [PciDevice], w: &mut Warnings) {
+    let mut serials: std::collections::HashMap<PciAddress, String> = Default::default();
+    for d in devices.iter_mut().filter(|d| d.dev_type == PciDevType::Pf) {
+        d.card_serial_number = crate::vpd::read_serial(&devices_dir.join(d.address.to_string()), w);
+        if let Some(sn) = &d.card_serial_number {
+            serials.insert(d.address, sn.clone());
+        }
+    }
+    for d in devices.iter_mut() {
+        if let Some(pf) = d.parent_addr {
+            d.card_serial_number = serials.get(&pf).cloned();
+        }
+    }
 }
 
 /// Network interfaces per PCI function, from the `sys/class/net/<if>` links (one `readlink` per
@@ -499,6 +527,7 @@ fn probe_function(
         vendor_name,
         product_name,
         class_name,
+        card_serial_number: None,
     })
 }
 
@@ -691,14 +720,27 @@ mod tests {
         symlink("../0000:a2:01.0", pf.join("virtfn0")).unwrap();
         symlink("../../../bus/pci/drivers/vfio-pci", vf.join("driver")).unwrap();
         fs::create_dir_all(pf.join("net/ens1f0")).unwrap();
+        fs::write(pf.join("vpd"), crate::vpd::tests::image("MT2034X00001")).unwrap();
         let mut w = Warnings::new();
         let devs = probe_pci(
             &HostRoot::under(dir.path()),
             &NumaTopology::default(),
+            true,
             &mut w,
         );
         assert!(w.is_empty(), "{w:?}");
         assert_eq!(devs.len(), 2);
+        // The PF's card serial number, the VF's too (libvirt's rule); not read unless asked.
+        assert!(devs
+            .iter()
+            .all(|d| d.card_serial_number.as_deref() == Some("MT2034X00001")));
+        let unasked = probe_pci(
+            &HostRoot::under(dir.path()),
+            &NumaTopology::default(),
+            false,
+            &mut w,
+        );
+        assert!(unasked.iter().all(|d| d.card_serial_number.is_none()));
         assert_eq!(devs[0].dev_type, PciDevType::Pf);
         assert_eq!(
             devs[0].virtfns,
@@ -730,6 +772,7 @@ mod tests {
         let devs = probe_pci(
             &HostRoot::under(dir.path()),
             &NumaTopology::default(),
+            false,
             &mut w,
         );
         assert_eq!(devs.len(), 1);
@@ -766,7 +809,7 @@ mod tests {
         let mut w = Warnings::new();
         let root = HostRoot::under(dir.path());
         let numa = crate::numa::probe_numa_nodes(&root, &CpuSet::new(), &mut w);
-        let devs = probe_pci(&root, &numa, &mut w);
+        let devs = probe_pci(&root, &numa, false, &mut w);
         assert_eq!(devs[0].numa_node, Some(1));
         assert_eq!(devs[0].numa_node_source, Some(NumaSource::LocalCpulist));
     }

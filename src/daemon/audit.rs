@@ -26,6 +26,7 @@ pub fn probe_options(cfg: &crate::config::ValidConfig) -> probes::ProbeOptions {
             instances_path: Some(cfg.instances_path.clone()),
             include_virtual: false,
         },
+        pci_vpd: cfg.device_specs.iter().any(|s| s.remote_managed()),
     }
 }
 

@@ -124,7 +124,11 @@ pub fn check_against_host(
         .as_ref()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|| "(built-in defaults)".into());
-    let problems = crate::tracker::numa::host::config_problems(host, &loaded.valid.resources);
+    let mut problems = crate::tracker::numa::host::config_problems(host, &loaded.valid.resources);
+    problems.extend(crate::pci_policy::spec::remote_managed_problems(
+        &loaded.valid.device_specs,
+        &host.pci_devices,
+    ));
     if problems.is_empty() {
         return Ok(());
     }

@@ -71,6 +71,7 @@ pub fn run_once(
             instances_path: opts.instances_path.clone(),
             include_virtual: opts.include_virtual_disks,
         },
+        pci_vpd: cfg.device_specs.iter().any(|s| s.remote_managed()),
     };
     let mut inventory = probes::probe_host(&cfg.probe_root, &probe_opts)?;
     let hostname = inventory.host.hostname.clone();

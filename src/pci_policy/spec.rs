@@ -287,9 +287,28 @@ impl DeviceSpec {
         })
     }
 
-    /// Nova's match: ids equal (or any), and the address (or the PF's, for a PF-naming spec)
-    /// matches.
+    /// `remote_managed` is true (Nova reads it with `bool_from_string`).
+    pub fn remote_managed(&self) -> bool {
+        self.tags.get("remote_managed").is_some_and(|v| {
+            matches!(
+                v.trim().to_ascii_lowercase().as_str(),
+                "true" | "1" | "yes" | "on" | "y" | "t"
+            )
+        })
+    }
+
+    /// Nova's match: ids equal (or any), the address (or the PF's, for a PF-naming spec)
+    /// matches, and for a remote-managed spec the card has a serial number in its VPD
+    /// (`_ensure_remote_managed_dev_vpd_serial`: the backend finds the card by it).
     pub fn matches(&self, dev: &PciDevice, host: &(impl HostDevices + ?Sized)) -> bool {
+        if self.remote_managed()
+            && dev
+                .card_serial_number
+                .as_deref()
+                .is_none_or(|s| s.trim().is_empty())
+        {
+            return false;
+        }
         if self.vendor_id.as_ref().is_some_and(|v| *v != dev.vendor_id)
             || self
                 .product_id
@@ -332,6 +351,44 @@ pub fn first_match<'a>(
     host: &(impl HostDevices + ?Sized),
 ) -> Option<(usize, &'a DeviceSpec)> {
     specs.iter().enumerate().find(|(_, s)| s.matches(dev, host))
+}
+
+/// Device specs Nova refuses on this host: a remote-managed spec that selects a PF (only VFs
+/// can be remote-managed: `PciDeviceInvalidPFRemoteManaged`), or that names an interface the
+/// host does not have (`PciDeviceRemoteManagedNotPresent`). Each as (`pci.device_spec[i].key`,
+/// why).
+pub fn remote_managed_problems(specs: &[DeviceSpec], host: &[PciDevice]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (i, spec) in specs.iter().enumerate() {
+        if !spec.remote_managed() {
+            continue;
+        }
+        if let Location::Devname(name) = &spec.location {
+            if host.function_by_ifname(name).is_none() {
+                out.push((
+                    format!("pci.device_spec[{i}].devname"),
+                    format!("{name:?} is not a network interface on this host; a remote-managed spec must name one that is there"),
+                ));
+                continue;
+            }
+        }
+        // The serial number does not matter here: a PF is never remote-managed.
+        let mut probe_spec = spec.clone();
+        probe_spec.tags.remove("remote_managed");
+        if let Some(pf) = host
+            .iter()
+            .find(|d| d.dev_type == PciDevType::Pf && probe_spec.matches(d, host))
+        {
+            out.push((
+                format!("pci.device_spec[{i}].remote_managed"),
+                format!(
+                    "the spec selects PF {} ({}:{}); only VFs can be remote-managed (Nova refuses this spec): give the VFs' product id",
+                    pf.address, pf.vendor_id, pf.product_id
+                ),
+            ));
+        }
+    }
+    out
 }
 
 /// A vendor or product id: up to 4 hex digits, optional `0x`; normalized to 4 lower-case digits.
@@ -391,6 +448,7 @@ mod tests {
             vendor_name: None,
             product_name: None,
             class_name: None,
+            card_serial_number: None,
         }
     }
 

@@ -888,3 +888,4 @@ fn pools_that_tie_stay_in_discovery_order() {
 mod attach;
 mod live_pci;
 mod placement;
+mod remote_managed;

@@ -345,7 +345,7 @@ fn a_providers_devices_in_two_pools_serve_one_mapped_request() {
     // Half of 3b:00.0's VFs lose their network interface (bound to vfio-pci): two pools.
     let mut state = t.state().clone();
     for d in state.devices.values_mut().filter(|d| {
-        d.address.to_string() >= "0000:3b:01.4".to_string()
+        d.address.to_string().as_str() >= "0000:3b:01.4"
             && d.parent_addr == Some(addr("0000:3b:00.0"))
     }) {
         d.parent_ifname = None;
