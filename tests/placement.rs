@@ -826,6 +826,7 @@ async fn shared_storage_goes_to_the_sharing_provider() {
                 instances_path: Some(instances),
                 include_virtual: false,
             },
+            pci_vpd: false,
         },
     )
     .unwrap();
