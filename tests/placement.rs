@@ -1657,3 +1657,206 @@ report_allocations = true
     reserved(0).await;
     drop(d);
 }
+
+/// A PCI provider nova-compute left under the compute node (its name, a random uuid, the
+/// scheduler's allocation against it) is taken over: no second provider, claims follow
+/// allocations against its uuid, and the uuid is kept across a restart.
+#[tokio::test(flavor = "current_thread")]
+async fn a_pci_provider_nova_compute_left_is_adopted_and_kept() {
+    let Some(srv) = server("pci-adopt") else {
+        return;
+    };
+    let raw = srv.client();
+    let tmp = rtrack_fixtures::real::scratch_dir();
+    let root = tmp.path().join("host");
+    SyntheticHost::small().write(&root);
+    let dir = tmp.path().join("d");
+    let base = support::base_config(&root, &dir)
+        + &format!(
+            "[placement]\nendpoint = \"{}\"\nreport_interval_s = 1\n",
+            srv.url
+        );
+    let start = |config: String| {
+        let dir = dir.clone();
+        tokio::task::spawn_blocking(move || {
+            support::Daemon::start_with(
+                Path::new(env!("CARGO_BIN_EXE_rtrackd")),
+                &dir,
+                &config,
+                &[],
+            )
+        })
+    };
+    let wait_for = |path: String, check: fn(&Value) -> bool| {
+        let raw = &raw;
+        async move {
+            let t = Instant::now();
+            loop {
+                let (s, v) = raw.send(reqwest::Method::GET, &path, None).await;
+                if s == 200 && check(&v) {
+                    return v;
+                }
+                assert!(
+                    t.elapsed() < Duration::from_secs(30),
+                    "{path}: still {s} {v}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    // First without PCI in Placement: the compute node provider only.
+    let d = start(base.clone()).await.unwrap();
+    let node = std::fs::read_to_string(dir.join("state/compute_id"))
+        .unwrap()
+        .trim()
+        .to_string();
+    wait_for(format!("/resource_providers/{node}"), |_| true).await;
+    drop(d);
+    // nova-compute's provider for PF 3b:00.0's VFs, with an allocation the scheduler made.
+    let novas = Uuid::new_v4();
+    let (s, v) = raw
+        .send(
+            reqwest::Method::POST,
+            "/resource_providers",
+            Some(json!({"name": "cmp1_0000:3B:00.0", "uuid": novas, "parent_provider_uuid": node})),
+        )
+        .await;
+    assert!(s == 200 || s == 201, "{s} {v}");
+    let (s, v0) = raw
+        .put("/resource_classes/CUSTOM_PCI_8086_1889", json!(null))
+        .await;
+    assert!(s == 201 || s == 204, "{s} {v0}");
+    let (s, v) = raw
+        .put(
+            &format!("/resource_providers/{novas}/inventories"),
+            json!({"resource_provider_generation": v["generation"].as_u64().unwrap_or(0),
+                   "inventories": {"CUSTOM_PCI_8086_1889": {"total": 8, "max_unit": 8}}}),
+        )
+        .await;
+    assert!(s == 200, "{s} {v}");
+    let x = support::uuid(7);
+    let (s, v) = raw
+        .put(
+            &format!("/allocations/{x}"),
+            json!({"allocations": {
+                node.clone(): {"resources": {"VCPU": 1, "MEMORY_MB": 512, "DISK_GB": 1}},
+                novas.to_string(): {"resources": {"CUSTOM_PCI_8086_1889": 1}}},
+                "project_id": "p1", "user_id": "u1", "consumer_generation": null,
+                "consumer_type": "INSTANCE"}),
+        )
+        .await;
+    assert_eq!(s, 204, "{v}");
+    // With PCI in Placement now: rtrack reports under nova's uuid.
+    let config = base.replace(
+        "[placement]",
+        "[pci]\nreport_in_placement = true\n\n[placement]",
+    );
+    let d = start(config.clone()).await.unwrap();
+    let socket = d.socket.clone();
+    let devices = || {
+        let socket = socket.clone();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                rtrack::cli::client::request(
+                    &socket,
+                    "GET",
+                    "/v1/pci-devices",
+                    None,
+                    Duration::from_secs(30),
+                )
+                .unwrap()
+                .json()
+                .unwrap()
+            })
+            .await
+            .unwrap()
+        }
+    };
+    let t = Instant::now();
+    loop {
+        let v: Value = devices().await;
+        let adopted = v["pci_devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["parent_addr"] == "0000:3b:00.0")
+            .all(|d| d["resource_provider_uuid"] == novas.to_string());
+        if adopted {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "not adopted: {v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let tree = raw
+        .get(&format!("/resource_providers?in_tree={node}"))
+        .await;
+    let names: Vec<&str> = tree["resource_providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names.iter().filter(|n| **n == "cmp1_0000:3B:00.0").count(),
+        1,
+        "{names:?}"
+    );
+    // The scheduler's allocation against nova's provider: the claim takes 3b:00.0's VF (5e's
+    // come first without it).
+    let socket = d.socket.clone();
+    let body = support::mapped_claim(
+        &x,
+        "vf",
+        "aaaaaaaa-2222-4000-8000-000000000001",
+        &[&novas.to_string()],
+    );
+    let (s, v) = tokio::task::spawn_blocking(move || {
+        let r = rtrack::cli::client::request(
+            &socket,
+            "POST",
+            "/v1/claims",
+            Some(body.to_string().as_bytes()),
+            Duration::from_secs(30),
+        )
+        .unwrap();
+        (r.status, r.json().unwrap_or(Value::Null))
+    })
+    .await
+    .unwrap();
+    assert_eq!(s, 201, "{v}");
+    assert!(
+        v["pci_devices"][0]["address"]
+            .as_str()
+            .unwrap()
+            .starts_with("0000:3b:"),
+        "{v}"
+    );
+    // Kept across a restart (stored, not looked up again).
+    drop(d);
+    let d = start(config).await.unwrap();
+    let socket = d.socket.clone();
+    let v: Value = tokio::task::spawn_blocking(move || {
+        rtrack::cli::client::request(
+            &socket,
+            "GET",
+            "/v1/pci-devices",
+            None,
+            Duration::from_secs(30),
+        )
+        .unwrap()
+        .json()
+        .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        v["pci_devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["parent_addr"] == "0000:3b:00.0")
+            .all(|d| d["resource_provider_uuid"] == novas.to_string()),
+        "{v}"
+    );
+    drop(d);
+}
