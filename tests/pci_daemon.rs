@@ -276,6 +276,18 @@ fn claims_follow_placement_and_one_time_use_devices_wait_for_release() {
     assert_eq!(s, 409, "in use: {v}");
     assert_eq!(d.call("DELETE", &format!("/v1/claims/{c}"), None).0, 200);
     assert_eq!(device(&d, "0000:01:00.0")["status"], "reserved");
+    let metric = |d: &Daemon| -> String {
+        let r = rtrack::cli::client::request(
+            &d.socket,
+            "GET",
+            "/metrics",
+            None,
+            std::time::Duration::from_secs(10),
+        )
+        .unwrap();
+        String::from_utf8_lossy(&r.body).into_owned()
+    };
+    assert!(metric(&d).contains("rtrack_pci_devices_reserved 1"));
     let (s, v) = d.call(
         "POST",
         "/v1/claims",
@@ -291,6 +303,7 @@ fn claims_follow_placement_and_one_time_use_devices_wait_for_release() {
     let o = ctl(&d.socket, &["pci", "release", "0000:01:00.0"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert_eq!(device(&d, "0000:01:00.0")["status"], "available");
+    assert!(metric(&d).contains("rtrack_pci_devices_reserved 0"));
     let (s, v) = d.call("POST", "/v1/pci-devices/0000:01:00.0/release", None);
     assert_eq!(s, 409, "{v}");
     let (s, v) = d.call("POST", "/v1/pci-devices/zz/release", None);

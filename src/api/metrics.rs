@@ -34,6 +34,7 @@ pub struct Metrics {
     inventory_used: Family<Labels, Gauge>,
     pci_pool_devices: Family<Labels, Gauge>,
     pci_pool_free: Family<Labels, Gauge>,
+    pci_devices_reserved: Gauge,
     instances: Gauge,
     migrations_in_progress: Gauge,
     /// Claim decisions by operation, outcome and reason.
@@ -80,6 +81,7 @@ impl Metrics {
             inventory_used: Family::default(),
             pci_pool_devices: Family::default(),
             pci_pool_free: Family::default(),
+            pci_devices_reserved: Gauge::default(),
             instances: Gauge::default(),
             migrations_in_progress: Gauge::default(),
             claims: Family::default(),
@@ -123,6 +125,11 @@ impl Metrics {
             "pci_pool_free",
             "Available PCI devices in each pool",
             m.pci_pool_free.clone(),
+        );
+        registry.register(
+            "pci_devices_reserved",
+            "One-time-use PCI devices used and not yet released (rtrackctl pci release)",
+            m.pci_devices_reserved.clone(),
         );
         registry.register(
             "instances",
@@ -269,6 +276,12 @@ impl Metrics {
                 self.pci_pool_free.get_or_create(&l).set(i64::from(p.free));
             }
             let s = t.state();
+            self.pci_devices_reserved.set(
+                s.devices
+                    .values()
+                    .filter(|d| d.status == crate::tracker::pci::DeviceStatus::Reserved)
+                    .count() as i64,
+            );
             self.instances.set(s.instances.len() as i64);
             self.migrations_in_progress
                 .set(s.migrations.values().filter(|m| m.in_progress()).count() as i64);
