@@ -153,52 +153,42 @@ fn filter_pools(
         let node = |i: usize| pools[i].key.numa_node;
         let on_cells = |i: &usize| node(*i).is_some_and(|n| numa_cells.contains(&n));
         let affine: Vec<usize> = order.iter().copied().filter(on_cells).collect();
-        let keep: Vec<usize> = if req.numa_policy == NumaPolicy::Required
-            || count(&affine) >= wanted
-        {
-            affine
-        } else if req.numa_policy == NumaPolicy::Socket {
-            if sockets.values().any(Option::is_none) {
-                Vec::new()
-            } else {
-                let wanted_sockets: BTreeSet<i64> = numa_cells
-                    .iter()
-                    .filter_map(|c| sockets.get(c).copied().flatten())
-                    .collect();
-                let allowed: BTreeSet<u32> = sockets
-                    .iter()
-                    .filter(|(_, s)| s.is_some_and(|s| wanted_sockets.contains(&s)))
-                    .map(|(c, _)| *c)
-                    .collect();
-                order
-                    .iter()
-                    .copied()
-                    .filter(|i| node(*i).is_some_and(|n| allowed.contains(&n)))
-                    .collect()
-            }
-        } else {
-            // Local pools first, then those with no NUMA node, then the rest (a stable sort
-            // keeps the plainest-first order within each group). Nova's sort puts local and
-            // unknown in one group; taking local ones first within it agrees with it.
-            let rank = |i: &usize| {
-                if on_cells(i) {
-                    0
-                } else if node(*i).is_none() {
-                    1
+        let keep: Vec<usize> =
+            if req.numa_policy == NumaPolicy::Required || count(&affine) >= wanted {
+                affine
+            } else if req.numa_policy == NumaPolicy::Socket {
+                if sockets.values().any(Option::is_none) {
+                    Vec::new()
                 } else {
-                    2
+                    let wanted_sockets: BTreeSet<i64> = numa_cells
+                        .iter()
+                        .filter_map(|c| sockets.get(c).copied().flatten())
+                        .collect();
+                    let allowed: BTreeSet<u32> = sockets
+                        .iter()
+                        .filter(|(_, s)| s.is_some_and(|s| wanted_sockets.contains(&s)))
+                        .map(|(c, _)| *c)
+                        .collect();
+                    order
+                        .iter()
+                        .copied()
+                        .filter(|i| node(*i).is_some_and(|n| allowed.contains(&n)))
+                        .collect()
+                }
+            } else {
+                // Pools on the guest's cells or with no NUMA node, in pool order (Nova does not
+                // put the local ones first here); for `preferred`, then every other pool (a
+                // stable sort, as Nova's).
+                let near = |i: &usize| on_cells(i) || node(*i).is_none();
+                let with_unknown: Vec<usize> = order.iter().copied().filter(near).collect();
+                if req.numa_policy == NumaPolicy::Legacy || count(&with_unknown) >= wanted {
+                    with_unknown
+                } else {
+                    let mut ranked = order.clone();
+                    ranked.sort_by_key(|i| !near(i));
+                    ranked
                 }
             };
-            let mut ranked = order.clone();
-            ranked.sort_by_key(rank);
-            let with_unknown: Vec<usize> = ranked.iter().copied().filter(|i| rank(i) < 2).collect();
-            if req.numa_policy == NumaPolicy::Legacy || count(&with_unknown) >= wanted {
-                with_unknown
-            } else {
-                // preferred: every pool.
-                ranked
-            }
-        };
         for i in &order {
             if !keep.contains(i) {
                 rejected[*i] = Some(PoolRejection::NumaAffinity);
