@@ -181,6 +181,26 @@ impl Config {
             }
         }
         let aliases = pci::validate_aliases(&self.pci.alias, file)?;
+        if let Some((name, why)) = crate::pci_policy::alias::table_problems(
+            &aliases,
+            self.pci.report_in_placement.unwrap_or(false),
+        )
+        .into_iter()
+        .next()
+        {
+            let index = self
+                .pci
+                .alias
+                .iter()
+                .position(|a| a.get("name").and_then(|n| n.as_str()).map(str::trim) == Some(&name))
+                .unwrap_or(0);
+            return Err(ConfigError::Value {
+                file: file.to_path_buf(),
+                key: format!("pci.alias[{index}]"),
+                value: format!("name = {name:?}"),
+                expected: why,
+            });
+        }
 
         let h = &self.host;
         for (key, v) in [

@@ -72,6 +72,41 @@ pub struct Alias {
 /// All aliases by name.
 pub type AliasTable = BTreeMap<String, Alias>;
 
+/// Nova's checks of the whole table (`_validate_aliases`): every spec names `vendor_id` and
+/// `product_id` (with PCI in Placement, a `resource_class` will do instead), and with PCI in
+/// Placement an alias has one spec only (Placement cannot choose between alternatives). Each
+/// problem as (alias name, what is wrong).
+pub fn table_problems(table: &AliasTable, in_placement: bool) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (name, alias) in table {
+        if in_placement && alias.specs.len() > 1 {
+            out.push((
+                name.clone(),
+                format!(
+                    "has {} specs; with [pci] report_in_placement an alias has one spec (Placement cannot choose between alternatives): give the devices one resource_class in [pci] device_spec and name it here instead",
+                    alias.specs.len()
+                ),
+            ));
+            continue;
+        }
+        let named = |s: &BTreeMap<String, String>| {
+            (s.contains_key("vendor_id") && s.contains_key("product_id"))
+                || (in_placement && s.contains_key("resource_class"))
+        };
+        if !alias.specs.iter().all(named) {
+            out.push((
+                name.clone(),
+                if in_placement {
+                    "needs vendor_id and product_id, or resource_class (Nova refuses an alias without them)".to_string()
+                } else {
+                    "needs vendor_id and product_id (Nova refuses an alias without them)".to_string()
+                },
+            ));
+        }
+    }
+    out
+}
+
 /// Validates one alias entry (given as strings) and adds it to `table`.
 pub fn add_alias(
     table: &mut AliasTable,
@@ -274,11 +309,40 @@ mod tests {
     #[test]
     fn same_name_entries_without_device_type_are_ored_where_nova_fails() {
         let mut t = AliasTable::new();
-        for vendor in ["8086", "15b3"] {
-            add_alias(&mut t, entry(&[("name", "nic"), ("vendor_id", vendor)])).unwrap();
+        for (vendor, product) in [("8086", "1889"), ("15b3", "101e")] {
+            add_alias(
+                &mut t,
+                entry(&[
+                    ("name", "nic"),
+                    ("vendor_id", vendor),
+                    ("product_id", product),
+                ]),
+            )
+            .unwrap();
         }
         assert_eq!(t["nic"].specs.len(), 2);
         assert!(t["nic"].specs.iter().all(|s| !s.contains_key("dev_type")));
+    }
+
+    #[test]
+    fn aliases_need_ids_and_one_spec_with_pci_in_placement() {
+        let mut t = AliasTable::new();
+        add_alias(&mut t, entry(&[("name", "a"), ("vendor_id", "8086")])).unwrap();
+        add_alias(
+            &mut t,
+            entry(&[("name", "b"), ("resource_class", "CUSTOM_GPU")]),
+        )
+        .unwrap();
+        for (v, p) in [("8086", "1889"), ("15b3", "101e")] {
+            add_alias(
+                &mut t,
+                entry(&[("name", "c"), ("vendor_id", v), ("product_id", p)]),
+            )
+            .unwrap();
+        }
+        let names = |v: Vec<(String, String)>| v.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+        assert_eq!(names(table_problems(&t, false)), ["a", "b"]);
+        assert_eq!(names(table_problems(&t, true)), ["a", "c"]);
     }
 
     #[test]
