@@ -338,7 +338,9 @@ fn every_documented_operation_is_routed() {
             let concrete = path
                 .replace("{instance_uuid}", &uuid(999))
                 .replace("{uuid}", &uuid(999))
-                .replace("{id}", "999");
+                .replace("{id}", "999")
+                .replace("{address}", "0000:99:00.0")
+                .replace("{request_id}", "r999");
             let body = (method == "post").then(|| json!({}));
             let (status, v) = d.call(&method.to_uppercase(), &concrete, body.as_ref());
             assert!(
