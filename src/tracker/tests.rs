@@ -60,16 +60,34 @@ fn config(resources: &str) -> ValidConfig {
     Config::parse(&text, f).unwrap().validate(f).unwrap()
 }
 
-fn tracker_with(h: SyntheticHost, extra: &str) -> Tracker {
-    let settings = TrackerSettings {
-        policy: config(extra).into(),
+/// The settings of host cmp1 under `cfg`.
+fn settings_for(cfg: ValidConfig) -> TrackerSettings {
+    TrackerSettings {
+        policy: cfg.into(),
         names: HostNames {
             host: "cmp1".into(),
             node: "cmp1".into(),
         },
         node_uuid: "11111111-2222-3333-4444-555555555555".into(),
         node_created_at: time::OffsetDateTime::UNIX_EPOCH,
-    };
+    }
+}
+
+/// A neutron port's request: one device on `physnet`, NUMA-affine as `policy` says.
+fn port_req(n: u32, physnet: &str, policy: NumaPolicy) -> PciRequest {
+    PciRequest {
+        request_id: format!("port-req-{n}"),
+        count: 1,
+        specs: vec![[("physical_network".to_string(), physnet.to_string())].into()],
+        alias_name: None,
+        numa_policy: policy,
+        requester_id: Some(format!("port-{n}")),
+        rp_uuids: Vec::new(),
+    }
+}
+
+fn tracker_with(h: SyntheticHost, extra: &str) -> Tracker {
+    let settings = settings_for(config(extra));
     let inv = host(h);
     let mut t = Tracker::new(settings, inv.clone(), TrackerState::default());
     t.audit(inv, time::OffsetDateTime::UNIX_EPOCH);

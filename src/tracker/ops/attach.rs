@@ -14,7 +14,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::tracker::error::{ClaimError, Refusal};
-use crate::tracker::model::PciRequest;
+use crate::tracker::model::{InstanceRecord, PciRequest};
 use crate::tracker::pci::claim::{claim_devices, Assignment};
 use crate::tracker::state::{Changes, Tracker};
 
@@ -38,30 +38,7 @@ impl Tracker {
         uuid: &str,
         requests: &[PciRequest],
     ) -> Result<(AttachOutcome, Changes), ClaimError> {
-        let inst = self
-            .state
-            .instances
-            .get(uuid)
-            .ok_or_else(|| ClaimError::NotFound {
-                what: "instance",
-                id: uuid.to_string(),
-            })?;
-        if !self.state.claims.contains_key(uuid) {
-            return Err(ClaimError::Conflict {
-                id: uuid.to_string(),
-                message: format!(
-                    "instance {uuid} holds no claim on this host (it is moving to or from it); devices are attached to an instance running here"
-                ),
-            });
-        }
-        if inst.migration_context.is_some() {
-            return Err(ClaimError::Conflict {
-                id: uuid.to_string(),
-                message: format!(
-                    "instance {uuid} is moving; attach its port after the move is confirmed or reverted"
-                ),
-            });
-        }
+        let inst = self.running_instance(uuid, "attach")?;
         if requests.is_empty() {
             return Err(ClaimError::Invalid {
                 field: "pci_requests.requests".into(),
@@ -152,26 +129,12 @@ impl Tracker {
         })?;
         let mut changes = Changes::default();
         self.replace_devices(Some(devices), &mut changes);
-        let inst = self
-            .state
-            .instances
-            .get_mut(uuid)
-            .ok_or_else(|| ClaimError::NotFound {
-                what: "instance",
-                id: uuid.to_string(),
-            })?;
-        Arc::make_mut(&mut inst.request)
-            .pci_requests
-            .extend(requests.iter().cloned());
-        let request = inst.request.clone();
-        changes
-            .instances
-            .insert(uuid.to_string(), Some(inst.clone()));
-        if let Some(claim) = self.state.claims.get_mut(uuid) {
-            claim.request = request;
-            claim.assignments.extend(assignments.iter().cloned());
-            changes.claims.insert(uuid.to_string(), Some(claim.clone()));
-        }
+        self.edit_port_requests(
+            uuid,
+            |reqs| reqs.extend(requests.iter().cloned()),
+            |held| held.extend(assignments.iter().cloned()),
+            &mut changes,
+        );
         Ok((
             AttachOutcome {
                 instance_uuid: uuid.to_string(),
@@ -185,14 +148,7 @@ impl Tracker {
     /// Frees the devices of one port request of an instance and removes the request. The
     /// flavor's requests are not detached (a resize changes them).
     pub fn detach_pci(&mut self, uuid: &str, request_id: &str) -> Result<Changes, ClaimError> {
-        let inst = self
-            .state
-            .instances
-            .get(uuid)
-            .ok_or_else(|| ClaimError::NotFound {
-                what: "instance",
-                id: uuid.to_string(),
-            })?;
+        let inst = self.running_instance(uuid, "detach")?;
         let Some(req) = inst
             .request
             .pci_requests
@@ -212,31 +168,60 @@ impl Tracker {
                 ),
             });
         }
-        if inst.migration_context.is_some() {
-            return Err(ClaimError::Conflict {
-                id: uuid.to_string(),
-                message: format!(
-                    "instance {uuid} is moving; detach its port after the move is confirmed or reverted"
-                ),
-            });
-        }
         let mut changes = Changes::default();
         let ids = BTreeSet::from([request_id.to_string()]);
         self.free_devices(uuid, Some(&ids), &mut changes);
-        if let Some(inst) = self.state.instances.get_mut(uuid) {
-            Arc::make_mut(&mut inst.request)
-                .pci_requests
-                .retain(|r| r.request_id != request_id);
-            let request = inst.request.clone();
-            changes
-                .instances
-                .insert(uuid.to_string(), Some(inst.clone()));
-            if let Some(claim) = self.state.claims.get_mut(uuid) {
-                claim.request = request;
-                claim.assignments.retain(|a| a.request_id != request_id);
-                changes.claims.insert(uuid.to_string(), Some(claim.clone()));
-            }
-        }
+        self.edit_port_requests(
+            uuid,
+            |reqs| reqs.retain(|r| r.request_id != request_id),
+            |held| held.retain(|a| a.request_id != request_id),
+            &mut changes,
+        );
         Ok(changes)
+    }
+
+    /// The instance, if it runs here: known, holding a claim, not moving.
+    fn running_instance(&self, uuid: &str, verb: &str) -> Result<&InstanceRecord, ClaimError> {
+        let inst = self
+            .state
+            .instances
+            .get(uuid)
+            .ok_or_else(|| ClaimError::NotFound {
+                what: "instance",
+                id: uuid.to_string(),
+            })?;
+        if !self.state.claims.contains_key(uuid) || inst.migration_context.is_some() {
+            return Err(ClaimError::Conflict {
+                id: uuid.to_string(),
+                message: format!(
+                    "instance {uuid} is moving to or from this host; {verb} its port once the move is confirmed or reverted"
+                ),
+            });
+        }
+        Ok(inst)
+    }
+
+    /// Edits an instance's PCI requests and its claim's devices together (the claim shares
+    /// the instance's request) and records both.
+    fn edit_port_requests(
+        &mut self,
+        uuid: &str,
+        requests: impl FnOnce(&mut Vec<PciRequest>),
+        held: impl FnOnce(&mut Vec<Assignment>),
+        changes: &mut Changes,
+    ) {
+        let Some(inst) = self.state.instances.get_mut(uuid) else {
+            return;
+        };
+        requests(&mut Arc::make_mut(&mut inst.request).pci_requests);
+        let request = inst.request.clone();
+        changes
+            .instances
+            .insert(uuid.to_string(), Some(inst.clone()));
+        if let Some(claim) = self.state.claims.get_mut(uuid) {
+            claim.request = request;
+            held(&mut claim.assignments);
+            changes.claims.insert(uuid.to_string(), Some(claim.clone()));
+        }
     }
 }

@@ -5,18 +5,7 @@
 use super::*;
 
 fn port_req(n: u32, policy: NumaPolicy) -> PciRequest {
-    PciRequest {
-        request_id: format!("port-req-{n}"),
-        count: 1,
-        specs: vec![[("physical_network", "physnet1")]
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()],
-        alias_name: None,
-        numa_policy: policy,
-        requester_id: Some(format!("port-{n}")),
-        rp_uuids: Vec::new(),
-    }
+    super::port_req(n, "physnet1", policy)
 }
 
 #[test]

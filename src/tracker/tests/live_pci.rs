@@ -6,20 +6,8 @@
 
 use super::*;
 
-/// A neutron port's request: a VF on physnet1, NUMA-affine as `policy` says.
 fn port(n: u32, physnet: &str, policy: NumaPolicy) -> PciRequest {
-    PciRequest {
-        request_id: format!("port-req-{n}"),
-        count: 1,
-        specs: vec![[("physical_network", physnet)]
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()],
-        alias_name: None,
-        numa_policy: policy,
-        requester_id: Some(format!("port-{n}")),
-        rp_uuids: Vec::new(),
-    }
+    port_req(n, physnet, policy)
 }
 
 fn live_move(n: u32, id: i64, new: InstanceRequest, from: &str, to: &str) -> MoveRequest {

@@ -34,15 +34,7 @@ product_id = "a808"
 fn placement_tracker() -> Tracker {
     let f = std::path::Path::new("test.toml");
     let cfg = Config::parse(PLACEMENT, f).unwrap().validate(f).unwrap();
-    let settings = TrackerSettings {
-        policy: cfg.into(),
-        names: HostNames {
-            host: "cmp1".into(),
-            node: "cmp1".into(),
-        },
-        node_uuid: "11111111-2222-3333-4444-555555555555".into(),
-        node_created_at: time::OffsetDateTime::UNIX_EPOCH,
-    };
+    let settings = settings_for(cfg);
     let inv = host(SyntheticHost::small());
     let mut t = Tracker::new(settings, inv.clone(), TrackerState::default());
     t.audit(inv, time::OffsetDateTime::UNIX_EPOCH);

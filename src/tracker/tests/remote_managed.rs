@@ -22,15 +22,7 @@ fn rm_tracker(spec: &str) -> (Tracker, HostInventory) {
         ..ProbeOptions::default()
     };
     let inv = probe_host(&HostRoot::under(dir.path()), &opts).unwrap();
-    let settings = TrackerSettings {
-        policy: cfg.into(),
-        names: HostNames {
-            host: "cmp1".into(),
-            node: "cmp1".into(),
-        },
-        node_uuid: "11111111-2222-3333-4444-555555555555".into(),
-        node_created_at: time::OffsetDateTime::UNIX_EPOCH,
-    };
+    let settings = settings_for(cfg);
     let mut t = Tracker::new(settings, inv.clone(), TrackerState::default());
     t.audit(inv.clone(), time::OffsetDateTime::UNIX_EPOCH);
     (t, inv)
