@@ -9,6 +9,7 @@ use std::process::Command;
 
 use rtrack_fixtures::real::{scratch_dir, unpack, REAL_FIXTURES};
 use rtrack_fixtures::synthetic::SyntheticHost;
+use rtrack_fixtures::vgpu::VgpuHost;
 use serde_json::Value;
 
 /// Device specs and names for the golden runs: VFs of the E810 tagged physnet1, every other
@@ -121,6 +122,74 @@ fn synthetic_sriov_hosts_match_their_golden_reports() {
 }
 
 #[test]
+fn synthetic_vgpu_hosts_match_their_golden_reports() {
+    for (name, host) in [
+        ("synthetic-mdev-gpu", VgpuHost::mdev_gpu()),
+        ("synthetic-sriov-vgpu", VgpuHost::sriov_vgpu()),
+        ("synthetic-mdev-broken", VgpuHost::mdev_broken()),
+    ] {
+        let dir = scratch_dir();
+        host.write(dir.path());
+        check_golden(name, &normalized_report(dir.path()));
+    }
+}
+
+#[test]
+fn vgpu_and_sev_keep_their_fixed_names() {
+    let dir = scratch_dir();
+    VgpuHost::mdev_gpu().write(dir.path());
+    let v = normalized_report(dir.path());
+    let parents = v["mediated_devices"]["parents"].as_array().unwrap();
+    assert_eq!(parents.len(), 2);
+    assert_eq!(parents[0]["address"], "0000:84:00.0");
+    let t = &parents[0]["types"][0];
+    assert_eq!(t["type"], "nvidia-35");
+    assert_eq!(t["name"], "GRID M60-0B");
+    assert_eq!(t["device_api"], "vfio-pci");
+    assert_eq!(t["available_instances"], 14);
+    let devices = v["mediated_devices"]["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 2);
+    assert_eq!(devices[0]["uuid"], "4b20d080-1b54-4048-85b3-a6a62d165c01");
+    assert_eq!(devices[0]["parent"], "0000:84:00.0");
+    assert_eq!(devices[0]["type"], "nvidia-35");
+    assert_eq!(v["memory_encryption"]["sev"], true);
+    assert_eq!(v["memory_encryption"]["sev_es"], true);
+    assert_eq!(v["memory_encryption"]["sev_snp"], false);
+    assert_eq!(v["memory_encryption"]["sev_guests"], 410);
+    assert_eq!(v["warnings"].as_array().unwrap().len(), 0);
+    // A tree that says nothing about SEV: null, not false.
+    let plain = scratch_dir();
+    SyntheticHost::small().write(plain.path());
+    let v = normalized_report(plain.path());
+    assert_eq!(v["memory_encryption"]["sev"], Value::Null);
+    assert_eq!(v["mediated_devices"]["parents"], serde_json::json!([]));
+}
+
+#[test]
+fn table_format_shows_mdev_types_and_sev() {
+    let dir = scratch_dir();
+    VgpuHost::sriov_vgpu().write(dir.path());
+    let out = run_once(dir.path(), &["--format", "table"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("Mediated devices: 16 parent(s), 1 device(s)"),
+        "{text}"
+    );
+    // 15 VFs have one nvidia-471 left, the first has its one in use.
+    let row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("nvidia-471"))
+        .unwrap();
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(&cols[..4], ["nvidia-471", "16", "15", "1"], "{row}");
+    assert!(
+        text.contains("Memory encryption: SEV -, SEV-ES -, SEV-SNP -"),
+        "{text}"
+    );
+}
+
+#[test]
 fn report_has_the_fixed_top_level_keys() {
     let dir = scratch_dir();
     SyntheticHost::small().write(dir.path());
@@ -135,6 +204,8 @@ fn report_has_the_fixed_top_level_keys() {
         "memory",
         "disks",
         "pci_devices",
+        "mediated_devices",
+        "memory_encryption",
         "warnings",
     ] {
         assert!(keys.contains(&k), "missing {k} in {keys:?}");

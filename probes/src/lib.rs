@@ -2,7 +2,7 @@
 //!
 //! In: a [`HostRoot`] and [`ProbeOptions`] (the instances path to measure, whether to list virtual
 //! block devices). Out: a [`HostInventory`] (host identity, CPUs, NUMA nodes, memory, disks, PCI
-//! functions, and the [`Warning`]s in probe order), or a [`ProbeError`] only when neither root is a
+//! functions, mediated devices, memory encryption, and the [`Warning`]s in probe order), or a [`ProbeError`] only when neither root is a
 //! readable directory.
 //!
 //! Every probe is a function of a [`HostRoot`] (separate sysfs and procfs roots, so that tests
@@ -11,7 +11,7 @@
 //! file contents and never aborts the whole inventory because one file is bad.
 //!
 //! One module per probe: [`cpu`], [`numa`], [`memory`], [`disk`], [`pci`] (with [`vpd`]),
-//! [`host`];
+//! [`mdev`], [`mem_encryption`], [`host`];
 //! [`probe_host`] runs them all in the order their inputs need.
 
 pub mod confine;
@@ -19,6 +19,8 @@ pub mod cpu;
 pub mod cpulist;
 pub mod disk;
 pub mod host;
+pub mod mdev;
+pub mod mem_encryption;
 pub mod memory;
 pub mod numa;
 pub mod pci;
@@ -64,6 +66,12 @@ pub struct HostInventory {
     pub disks: disk::DiskInfo,
     /// PCI functions, sorted by address.
     pub pci_devices: Vec<pci::PciDevice>,
+    /// Mediated device parents, their types, and the mediated devices that exist.
+    #[serde(default)]
+    pub mediated_devices: mdev::MediatedDevices,
+    /// AMD SEV state and encrypted guest capacity.
+    #[serde(default)]
+    pub memory_encryption: mem_encryption::MemoryEncryption,
     /// What could not be read or understood, in probe order.
     pub warnings: Vec<Warning>,
 }
@@ -89,6 +97,8 @@ pub fn probe_host(root: &HostRoot, opts: &ProbeOptions) -> Result<HostInventory,
     let memory = memory::probe_memory(root, &mut w);
     let disks = disk::probe_disks(root, &opts.disk, &mut w);
     let pci_devices = pci::probe_pci(root, &numa, opts.pci_vpd, &mut w);
+    let mediated_devices = mdev::probe_mdevs(root, &mut w);
+    let memory_encryption = mem_encryption::probe_mem_encryption(root, &mut w);
     let host = host::probe_host_identity(root, cpu.arch.clone(), &mut w);
     Ok(HostInventory {
         host,
@@ -97,6 +107,8 @@ pub fn probe_host(root: &HostRoot, opts: &ProbeOptions) -> Result<HostInventory,
         memory,
         disks,
         pci_devices,
+        mediated_devices,
+        memory_encryption,
         warnings: w.into_vec(),
     })
 }

@@ -119,7 +119,7 @@ pub fn document() -> Value {
             "/v1/openapi.json": {"get": {"operationId": "openapi", "summary": "This document",
                 "responses": responses(&[("200", ok("OpenAPI 3 document", json!({"type": "object"})))], &std_errors)}},
             "/v1/inventory": {"get": {"operationId": "getInventory", "summary": "The rtrackd --once report from the last audit, with the ComputeNode as it is now",
-                "responses": responses(&[("200", ok("report (docs/inventory.md)", json!({"type": "object"})))], &std_errors)}},
+                "responses": responses(&[("200", ok("report (docs/inventory.md)", schema_ref("InventoryReport")))], &std_errors)}},
             "/v1/compute-node": {"get": {"operationId": "getComputeNode", "summary": "The ComputeNode primitive (oslo.versionedobjects JSON)",
                 "parameters": [{"name": "version", "in": "query", "required": false, "schema": {"type": "string", "enum": compute_node_versions()}, "description": "Backport to this ComputeNode version, e.g. 1.16"}],
                 "responses": responses(&[("200", ok("primitive", json!({"type": "object"})))], &[400, 403, 503])}},
@@ -231,10 +231,35 @@ pub fn document() -> Value {
                 "instance_uuid": {"type": "string", "nullable": true}, "request_id": {"type": "string", "nullable": true},
                 "one_time_use": {"type": "boolean"},
                 "resource_provider_uuid": {"type": "string", "nullable": true, "description": "with [pci] report_in_placement: the provider holding it"}}},
+            "InventoryReport": inventory_report_schema(),
             "NumaCell": numa_cell_schema(),
             "NumaDetail": numa_detail_schema(),
         }))},
     })
+}
+
+/// The `--once` report: the keys tools read (docs/inventory.md has every field).
+fn inventory_report_schema() -> Value {
+    json!({"type": "object", "description": "docs/inventory.md; the keys tools read", "properties": {
+                "rtrack_version": {"type": "string"}, "probed_at": {"type": "string"},
+                "host": {"type": "object"}, "cpu": {"type": "object"}, "numa_nodes": {"type": "array", "items": {"type": "object"}},
+                "memory": {"type": "object"}, "disks": {"type": "object"}, "pci_devices": {"type": "array", "items": {"type": "object"}},
+                "mediated_devices": {"type": "object", "properties": {
+                    "parents": {"type": "array", "items": {"type": "object", "properties": {
+                        "address": {"type": "string"},
+                        "types": {"type": "array", "items": {"type": "object", "properties": {
+                            "type": {"type": "string"}, "name": {"type": "string", "nullable": true},
+                            "device_api": {"type": "string", "nullable": true},
+                            "available_instances": {"type": "integer", "nullable": true},
+                            "description": {"type": "string", "nullable": true}}}}}}},
+                    "devices": {"type": "array", "items": {"type": "object", "properties": {
+                        "uuid": {"type": "string"}, "parent": {"type": "string", "nullable": true}, "type": {"type": "string", "nullable": true}}}}}},
+                "memory_encryption": {"type": "object", "properties": {
+                    "sev": {"type": "boolean", "nullable": true}, "sev_es": {"type": "boolean", "nullable": true},
+                    "sev_snp": {"type": "boolean", "nullable": true}, "sev_firmware": {"type": "boolean", "nullable": true},
+                    "sev_guests": {"type": "integer", "nullable": true}, "sev_es_guests": {"type": "integer", "nullable": true}}},
+                "warnings": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "message": {"type": "string"}}}},
+                "compute_node": {"type": "object"}}})
 }
 
 /// `base` with `more` properties.

@@ -188,11 +188,87 @@ pub fn render(report: &InventoryReport) -> String {
         push_table(&mut out, &rows);
     }
 
+    mediated_devices(&mut out, &inv.mediated_devices);
+    let enc = &inv.memory_encryption;
+    let _ = writeln!(
+        out,
+        "\nMemory encryption: SEV {}, SEV-ES {}, SEV-SNP {}; firmware {}; contexts SEV {}, SEV-ES {}",
+        flag(enc.sev),
+        flag(enc.sev_es),
+        flag(enc.sev_snp),
+        flag(enc.sev_firmware),
+        enc.sev_guests.map_or("-".to_string(), |n| n.to_string()),
+        enc.sev_es_guests.map_or("-".to_string(), |n| n.to_string()),
+    );
+
     let _ = writeln!(out, "\nWarnings:      {}", inv.warnings.len());
     for w in &inv.warnings {
         let _ = writeln!(out, "  {}: {}", w.path, w.message);
     }
     out
+}
+
+/// One row per type: on how many parents, how many more can be created, how many exist.
+fn mediated_devices(out: &mut String, m: &crate::probes::mdev::MediatedDevices) {
+    let _ = writeln!(
+        out,
+        "\nMediated devices: {} parent(s), {} device(s)",
+        m.parents.len(),
+        m.devices.len()
+    );
+    if m.parents.is_empty() {
+        return;
+    }
+    #[derive(Default)]
+    struct Row {
+        parents: usize,
+        available: u64,
+        unknown: usize,
+        name: String,
+        api: String,
+    }
+    let mut types: BTreeMap<&str, Row> = BTreeMap::new();
+    for p in &m.parents {
+        for t in &p.types {
+            let row = types.entry(&t.type_id).or_default();
+            row.parents += 1;
+            match t.available_instances {
+                Some(n) => row.available += n,
+                None => row.unknown += 1,
+            }
+            row.name = t.name.clone().unwrap_or_else(|| "-".to_string());
+            row.api = t.device_api.clone().unwrap_or_else(|| "-".to_string());
+        }
+    }
+    let mut rows = vec![vec![
+        "TYPE".to_string(),
+        "PARENTS".to_string(),
+        "AVAILABLE".to_string(),
+        "EXISTING".to_string(),
+        "API".to_string(),
+        "NAME".to_string(),
+    ]];
+    for (type_id, row) in types {
+        let existing = m
+            .devices
+            .iter()
+            .filter(|d| d.type_id.as_deref() == Some(type_id))
+            .count();
+        let available = if row.unknown > 0 {
+            format!("{}+? ({} unknown)", row.available, row.unknown)
+        } else {
+            row.available.to_string()
+        };
+        rows.push(vec![
+            type_id.to_string(),
+            row.parents.to_string(),
+            available,
+            existing.to_string(),
+            row.api,
+            row.name,
+        ]);
+    }
+    push_table(out, &rows);
 }
 
 fn dash_if_empty(s: &str) -> String {
