@@ -181,7 +181,7 @@ fn check_invariants(t: &Tracker, model: &Model) {
     assert_eq!(usage.used(ResourceClass::DiskGb), d, "DISK_GB usage");
     for (class, inv) in t.inventory() {
         assert!(
-            usage.used(*class) <= inv.capacity(),
+            usage.used(class.clone()) <= inv.capacity(),
             "{class} over capacity"
         );
     }

@@ -371,6 +371,7 @@ mod tests {
                 used: 0,
                 capacity: 5,
                 max_unit: 5,
+                provider: None,
             }],
             pci: None,
             numa: None,

@@ -42,6 +42,12 @@ pub struct Config {
     /// Other upstream reporters.
     #[serde(default)]
     pub upstream: UpstreamConfig,
+    /// Mediated device types offered as vGPUs; memory encryption.
+    #[serde(default)]
+    pub devices: super::devices::DevicesConfig,
+    /// Per mediated device type: its parents, class and cap (`[mdev.nvidia-35]`).
+    #[serde(default)]
+    pub mdev: BTreeMap<String, super::devices::MdevTypeConfig>,
 }
 
 /// `[host]`

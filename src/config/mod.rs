@@ -10,6 +10,7 @@
 //!
 //! The commented default is `packaging/rtrack.toml`; the README lists every key.
 
+pub mod devices;
 pub mod diff;
 mod error;
 mod file;
@@ -165,6 +166,7 @@ impl Config {
         }
 
         let device_specs = pci::validate_device_specs(&self.pci.device_spec, file)?;
+        let mdev = devices::validate(&self.devices, &self.mdev, file)?;
         if !self.pci.report_in_placement.unwrap_or(false) {
             // Nova's rule: a used device is kept from the scheduler only by its provider's
             // reserved inventory.
@@ -361,6 +363,7 @@ impl Config {
             device_specs,
             aliases,
             report_pci_in_placement: self.pci.report_in_placement.unwrap_or(false),
+            mdev,
             audit_interval_s: audit_interval,
             audit_jitter_s: audit_jitter,
             socket: self.api.socket.clone(),
@@ -488,6 +491,8 @@ pub struct ValidConfig {
     pub aliases: crate::pci_policy::AliasTable,
     /// `[pci] report_in_placement`.
     pub report_pci_in_placement: bool,
+    /// `[devices]` and `[mdev.*]`: vGPU types, their parents and classes; SEV guests.
+    pub mdev: devices::MdevPolicy,
     /// Audit interval.
     pub audit_interval_s: u64,
     /// Audit jitter.

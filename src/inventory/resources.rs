@@ -15,6 +15,7 @@
 //! step_size are 1, max_unit is the total.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -22,26 +23,27 @@ use crate::config::Resources;
 use crate::probes::{CpuSet, HostInventory};
 
 /// A resource class rtrack accounts.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize,
-)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ResourceClass {
     /// Floating (shared) CPUs.
-    #[serde(rename = "VCPU")]
     Vcpu,
     /// Dedicated (pinned) CPUs.
-    #[serde(rename = "PCPU")]
     Pcpu,
     /// Memory in MiB.
-    #[serde(rename = "MEMORY_MB")]
     MemoryMb,
     /// Local disk in GiB.
-    #[serde(rename = "DISK_GB")]
     DiskGb,
+    /// Virtual GPUs (mediated devices), Nova's default class for them.
+    Vgpu,
+    /// Memory encryption contexts (one per AMD SEV guest).
+    MemEncryptionContext,
+    /// An operator's class (`CUSTOM_` then capitals, digits and `_`, 255 characters at most):
+    /// from provider.yaml, or a vGPU type's `mdev_class`.
+    Custom(Arc<str>),
 }
 
 impl ResourceClass {
-    /// Every class, in report order.
+    /// The classes every host has, in report order.
     pub const ALL: [ResourceClass; 4] = [
         ResourceClass::Vcpu,
         ResourceClass::Pcpu,
@@ -50,13 +52,65 @@ impl ResourceClass {
     ];
 
     /// Placement's name.
-    pub fn as_str(self) -> &'static str {
+    pub fn as_str(&self) -> &str {
         match self {
             ResourceClass::Vcpu => "VCPU",
             ResourceClass::Pcpu => "PCPU",
             ResourceClass::MemoryMb => "MEMORY_MB",
             ResourceClass::DiskGb => "DISK_GB",
+            ResourceClass::Vgpu => "VGPU",
+            ResourceClass::MemEncryptionContext => "MEM_ENCRYPTION_CONTEXT",
+            ResourceClass::Custom(name) => name,
         }
+    }
+
+    /// The class named `name`: one rtrack accounts (`VCPU`, ..., `VGPU`,
+    /// `MEM_ENCRYPTION_CONTEXT`) or a custom one. The error says what was expected.
+    pub fn from_name(name: &str) -> Result<ResourceClass, String> {
+        Ok(match name {
+            "VCPU" => ResourceClass::Vcpu,
+            "PCPU" => ResourceClass::Pcpu,
+            "MEMORY_MB" => ResourceClass::MemoryMb,
+            "DISK_GB" => ResourceClass::DiskGb,
+            "VGPU" => ResourceClass::Vgpu,
+            "MEM_ENCRYPTION_CONTEXT" => ResourceClass::MemEncryptionContext,
+            _ if is_custom_name(name) => ResourceClass::Custom(Arc::from(name)),
+            _ => {
+                return Err(format!(
+                    "{} is not a resource class rtrack accounts: expected VCPU, PCPU, MEMORY_MB, DISK_GB, VGPU, MEM_ENCRYPTION_CONTEXT or CUSTOM_ followed by capitals, digits and _ (255 characters at most)",
+                    crate::echo::quoted(name)
+                ))
+            }
+        })
+    }
+
+    /// A class that is not on every host (VGPU, MEM_ENCRYPTION_CONTEXT, custom ones).
+    pub fn is_extra(&self) -> bool {
+        !ResourceClass::ALL.contains(self)
+    }
+}
+
+/// `CUSTOM_` followed by at least one of `A-Z`, `0-9`, `_`; 255 characters at most (Placement's
+/// rule for custom classes and traits).
+pub fn is_custom_name(name: &str) -> bool {
+    name.len() <= 255
+        && name.len() > "CUSTOM_".len()
+        && name.starts_with("CUSTOM_")
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+}
+
+impl Serialize for ResourceClass {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ResourceClass {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ResourceClass, D::Error> {
+        let name = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        ResourceClass::from_name(&name).map_err(serde::de::Error::custom)
     }
 }
 

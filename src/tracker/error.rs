@@ -27,6 +27,10 @@ pub struct ResourceShortfall {
     pub capacity: i64,
     /// Largest single request allowed (the total).
     pub max_unit: i64,
+    /// For a class held below the compute node: the provider(s) considered (an mdev parent,
+    /// an encryption model).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
 }
 
 /// A claim that does not fit.
@@ -51,16 +55,21 @@ impl fmt::Display for Refusal {
         )?;
         let mut sep = " ";
         for r in &self.resources {
+            let on = r
+                .provider
+                .as_ref()
+                .map(|p| format!(" on {p}"))
+                .unwrap_or_default();
             if r.requested > r.max_unit {
                 write!(
                     f,
-                    "{sep}{} requested {} is more than the largest allowed unit {}",
+                    "{sep}{}{on} requested {} is more than the largest allowed unit {}",
                     r.class, r.requested, r.max_unit
                 )?;
             } else {
                 write!(
                     f,
-                    "{sep}{} requested {}, used {} of capacity {} (free {})",
+                    "{sep}{}{on} requested {}, used {} of capacity {} (free {})",
                     r.class,
                     r.requested,
                     r.used,

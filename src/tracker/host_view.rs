@@ -62,7 +62,7 @@ impl HostView {
             },
         )
         .into_iter()
-        .map(|r| (r.class, r))
+        .map(|r| (r.class.clone(), r))
         .collect();
         let tracked = select_tracked(&host.pci_devices, &policy.device_specs)
             .into_iter()

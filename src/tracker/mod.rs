@@ -10,6 +10,7 @@
 //! - [`usage`]: usage derived from the records with Nova's instance and migration rules.
 //! - [`pci`]: device specs, aliases, tracked devices, pools, claims.
 //! - [`numa`]: host cells, guest constraints, fitting and pinning, per-cell usage.
+//! - [`nested`]: vGPU and memory encryption providers below the compute node, units and mdevs.
 //! - [`state`]: the tracker and its operations (claims, moves, confirm, revert, abort, audit).
 //! - [`host_view`]: what one probe means under the settings, derived once per audit.
 //! - [`node_template`]: the ComputeNode: host facts once per probe, usage at each read.
@@ -17,6 +18,7 @@
 pub mod error;
 pub mod host_view;
 pub mod model;
+pub mod nested;
 pub mod node_template;
 pub mod numa;
 pub mod ops;

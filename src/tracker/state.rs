@@ -253,6 +253,8 @@ pub struct TrackerPolicy {
     /// `[pci] report_in_placement`: tracked devices are Placement providers, and claims follow
     /// the providers Placement allocated from.
     pub report_pci_in_placement: bool,
+    /// `[devices]` and `[mdev.*]`: which mdev types are vGPUs, where, as which class; SEV guests.
+    pub mdev: crate::config::devices::MdevPolicy,
 }
 
 impl From<&ValidConfig> for TrackerPolicy {
@@ -263,6 +265,7 @@ impl From<&ValidConfig> for TrackerPolicy {
             hypervisor_type: c.hypervisor_type.clone(),
             host_ip: c.host_ip,
             report_pci_in_placement: c.report_pci_in_placement,
+            mdev: c.mdev.clone(),
         }
     }
 }
@@ -275,6 +278,7 @@ impl From<ValidConfig> for TrackerPolicy {
             hypervisor_type: c.hypervisor_type,
             host_ip: c.host_ip,
             report_pci_in_placement: c.report_pci_in_placement,
+            mdev: c.mdev,
         }
     }
 }
@@ -473,11 +477,12 @@ impl Tracker {
             };
             if used + requested > capacity || *requested > max_unit {
                 out.push(ResourceShortfall {
-                    class: *class,
+                    class: class.clone(),
                     requested: *requested,
                     used,
                     capacity,
                     max_unit,
+                    provider: None,
                 });
             }
         }

@@ -200,7 +200,7 @@ fn claims_fit_until_capacity_and_refusals_say_why() {
     let ClaimError::Refused(r) = &e else {
         panic!("{e}")
     };
-    let classes: Vec<ResourceClass> = r.resources.iter().map(|s| s.class).collect();
+    let classes: Vec<ResourceClass> = r.resources.iter().map(|s| s.class.clone()).collect();
     assert_eq!(
         classes,
         vec![ResourceClass::MemoryMb, ResourceClass::DiskGb]

@@ -145,7 +145,7 @@ pub fn compute_usage(
             legacy_cpus: rules.legacy_cpus,
         });
         for (class, amount) in &resources {
-            *usage.used.entry(*class).or_default() += amount;
+            *usage.used.entry(class.clone()).or_default() += amount;
         }
         usage.consumers.push(Consumer {
             instance_uuid: inst.uuid.clone(),

@@ -213,7 +213,7 @@ impl DesiredState {
         let mut warnings = Vec::new();
 
         // ---- compute node
-        let rule = |class: ResourceClass| match class {
+        let rule = |r: &crate::inventory::resources::ResourceInventory| match r.class {
             ResourceClass::Vcpu => res.cpu_allocation_ratio.map_or(
                 RatioRule::InitialOrKeep(res.initial_cpu_allocation_ratio),
                 RatioRule::Fixed,
@@ -227,6 +227,7 @@ impl DesiredState {
                 RatioRule::Fixed,
             ),
             ResourceClass::Pcpu => RatioRule::Fixed(1.0),
+            _ => RatioRule::Fixed(r.allocation_ratio),
         };
         let root_inventories: BTreeMap<String, DesiredInventory> = view
             .inventory
@@ -240,7 +241,7 @@ impl DesiredState {
                         min_unit: r.min_unit,
                         max_unit: r.max_unit,
                         step_size: r.step_size,
-                        ratio: rule(r.class),
+                        ratio: rule(r),
                         floor_at_usage: false,
                     },
                 )
@@ -365,7 +366,10 @@ impl DesiredState {
                             min_unit: 1,
                             max_unit: total,
                             step_size: 1,
-                            ratio: rule(ResourceClass::DiskGb),
+                            ratio: res.disk_allocation_ratio.map_or(
+                                RatioRule::InitialOrKeep(res.initial_disk_allocation_ratio),
+                                RatioRule::Fixed,
+                            ),
                             floor_at_usage: false,
                         },
                     );

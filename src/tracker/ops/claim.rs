@@ -118,7 +118,7 @@ impl Tracker {
         changes.claims.insert(uuid.clone(), Some(claim.clone()));
         if let Some(used) = self.used_cache.get_mut().as_mut() {
             for (class, amount) in &claim.resources {
-                *used.entry(*class).or_default() += amount;
+                *used.entry(class.clone()).or_default() += amount;
             }
         }
         Ok((

@@ -93,7 +93,12 @@ impl Tracker {
         let grown: BTreeMap<ResourceClass, i64> = used_after
             .iter()
             .filter(|(class, after)| **after > used_before.get(class).copied().unwrap_or(0))
-            .map(|(class, after)| (*class, after - used_before.get(class).copied().unwrap_or(0)))
+            .map(|(class, after)| {
+                (
+                    class.clone(),
+                    after - used_before.get(class).copied().unwrap_or(0),
+                )
+            })
             .collect();
         let shortfalls = self.shortfalls(&grown, &used_before);
         if !shortfalls.is_empty() {

@@ -1,0 +1,465 @@
+//! Resources that live on providers below the compute node: vGPUs (one provider per mdev parent,
+//! as Nova's libvirt driver makes them) and memory encryption contexts (one provider per
+//! encryption model, as Nova 34 makes them).
+//!
+//! In: the probe (mdev parents, types and devices; SEV state) and the [`MdevPolicy`]. Out: the
+//! [`NestedProvider`]s with their totals, the [`NestedAllocation`] a claim holds (units per
+//! provider, and the mediated devices given), and the configuration's problems on this host.
+//! Pure: no I/O. [`assign`] places a claim's units.
+//!
+//! Totals follow Nova's `_get_gpu_inventories`: a parent's total is the mdevs of its type that
+//! exist plus the type's `available_instances`, with `max_unit` = total. Where Nova zeroes a
+//! whole parent once `max_instances` would be passed (its FIXME says capping would be better,
+//! and the zeroed parent's provider is deleted while allocated), rtrack caps the parent at what
+//! is left of the limit (docs/differences.md).
+
+pub mod assign;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::devices::MdevPolicy;
+use crate::inventory::resources::{ResourceClass, ResourceInventory};
+use crate::probes::HostInventory;
+
+/// Memory encryption models, Nova's `MemEncryptionModel` (rtrack offers the AMD ones the
+/// kernel shows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum EncryptionModel {
+    /// AMD SEV.
+    #[serde(rename = "amd-sev")]
+    AmdSev,
+    /// AMD SEV-ES.
+    #[serde(rename = "amd-sev-es")]
+    AmdSevEs,
+    /// AMD SEV-SNP.
+    #[serde(rename = "amd-sev-snp")]
+    AmdSevSnp,
+    /// Intel TDX (never offered: rtrack does not probe it).
+    #[serde(rename = "intel-tdx")]
+    IntelTdx,
+}
+
+impl EncryptionModel {
+    /// Nova's name (`hw:mem_encryption_model`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EncryptionModel::AmdSev => "amd-sev",
+            EncryptionModel::AmdSevEs => "amd-sev-es",
+            EncryptionModel::AmdSevSnp => "amd-sev-snp",
+            EncryptionModel::IntelTdx => "intel-tdx",
+        }
+    }
+
+    /// The model named `s`.
+    pub fn from_name(s: &str) -> Option<EncryptionModel> {
+        [
+            EncryptionModel::AmdSev,
+            EncryptionModel::AmdSevEs,
+            EncryptionModel::AmdSevSnp,
+            EncryptionModel::IntelTdx,
+        ]
+        .into_iter()
+        .find(|m| m.as_str() == s)
+    }
+
+    /// The trait on its provider (os-traits).
+    pub fn trait_name(self) -> &'static str {
+        match self {
+            EncryptionModel::AmdSev => "HW_CPU_X86_AMD_SEV",
+            EncryptionModel::AmdSevEs => "HW_CPU_X86_AMD_SEV_ES",
+            EncryptionModel::AmdSevSnp => "HW_CPU_X86_AMD_SEV_SNP",
+            EncryptionModel::IntelTdx => "HW_CPU_X86_INTEL_TDX",
+        }
+    }
+}
+
+/// Which nested provider.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NestedKey {
+    /// The vGPU provider of an mdev parent (its name under `mdev_bus`).
+    Mdev(String),
+    /// The provider of one memory encryption model.
+    MemEncryption(EncryptionModel),
+}
+
+impl NestedKey {
+    /// The provider's name after the compute node's: `<node>_<suffix>`, as nova-compute names
+    /// it: libvirt's node device name for a parent (`pci_0000_84_00_0`), the model with `_` for
+    /// encryption (`amd_sev`).
+    pub fn name_suffix(&self) -> String {
+        match self {
+            NestedKey::Mdev(parent) => match crate::probes::pci::PciAddress::parse(parent) {
+                Some(a) => format!(
+                    "pci_{:04x}_{:02x}_{:02x}_{:x}",
+                    a.domain, a.bus, a.device, a.function
+                ),
+                None => parent.replace(['/', ':', '.', '-'], "_"),
+            },
+            NestedKey::MemEncryption(m) => m.as_str().replace('-', "_"),
+        }
+    }
+}
+
+impl std::fmt::Display for NestedKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NestedKey::Mdev(p) => write!(f, "mdev parent {p}"),
+            NestedKey::MemEncryption(m) => write!(f, "{} contexts", m.as_str()),
+        }
+    }
+}
+
+/// A provider below the compute node and what it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NestedProvider {
+    /// Which one.
+    pub key: NestedKey,
+    /// Its one class (VGPU or the type's class; MEM_ENCRYPTION_CONTEXT).
+    pub class: ResourceClass,
+    /// Units in all (nothing reserved, ratio 1).
+    pub total: i64,
+    /// Largest allocation: the total for vGPUs, 1 for encryption contexts (Nova's).
+    pub max_unit: i64,
+    /// Traits on it (besides what Placement's owner adds).
+    pub traits: BTreeSet<String>,
+    /// For a vGPU parent: the mdev type it offers.
+    pub mdev_type: Option<String>,
+}
+
+/// Units a claim holds on one nested provider.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NestedUnits {
+    /// The provider.
+    pub provider: NestedKey,
+    /// The class.
+    pub class: ResourceClass,
+    /// How many.
+    pub amount: i64,
+}
+
+/// A mediated device given to a claim.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MdevGiven {
+    /// Its uuid: an existing mdev's, or a new one for the hypervisor side to create.
+    pub uuid: String,
+    /// The parent it is (to be) created on.
+    pub parent: String,
+    /// Its type.
+    #[serde(rename = "type")]
+    pub type_id: String,
+    /// It existed when it was given (else the hypervisor side creates it with this uuid).
+    pub existing: bool,
+}
+
+/// What a claim holds below the compute node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NestedAllocation {
+    /// Units per provider.
+    pub units: Vec<NestedUnits>,
+    /// Mediated devices, one per vGPU unit.
+    pub mdevs: Vec<MdevGiven>,
+}
+
+impl NestedAllocation {
+    /// Nothing held.
+    pub fn is_empty(&self) -> bool {
+        self.units.is_empty()
+    }
+}
+
+/// Units used per provider by the counted consumers' allocations, and the mdevs they hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NestedUsage {
+    /// Units used per provider.
+    pub used: BTreeMap<NestedKey, i64>,
+    /// Mdev uuids given.
+    pub mdevs: BTreeSet<String>,
+}
+
+impl NestedUsage {
+    /// Adds one consumer's allocation.
+    pub fn add(&mut self, a: &NestedAllocation) {
+        for u in &a.units {
+            *self.used.entry(u.provider.clone()).or_default() += u.amount;
+        }
+        self.mdevs.extend(a.mdevs.iter().map(|m| m.uuid.clone()));
+    }
+}
+
+/// The providers the host offers under `policy`, in key order, and warnings (a parent or a
+/// model left out, and why).
+pub fn nested_providers(
+    host: &HostInventory,
+    policy: &MdevPolicy,
+    warnings: &mut Vec<String>,
+) -> Vec<NestedProvider> {
+    let mut out = vgpu_providers(host, policy, warnings);
+    out.extend(encryption_providers(host, policy, warnings));
+    out.sort_by(|a, b| a.key.cmp(&b.key));
+    out
+}
+
+fn vgpu_providers(
+    host: &HostInventory,
+    policy: &MdevPolicy,
+    warnings: &mut Vec<String>,
+) -> Vec<NestedProvider> {
+    if policy.types.is_empty() {
+        return Vec::new();
+    }
+    let mdevs = &host.mediated_devices;
+    // (parent, type, existing, available) in parent order, for the parents with an enabled type.
+    let mut rows = Vec::new();
+    let mut existing_per_type: BTreeMap<&str, u64> = BTreeMap::new();
+    for parent in &mdevs.parents {
+        let Some(t) = policy.type_for(&parent.address) else {
+            continue;
+        };
+        let Some(offered) = parent.offered(&t.type_id) else {
+            if !t.device_addresses.is_empty() {
+                warnings.push(format!(
+                    "mdev parent {} does not offer type {} it is configured for: no vGPUs there",
+                    parent.address, t.type_id
+                ));
+            }
+            continue;
+        };
+        let existing = mdevs
+            .devices
+            .iter()
+            .filter(|d| {
+                d.parent.as_deref() == Some(parent.address.as_str())
+                    && d.type_id.as_deref() == Some(t.type_id.as_str())
+            })
+            .count() as u64;
+        *existing_per_type.entry(&t.type_id).or_default() += existing;
+        rows.push((
+            parent,
+            t,
+            existing,
+            offered.available_instances.unwrap_or(0),
+        ));
+    }
+    let mut granted_per_type: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut out = Vec::new();
+    for (parent, t, existing, available) in rows {
+        let mut available = available;
+        if let Some(limit) = t.max_instances {
+            let taken = existing_per_type[t.type_id.as_str()]
+                + granted_per_type
+                    .get(t.type_id.as_str())
+                    .copied()
+                    .unwrap_or(0);
+            let left = limit.saturating_sub(taken);
+            if available > left {
+                warnings.push(format!(
+                    "mdev parent {}: {} of {} more {} devices offered, max_instances {} reached",
+                    parent.address, left, available, t.type_id, limit
+                ));
+                available = left;
+            }
+        }
+        *granted_per_type.entry(&t.type_id).or_default() += available;
+        let total = i64::try_from(existing + available).unwrap_or(i64::MAX);
+        if total == 0 {
+            continue;
+        }
+        out.push(NestedProvider {
+            key: NestedKey::Mdev(parent.address.clone()),
+            class: t.class.clone(),
+            total,
+            max_unit: total,
+            traits: BTreeSet::new(),
+            mdev_type: Some(t.type_id.clone()),
+        });
+    }
+    out
+}
+
+fn encryption_providers(
+    host: &HostInventory,
+    policy: &MdevPolicy,
+    warnings: &mut Vec<String>,
+) -> Vec<NestedProvider> {
+    let enc = &host.memory_encryption;
+    let x86 = host.cpu.arch.as_deref() == Some("x86_64");
+    if enc.sev != Some(true) || !x86 {
+        return Vec::new();
+    }
+    let configured = policy.num_memory_encrypted_guests;
+    let mut out = Vec::new();
+    let mut push = |model: EncryptionModel, kernel: Option<u64>, configured: Option<u64>| {
+        let slots = match (kernel, configured) {
+            (Some(k), Some(c)) => Some(k.min(c)),
+            (k, c) => k.or(c),
+        };
+        match slots {
+            Some(0) => {}
+            Some(n) => out.push(NestedProvider {
+                key: NestedKey::MemEncryption(model),
+                class: ResourceClass::MemEncryptionContext,
+                total: i64::try_from(n).unwrap_or(i64::MAX),
+                max_unit: 1,
+                traits: BTreeSet::from([model.trait_name().to_string()]),
+                mdev_type: None,
+            }),
+            None => warnings.push(format!(
+                "{} is on but the kernel does not say how many guests it runs (no misc cgroup capacity) and devices.num_memory_encrypted_guests is not set: not offered",
+                model.as_str()
+            )),
+        }
+    };
+    push(EncryptionModel::AmdSev, enc.sev_guests, configured);
+    // Nova: SNP on hides SEV-ES; SNP guests use the SEV-ES contexts.
+    if enc.sev_snp == Some(true) {
+        push(EncryptionModel::AmdSevSnp, enc.sev_es_guests, None);
+    } else if enc.sev_es == Some(true) {
+        push(EncryptionModel::AmdSevEs, enc.sev_es_guests, None);
+    }
+    out
+}
+
+/// The host's inventory per class with the nested providers' units added to the compute node's
+/// (what a claim is checked against first; the provider it lands on is chosen after).
+pub fn class_inventory(
+    root: &BTreeMap<ResourceClass, ResourceInventory>,
+    nested: &[NestedProvider],
+) -> BTreeMap<ResourceClass, ResourceInventory> {
+    let mut all = root.clone();
+    for p in nested {
+        let e = all
+            .entry(p.class.clone())
+            .or_insert_with(|| ResourceInventory {
+                class: p.class.clone(),
+                total: 0,
+                reserved: 0,
+                min_unit: 1,
+                max_unit: 0,
+                step_size: 1,
+                allocation_ratio: 1.0,
+            });
+        e.total += p.total;
+    }
+    // A request can be split over providers of one class (Placement spreads an unnumbered
+    // group over the tree): the largest unit is the class's total, except where every
+    // provider caps its unit (encryption contexts: one per guest).
+    for class in nested
+        .iter()
+        .map(|p| p.class.clone())
+        .collect::<BTreeSet<_>>()
+    {
+        let caps: Vec<i64> = nested
+            .iter()
+            .filter(|p| p.class == class)
+            .map(|p| p.max_unit)
+            .collect();
+        if let Some(e) = all.get_mut(&class) {
+            e.max_unit = if caps.iter().all(|c| *c == 1) {
+                1
+            } else {
+                e.total
+            };
+        }
+    }
+    all
+}
+
+/// What the configuration asks of mediated devices that this host does not have: types no
+/// parent offers, addresses that are not mdev parents. `(key, why)` for the startup check.
+pub fn host_problems(host: &HostInventory, policy: &MdevPolicy) -> Vec<(String, String)> {
+    let mdevs = &host.mediated_devices;
+    let parents: Vec<&str> = mdevs.parents.iter().map(|p| p.address.as_str()).collect();
+    let shown = |list: &[&str]| -> String {
+        if list.is_empty() {
+            "none".into()
+        } else if list.len() > 8 {
+            format!("{} and {} more", list[..8].join(", "), list.len() - 8)
+        } else {
+            list.join(", ")
+        }
+    };
+    let mut out = Vec::new();
+    for (i, t) in policy.types.iter().enumerate() {
+        let offered_by: Vec<&str> = mdevs
+            .parents
+            .iter()
+            .filter(|p| p.offered(&t.type_id).is_some())
+            .map(|p| p.address.as_str())
+            .collect();
+        if offered_by.is_empty() {
+            let mut known: Vec<&str> = mdevs
+                .parents
+                .iter()
+                .flat_map(|p| p.types.iter().map(|x| x.type_id.as_str()))
+                .collect();
+            known.sort_unstable();
+            known.dedup();
+            out.push((
+                format!("devices.enabled_mdev_types[{i}]"),
+                format!(
+                    "type {} is offered by no mdev parent on this host (types offered: {})",
+                    crate::echo::quoted(&t.type_id),
+                    shown(&known)
+                ),
+            ));
+        }
+        for (j, a) in t.device_addresses.iter().enumerate() {
+            let key = format!("mdev.{}.device_addresses[{j}]", t.type_id);
+            match mdevs.parent(a) {
+                None => out.push((
+                    key,
+                    format!(
+                        "{a} is not an mdev parent on this host (sys/class/mdev_bus lists: {})",
+                        shown(&parents)
+                    ),
+                )),
+                Some(p) if p.offered(&t.type_id).is_none() => out.push((
+                    key,
+                    format!(
+                        "{a} does not offer type {} (it offers: {})",
+                        crate::echo::quoted(&t.type_id),
+                        shown(
+                            &p.types
+                                .iter()
+                                .map(|x| x.type_id.as_str())
+                                .collect::<Vec<_>>()
+                        )
+                    ),
+                )),
+                Some(_) => {}
+            }
+        }
+    }
+    out
+}
+
+/// Mdevs given to claims that the host no longer shows, with the claim holding each: the
+/// audit's inconsistency report (a vGPU the hypervisor side was to create and has not is not
+/// one: it never existed).
+pub fn missing_mdevs<'a>(
+    host: &HostInventory,
+    held: impl Iterator<Item = (&'a str, &'a Arc<NestedAllocation>)>,
+) -> Vec<(String, MdevGiven)> {
+    let present: BTreeSet<&str> = host
+        .mediated_devices
+        .devices
+        .iter()
+        .map(|d| d.uuid.as_str())
+        .collect();
+    let mut out = Vec::new();
+    for (instance, alloc) in held {
+        for m in &alloc.mdevs {
+            if m.existing && !present.contains(m.uuid.as_str()) {
+                out.push((instance.to_string(), m.clone()));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;
