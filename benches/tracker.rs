@@ -60,6 +60,8 @@ fn request(vfs: u32, id: &str) -> InstanceRequest {
             ephemeral_gb: 0,
             swap_mb: 0,
             cpus: None,
+            extra_resources: Default::default(),
+            mem_encryption_model: None,
             extra_specs: Default::default(),
         },
         is_bfv: true,

@@ -175,6 +175,8 @@ fn request_of(step: &Step) -> Result<Option<InstanceRequest>, String> {
         ephemeral_gb: 0,
         swap_mb: 0,
         cpus: None,
+        extra_resources: Default::default(),
+        mem_encryption_model: None,
         extra_specs: f.extra_specs.clone(),
     };
     let image = json!({"properties": step.image_properties.clone().unwrap_or_default()});

@@ -158,6 +158,8 @@ fn request(f: usize, id: i64) -> InstanceRequest {
         ephemeral_gb: 0,
         swap_mb: 0,
         cpus: None,
+        extra_resources: Default::default(),
+        mem_encryption_model: None,
         extra_specs: specs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))

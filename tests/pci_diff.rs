@@ -335,6 +335,8 @@ impl Run<'_> {
             swap_mb: 0,
             extra_specs: extra,
             cpus: None,
+            extra_resources: Default::default(),
+            mem_encryption_model: None,
         }
     }
 

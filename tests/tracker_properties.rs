@@ -4,7 +4,8 @@
 //!
 //! After every step:
 //! - usage equals a separate, naive model of what should be counted;
-//! - used <= capacity for every class;
+//! - used <= capacity for every class, and for every vGPU parent and encryption model;
+//! - no mediated device is given twice, and each claim holds as many as it asked vGPUs;
 //! - PF/VF states are consistent (an allocated VF's PF is unavailable, an allocated PF's VFs are
 //!   unavailable, nothing else is unavailable) and every allocated device belongs to a claim;
 //! - pool counts add up to the available devices;
@@ -36,7 +37,38 @@ reserved_host_memory_mb = 512
 
 [[pci.device_spec]]
 vendor_id = "8086"
+
+[devices]
+enabled_mdev_types = ["nvidia-35"]
+num_memory_encrypted_guests = 3
 "#;
+
+/// A GPU pair and SEV grafted onto a probed host: 84:00.0 offers 3 more `nvidia-35` and has
+/// one (unassigned), 85:00.0 offers 2 (VGPU 6 in all); 3 SEV and 2 SEV-ES contexts.
+fn add_vgpus_and_sev(inv: &mut HostInventory) {
+    use rtrack::probes::mdev::{MdevDevice, MdevParent, MdevType};
+    let parent = |address: &str, available| MdevParent {
+        address: address.into(),
+        types: vec![MdevType {
+            type_id: "nvidia-35".into(),
+            name: None,
+            device_api: Some("vfio-pci".into()),
+            available_instances: Some(available),
+            description: None,
+        }],
+    };
+    inv.mediated_devices.parents = vec![parent("0000:84:00.0", 3), parent("0000:85:00.0", 2)];
+    inv.mediated_devices.devices = vec![MdevDevice {
+        uuid: "4b20d080-1b54-4048-85b3-a6a62d165c01".into(),
+        parent: Some("0000:84:00.0".into()),
+        type_id: Some("nvidia-35".into()),
+    }];
+    let enc = &mut inv.memory_encryption;
+    enc.sev = Some(true);
+    enc.sev_es = Some(true);
+    enc.sev_guests = Some(509);
+    enc.sev_es_guests = Some(2);
+}
 
 /// Three host variants the audit switches between: the small SR-IOV host, the same with PF
 /// 3b:00.0's VFs gone, and with an extra PF.
@@ -56,6 +88,7 @@ fn hosts() -> Vec<HostInventory> {
         let fs = inv.disks.instances.as_mut().unwrap();
         fs.total_gb = 200;
         fs.free_gb = 200;
+        add_vgpus_and_sev(&mut inv);
         variants.push(inv);
     }
     variants
@@ -71,6 +104,8 @@ enum Op {
         vfs: u32,
         pfs: u32,
         policy: u8,
+        vgpus: i64,
+        sev: u8,
     },
     Abort {
         n: u8,
@@ -79,6 +114,7 @@ enum Op {
         n: u8,
         vcpus: i64,
         vfs: u32,
+        vgpus: i64,
     },
     Confirm {
         n: u8,
@@ -96,10 +132,10 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (0u8..12, 1i64..5, 256i64..4096, 0i64..40, 0u32..4, 0u32..2, 0u8..4)
-            .prop_map(|(n, vcpus, mem, disk, vfs, pfs, policy)| Op::Claim { n, vcpus, mem, disk, vfs, pfs, policy }),
+        4 => ((0u8..12, 1i64..5, 256i64..4096, 0i64..40), (0u32..4, 0u32..2, 0u8..4, 0i64..4, 0u8..3))
+            .prop_map(|((n, vcpus, mem, disk), (vfs, pfs, policy, vgpus, sev))| Op::Claim { n, vcpus, mem, disk, vfs, pfs, policy, vgpus, sev }),
         1 => (0u8..12).prop_map(|n| Op::Abort { n }),
-        2 => (0u8..12, 1i64..5, 0u32..3).prop_map(|(n, vcpus, vfs)| Op::MoveIn { n, vcpus, vfs }),
+        2 => (0u8..12, 1i64..5, 0u32..3, 0i64..3).prop_map(|(n, vcpus, vfs, vgpus)| Op::MoveIn { n, vcpus, vfs, vgpus }),
         1 => (0u8..12).prop_map(|n| Op::Confirm { n }),
         1 => (0u8..12).prop_map(|n| Op::Revert { n }),
         1 => (0u8..12).prop_map(|n| Op::Delete { n }),
@@ -122,8 +158,29 @@ fn flavor(id: i64, vcpus: i64, mem: i64, disk: i64) -> FlavorUsage {
         ephemeral_gb: 0,
         swap_mb: 0,
         cpus: None,
+        extra_resources: Default::default(),
+        mem_encryption_model: None,
         extra_specs: BTreeMap::new(),
     }
+}
+
+/// `flavor` asking `vgpus` VGPU and, for `sev` 1 or 2, an SEV or SEV-ES context.
+fn flavor_with(id: i64, vcpus: i64, mem: i64, disk: i64, vgpus: i64, sev: u8) -> FlavorUsage {
+    use rtrack::tracker::nested::EncryptionModel;
+    let mut f = flavor(id, vcpus, mem, disk);
+    if vgpus > 0 {
+        f.extra_resources.insert(ResourceClass::Vgpu, vgpus);
+    }
+    if sev > 0 {
+        f.extra_resources
+            .insert(ResourceClass::MemEncryptionContext, 1);
+        f.mem_encryption_model = Some(if sev == 1 {
+            EncryptionModel::AmdSev
+        } else {
+            EncryptionModel::AmdSevEs
+        });
+    }
+    f
 }
 
 fn pci(n: u8, kind: &str, count: u32, policy: NumaPolicy) -> PciRequest {
@@ -150,16 +207,19 @@ fn pci(n: u8, kind: &str, count: u32, policy: NumaPolicy) -> PciRequest {
     }
 }
 
-/// The naive model: what should be counted, per instance (flavor vcpus, memory, disk).
+/// What one instance counts: vcpus, memory, disk, vGPUs, encryption contexts.
+type Counted = (i64, i64, i64, i64, i64);
+
+/// The naive model: what should be counted, per instance.
 #[derive(Debug, Default, Clone)]
 struct Model {
-    here: BTreeMap<String, (i64, i64, i64)>,
-    incoming: BTreeMap<i64, (String, (i64, i64, i64))>,
+    here: BTreeMap<String, Counted>,
+    incoming: BTreeMap<i64, (String, Counted)>,
 }
 
 impl Model {
-    fn used(&self) -> (i64, i64, i64) {
-        let mut t = (0, 0, 0);
+    fn used(&self) -> Counted {
+        let mut t = (0, 0, 0, 0, 0);
         for v in self
             .here
             .values()
@@ -168,6 +228,8 @@ impl Model {
             t.0 += v.0;
             t.1 += v.1;
             t.2 += v.2;
+            t.3 += v.3;
+            t.4 += v.4;
         }
         t
     }
@@ -175,10 +237,54 @@ impl Model {
 
 fn check_invariants(t: &Tracker, model: &Model) {
     let usage = t.usage();
-    let (v, m, d) = model.used();
+    let (v, m, d, g, e) = model.used();
     assert_eq!(usage.used(ResourceClass::Vcpu), v, "VCPU usage");
     assert_eq!(usage.used(ResourceClass::MemoryMb), m, "MEMORY_MB usage");
     assert_eq!(usage.used(ResourceClass::DiskGb), d, "DISK_GB usage");
+    assert_eq!(usage.used(ResourceClass::Vgpu), g, "VGPU usage");
+    assert_eq!(
+        usage.used(ResourceClass::MemEncryptionContext),
+        e,
+        "MEM_ENCRYPTION_CONTEXT usage"
+    );
+    // Per provider below the compute node: within its total; each consumer holds what it
+    // asked; no mdev given twice.
+    let nested = t.nested_usage(&usage);
+    for p in &t.view().nested {
+        let used = nested.used.get(&p.key).copied().unwrap_or(0);
+        assert!(
+            used <= p.total,
+            "{} over its total: {used} of {}",
+            p.key,
+            p.total
+        );
+    }
+    let mut mdevs = BTreeSet::new();
+    for c in &usage.consumers {
+        let held = |class: &ResourceClass| -> i64 {
+            c.nested
+                .iter()
+                .flat_map(|n| n.units.iter())
+                .filter(|u| &u.class == class)
+                .map(|u| u.amount)
+                .sum()
+        };
+        for class in [ResourceClass::Vgpu, ResourceClass::MemEncryptionContext] {
+            assert_eq!(
+                held(&class),
+                c.resources.get(&class).copied().unwrap_or(0),
+                "{} holds other {class} than it asked",
+                c.instance_uuid
+            );
+        }
+        for m in c.nested.iter().flat_map(|n| n.mdevs.iter()) {
+            assert!(mdevs.insert(m.uuid.clone()), "mdev {} given twice", m.uuid);
+        }
+        assert_eq!(
+            c.nested.as_ref().map_or(0, |n| n.mdevs.len()) as i64,
+            held(&ResourceClass::Vgpu)
+        );
+    }
     for (class, inv) in t.inventory() {
         assert!(
             usage.used(class.clone()) <= inv.capacity(),
@@ -304,6 +410,8 @@ fn run(ops: Vec<Op>, hosts: &[HostInventory]) {
                 vfs,
                 pfs,
                 policy,
+                vgpus,
+                sev,
             } => {
                 let mut pci_reqs = Vec::new();
                 let policy = [
@@ -319,7 +427,7 @@ fn run(ops: Vec<Op>, hosts: &[HostInventory]) {
                     pci_reqs.push(pci(n, "vf", vfs, policy));
                 }
                 let req = InstanceRequest {
-                    flavor: flavor(1, vcpus, mem, disk),
+                    flavor: flavor_with(1, vcpus, mem, disk, vgpus, sev),
                     is_bfv: false,
                     pci_requests: pci_reqs,
                     numa: None,
@@ -331,7 +439,9 @@ fn run(ops: Vec<Op>, hosts: &[HostInventory]) {
                 };
                 t.instance_claim(&info, &req, now, false).map(|(o, c)| {
                     if !o.existing {
-                        model.here.insert(uuid(n), (vcpus, mem, disk));
+                        model
+                            .here
+                            .insert(uuid(n), (vcpus, mem, disk, vgpus, i64::from(sev > 0)));
                     }
                     c
                 })
@@ -351,7 +461,12 @@ fn run(ops: Vec<Op>, hosts: &[HostInventory]) {
                     }
                 })
             }
-            Op::MoveIn { n, vcpus, vfs } => {
+            Op::MoveIn {
+                n,
+                vcpus,
+                vfs,
+                vgpus,
+            } => {
                 let id = next_migration;
                 next_migration += 1;
                 let current = InstanceRequest {
@@ -361,7 +476,7 @@ fn run(ops: Vec<Op>, hosts: &[HostInventory]) {
                     numa: None,
                 };
                 let new = InstanceRequest {
-                    flavor: flavor(2, vcpus, 1024, 20),
+                    flavor: flavor_with(2, vcpus, 1024, 20, vgpus, 0),
                     is_bfv: false,
                     pci_requests: if vfs > 0 {
                         vec![pci(n, "vf", vfs, NumaPolicy::Legacy)]
@@ -390,7 +505,9 @@ fn run(ops: Vec<Op>, hosts: &[HostInventory]) {
                     dest_node: None,
                 };
                 t.move_claim(&mv, now, false).map(|(_, c)| {
-                    model.incoming.insert(id, (uuid(n), (vcpus, 1024, 20)));
+                    model
+                        .incoming
+                        .insert(id, (uuid(n), (vcpus, 1024, 20, vgpus, 0)));
                     c
                 })
             }

@@ -45,6 +45,8 @@ pub struct Metrics {
     pub audit_failures: Counter,
     /// Warnings of the last probe.
     pub probe_warnings: Gauge,
+    /// Mdevs given to claims that the host no longer shows (last audit).
+    pub mdevs_missing: Gauge,
     /// Store commit latency, seconds (one observation per transaction).
     pub commit_latency: Histogram,
     /// Upstream requests by kind.
@@ -88,6 +90,7 @@ impl Metrics {
             audit_duration: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             audit_failures: Counter::default(),
             probe_warnings: Gauge::default(),
+            mdevs_missing: Gauge::default(),
             commit_latency: latency_histogram(),
             upstream_requests: Family::default(),
             upstream_reports: Family::default(),
@@ -160,6 +163,11 @@ impl Metrics {
             "probe_warnings",
             "Warnings of the last probe (unreadable or inconsistent sysfs/procfs files)",
             m.probe_warnings.clone(),
+        );
+        registry.register(
+            "mdevs_missing",
+            "Mediated devices given to claims that the host no longer shows (last audit); each is logged",
+            m.mdevs_missing.clone(),
         );
         registry.register(
             "store_commit_seconds",

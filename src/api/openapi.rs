@@ -100,7 +100,12 @@ pub fn document() -> Value {
         "instance_uuid": {"type": "string"}, "migration_id": {"type": "integer", "nullable": true},
         "resources": {"type": "object", "additionalProperties": {"type": "integer"}},
         "pci_devices": {"type": "array", "items": {"type": "object", "properties": {"address": {"type": "string"}, "request_id": {"type": "string"}}}},
-        "flavor": {"type": "object"}, "is_bfv": {"type": "boolean"}, "numa_cells": {"type": "array", "items": {"type": "integer"}, "description": "host NUMA cells the guest's cells are on, in guest order"},
+        "flavor": {"type": "object"}, "is_bfv": {"type": "boolean"}, "mdevs": {"type": "array", "description": "mediated devices given, one per vGPU", "items": {"type": "object", "properties": {
+            "uuid": {"type": "string"}, "parent": {"type": "string"}, "type": {"type": "string"},
+            "existing": {"type": "boolean", "description": "it existed when given; else the hypervisor side creates it with this uuid"}}}},
+        "nested": {"type": "array", "description": "units held below the compute node", "items": {"type": "object", "properties": {
+            "provider": {"type": "object", "description": "{\"mdev\": parent} or {\"mem_encryption\": model}"}, "class": {"type": "string"}, "amount": {"type": "integer"}}}},
+        "numa_cells": {"type": "array", "items": {"type": "integer"}, "description": "host NUMA cells the guest's cells are on, in guest order"},
         "numa_topology": {"type": "object", "nullable": true, "description": "the fitted InstanceNUMATopology primitive (Nova's): per guest cell the host cell (id), cpuset, pcpuset, cpu_pinning_raw, cpuset_reserved, memory, pagesize, policies"},
         "claimed_at": {"type": "string"}});
     json!({

@@ -177,6 +177,23 @@ fn finish(state: &DaemonState, result: AuditResult, elapsed: Duration) -> Result
     match result {
         Ok((probed_at, outcome, warnings)) => {
             state.metrics.probe_warnings.set(warnings as i64);
+            state
+                .metrics
+                .mdevs_missing
+                .set(outcome.mdevs_missing.len() as i64);
+            if !outcome.mdevs_appeared.is_empty() || !outcome.mdevs_vanished.is_empty() {
+                tracing::info!(
+                    appeared = %outcome.mdevs_appeared.join(","),
+                    vanished = %outcome.mdevs_vanished.join(","),
+                    "mediated devices changed"
+                );
+            }
+            for (instance, mdev) in &outcome.mdevs_missing {
+                tracing::warn!(
+                    instance, mdev,
+                    "a mediated device given to this instance is gone from the host (sys/bus/mdev/devices)"
+                );
+            }
             let changed = !outcome.devices_added.is_empty()
                 || !outcome.devices_removed.is_empty()
                 || !outcome.devices_deferred.is_empty()
@@ -312,6 +329,8 @@ mod tests {
                     ephemeral_gb: 0,
                     swap_mb: 0,
                     cpus: None,
+                    extra_resources: Default::default(),
+                    mem_encryption_model: None,
                     extra_specs: Default::default(),
                 },
                 is_bfv: true,

@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::nested::{class_inventory, nested_providers, NestedProvider};
 use super::node_template::{NodeIdentity, NodeTemplate};
 use super::numa::HostTopology;
 use super::pci::claim::CellSockets;
@@ -26,7 +27,14 @@ use crate::probes::HostInventory;
 pub struct HostView {
     /// The probe.
     pub host: Arc<HostInventory>,
-    /// Inventory per class with a total above zero.
+    /// The compute node's own inventory per class with a total above zero.
+    pub node_inventory: BTreeMap<ResourceClass, ResourceInventory>,
+    /// Providers below the compute node: vGPU parents, encryption models.
+    pub nested: Vec<NestedProvider>,
+    /// Parents or models left out, and why.
+    pub nested_warnings: Vec<String>,
+    /// Everything claims are checked against first: the compute node's inventory with the
+    /// nested providers' units added per class.
     pub inventory: BTreeMap<ResourceClass, ResourceInventory>,
     /// The PCI functions a device spec selects, all available, by address.
     pub tracked: BTreeMap<PciAddress, TrackedDevice>,
@@ -54,7 +62,7 @@ impl HostView {
         generation: u64,
     ) -> HostView {
         let policy = &settings.policy;
-        let inventory = compute_inventory(
+        let node_inventory: BTreeMap<ResourceClass, ResourceInventory> = compute_inventory(
             &host,
             &policy.resources,
             InventoryOptions {
@@ -64,6 +72,9 @@ impl HostView {
         .into_iter()
         .map(|r| (r.class.clone(), r))
         .collect();
+        let mut nested_warnings = Vec::new();
+        let nested = nested_providers(&host, &policy.mdev, &mut nested_warnings);
+        let inventory = class_inventory(&node_inventory, &nested);
         let tracked = select_tracked(&host.pci_devices, &policy.device_specs)
             .into_iter()
             .map(|d| (d.address, d))
@@ -82,6 +93,9 @@ impl HostView {
         };
         let numa = HostTopology::build(&host, &policy.resources);
         HostView {
+            node_inventory,
+            nested,
+            nested_warnings,
             inventory,
             tracked,
             pci_providers,

@@ -7,6 +7,7 @@
 //!
 //! - [`model`]: the records (instances, migrations, flavors, PCI requests).
 //! - [`request`]: RequestSpec (or legacy dicts) to an instance request, checked.
+//! - [`flavor_classes`]: the classes a flavor asks for beyond the host's four.
 //! - [`usage`]: usage derived from the records with Nova's instance and migration rules.
 //! - [`pci`]: device specs, aliases, tracked devices, pools, claims.
 //! - [`numa`]: host cells, guest constraints, fitting and pinning, per-cell usage.
@@ -16,6 +17,7 @@
 //! - [`node_template`]: the ComputeNode: host facts once per probe, usage at each read.
 
 pub mod error;
+pub mod flavor_classes;
 pub mod host_view;
 pub mod model;
 pub mod nested;

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use std::sync::Arc;
 
+use super::nested::{EncryptionModel, NestedAllocation};
 use super::numa::constraints::CpuDemand;
 use super::numa::{FittedTopology, GuestTopology};
 use super::pci::NumaPolicy;
@@ -43,6 +44,15 @@ pub struct FlavorUsage {
     /// decides, as it did).
     #[serde(default)]
     pub cpus: Option<CpuDemand>,
+    /// Units of the classes not every host has (VGPU, MEM_ENCRYPTION_CONTEXT, CUSTOM_*), summed
+    /// over the flavor's request groups (`resources[N]:CLASS`), MEM_ENCRYPTION_CONTEXT from
+    /// `hw:mem_encryption` as Nova's scheduler asks for it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra_resources: BTreeMap<ResourceClass, i64>,
+    /// The memory encryption model asked for (`hw:mem_encryption_model`, default amd-sev),
+    /// when the flavor asks for encryption.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_encryption_model: Option<EncryptionModel>,
 }
 
 /// The rules that turn a flavor into resources per class on this host.
@@ -105,6 +115,9 @@ impl FlavorUsage {
         if !rules.shared_disk {
             r.insert(ResourceClass::DiskGb, self.disk_gb(rules.is_bfv));
         }
+        for (class, amount) in &self.extra_resources {
+            r.insert(class.clone(), *amount);
+        }
         r
     }
 }
@@ -161,6 +174,12 @@ pub struct MigrationContext {
     /// The guest's placement after the move, on the destination (`new_numa_topology`).
     #[serde(default)]
     pub new_numa_topology: Option<Arc<FittedTopology>>,
+    /// vGPUs and encryption contexts before the move (on the source).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_nested: Option<Arc<NestedAllocation>>,
+    /// vGPUs and encryption contexts after the move (on the destination).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_nested: Option<Arc<NestedAllocation>>,
 }
 
 /// An instance the tracker knows: on this node, or moving to or from it.
@@ -189,6 +208,9 @@ pub struct InstanceRecord {
     /// `numa_topology`); none for a guest without NUMA topology or not placed here.
     #[serde(default)]
     pub numa_topology: Option<Arc<FittedTopology>>,
+    /// Its vGPUs (with their mdevs) and encryption context on this host, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nested: Option<Arc<NestedAllocation>>,
     /// Flavor before a resize.
     pub old_flavor: Option<FlavorUsage>,
     /// Flavor after a resize.

@@ -72,6 +72,9 @@ pub fn flavor_usage(f: &Flavor, field: &str) -> Result<FlavorUsage, ClaimError> 
             "0: a flavor has some memory",
         ));
     }
+    let extra_specs = f.extra_specs.get().cloned().unwrap_or_default();
+    let (extra_resources, mem_encryption_model) =
+        super::flavor_classes::extra_classes(&extra_specs, field)?;
     Ok(FlavorUsage {
         id: *f
             .id
@@ -88,8 +91,10 @@ pub fn flavor_usage(f: &Flavor, field: &str) -> Result<FlavorUsage, ClaimError> 
             MAX_DISK_GB,
         )?,
         swap_mb: int("swap", f.swap.get().or(Some(&0)), MAX_DISK_GB)?,
-        extra_specs: f.extra_specs.get().cloned().unwrap_or_default(),
+        extra_specs,
         cpus: None,
+        extra_resources,
+        mem_encryption_model,
     })
 }
 
@@ -488,6 +493,8 @@ mod tests {
             ephemeral_gb: 5,
             swap_mb: 1536,
             cpus: None,
+            extra_resources: Default::default(),
+            mem_encryption_model: None,
             extra_specs: extra
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))

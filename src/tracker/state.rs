@@ -46,6 +46,10 @@ pub struct ClaimRecord {
     /// with the instance's record (or its migration context, for a move).
     #[serde(default)]
     pub numa_topology: Option<Arc<FittedTopology>>,
+    /// vGPUs (and their mdevs) and encryption contexts given, per provider below the compute
+    /// node; shared with the instance's record (or its migration context).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nested: Option<Arc<crate::tracker::nested::NestedAllocation>>,
     /// When, seconds since the epoch.
     pub claimed_at: i64,
 }

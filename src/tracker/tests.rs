@@ -113,6 +113,8 @@ fn flavor(id: i64, vcpus: i64, mem: i64, disk: i64, extra: &[(&str, &str)]) -> F
         ephemeral_gb: 0,
         swap_mb: 0,
         cpus: None,
+        extra_resources: Default::default(),
+        mem_encryption_model: None,
         extra_specs: extra
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -907,3 +909,4 @@ mod attach;
 mod live_pci;
 mod placement;
 mod remote_managed;
+mod vgpu;

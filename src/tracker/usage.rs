@@ -26,6 +26,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::model::{FlavorUsage, HostNames, InstanceRecord, MigrationRecord, ResourceRules};
+use super::nested::NestedAllocation;
 use super::numa::FittedTopology;
 use crate::inventory::resources::ResourceClass;
 
@@ -59,6 +60,9 @@ pub struct Consumer {
     /// The NUMA placement counted with it (the instance's, or the move's side), if any.
     #[serde(skip)]
     pub numa: Option<Arc<FittedTopology>>,
+    /// Its vGPUs and encryption contexts (the instance's, or the move's side), if any.
+    #[serde(skip)]
+    pub nested: Option<Arc<NestedAllocation>>,
 }
 
 /// Usage of the node.
@@ -115,15 +119,21 @@ pub struct CountingRules {
     pub legacy_cpus: bool,
 }
 
-/// The NUMA placement a migration's side counts (Nova's `_get_migration_context_resource`).
-fn side_topology(inst: &InstanceRecord, new: bool) -> Option<Arc<FittedTopology>> {
-    let ctx = inst.migration_context.as_ref()?;
+/// What a migration's side holds: its NUMA placement and its nested units (Nova's
+/// `_get_migration_context_resource`).
+fn side_placement(inst: &InstanceRecord, new: bool) -> Placed {
+    let Some(ctx) = inst.migration_context.as_ref() else {
+        return (None, None);
+    };
     if new {
-        ctx.new_numa_topology.clone()
+        (ctx.new_numa_topology.clone(), ctx.new_nested.clone())
     } else {
-        ctx.old_numa_topology.clone()
+        (ctx.old_numa_topology.clone(), ctx.old_nested.clone())
     }
 }
+
+/// Where a consumer's resources are: NUMA cells, nested providers.
+type Placed = (Option<Arc<FittedTopology>>, Option<Arc<NestedAllocation>>);
 
 /// Computes usage from the records.
 pub fn compute_usage(
@@ -136,7 +146,7 @@ pub fn compute_usage(
     let add = |usage: &mut Usage,
                inst: &InstanceRecord,
                flavor: &FlavorUsage,
-               numa: Option<Arc<FittedTopology>>,
+               (numa, nested): Placed,
                source,
                migration_id| {
         let resources = flavor.resources(ResourceRules {
@@ -154,6 +164,7 @@ pub fn compute_usage(
             flavor_id: flavor.id,
             resources,
             numa,
+            nested,
         });
     };
 
@@ -163,7 +174,7 @@ pub fn compute_usage(
                 &mut usage,
                 inst,
                 &inst.request.flavor,
-                inst.numa_topology.clone(),
+                (inst.numa_topology.clone(), inst.nested.clone()),
                 UsageSource::Instance,
                 None,
             );
@@ -225,7 +236,7 @@ pub fn compute_usage(
                 &mut usage,
                 inst,
                 flavor,
-                side_topology(inst, new),
+                side_placement(inst, new),
                 source,
                 Some(m.id),
             );

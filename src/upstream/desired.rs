@@ -230,7 +230,7 @@ impl DesiredState {
             _ => RatioRule::Fixed(r.allocation_ratio),
         };
         let root_inventories: BTreeMap<String, DesiredInventory> = view
-            .inventory
+            .node_inventory
             .values()
             .map(|r| {
                 (

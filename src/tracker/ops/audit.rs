@@ -43,6 +43,7 @@ impl Tracker {
         self.invalidate_usage();
         // Devices may come, go or change: the index is built again on next use.
         *self.pci_index.get_mut() = None;
+        let mdevs_before: BTreeSet<String> = mdev_uuids(&self.view.host);
         self.view = if view.generation == self.generation {
             view
         } else {
@@ -110,6 +111,17 @@ impl Tracker {
         }
 
         let usage = self.usage();
+        let mdevs_now = mdev_uuids(&view.host);
+        let mdevs_missing = crate::tracker::nested::missing_mdevs(
+            &view.host,
+            usage
+                .consumers
+                .iter()
+                .filter_map(|c| c.nested.as_ref().map(|n| (c.instance_uuid.as_str(), n))),
+        )
+        .into_iter()
+        .map(|(instance, m)| (instance, m.uuid))
+        .collect();
         for id in &usage.stale_migrations {
             self.set_migration_status(*id, "error", &mut changes);
         }
@@ -130,10 +142,21 @@ impl Tracker {
                 devices_deferred: deferred,
                 devices_reclaimed: reclaimed,
                 stale_migrations: usage.stale_migrations.clone(),
+                mdevs_appeared: mdevs_now.difference(&mdevs_before).cloned().collect(),
+                mdevs_vanished: mdevs_before.difference(&mdevs_now).cloned().collect(),
+                mdevs_missing,
             },
             changes,
         )
     }
+}
+
+fn mdev_uuids(host: &HostInventory) -> BTreeSet<String> {
+    host.mediated_devices
+        .devices
+        .iter()
+        .map(|d| d.uuid.clone())
+        .collect()
 }
 
 fn same_properties(a: &TrackedDevice, b: &TrackedDevice) -> bool {

@@ -10,6 +10,7 @@ use super::{ClaimOutcome, InstanceInfo};
 use crate::inventory::resources::ResourceClass;
 use crate::tracker::error::{ClaimError, Refusal};
 use crate::tracker::model::{InstanceRecord, InstanceRequest, ResourceRules};
+use crate::tracker::nested::NestedAllocation;
 use crate::tracker::numa::{fit_instance, FitInput, FittedTopology};
 use crate::tracker::pci::claim::{claim_devices, Assignment, PciRefusal};
 use crate::tracker::pci::devices::TrackedDevice;
@@ -76,6 +77,7 @@ impl Tracker {
         // both views.
         let request = std::sync::Arc::new(req.clone());
         let numa = tested.numa.map(std::sync::Arc::new);
+        let nested = tested.nested.map(std::sync::Arc::new);
         let claim = ClaimRecord {
             instance_uuid: uuid.clone(),
             migration_id: None,
@@ -83,6 +85,7 @@ impl Tracker {
             assignments: tested.assignments,
             resources: tested.resources,
             numa_topology: numa.clone(),
+            nested: nested.clone(),
             claimed_at: now,
         };
         if dry_run {
@@ -108,6 +111,7 @@ impl Tracker {
             node: Some(self.settings.names.node.clone()),
             request,
             numa_topology: numa,
+            nested,
             old_flavor: None,
             new_flavor: None,
             migration_context: None,
@@ -201,6 +205,8 @@ pub(crate) struct TestedClaim {
     pub resources: BTreeMap<ResourceClass, i64>,
     /// Where the guest's NUMA cells go, when it has any.
     pub numa: Option<FittedTopology>,
+    /// Its vGPUs and encryption contexts, when it asks for any.
+    pub nested: Option<NestedAllocation>,
 }
 
 /// What [`Tracker::test_claim`] checks a request for.
@@ -212,7 +218,10 @@ pub(crate) enum TestKind {
     /// them in ways only a full derivation follows). Devices are claimed for every move type,
     /// live migration included (Nova claims a live-migrating instance's flavor and port devices
     /// at the destination in `check_can_live_migrate_destination`).
-    Move,
+    Move {
+        /// The migration (new mdev uuids differ per move).
+        migration_id: i64,
+    },
 }
 
 impl Tracker {
@@ -238,7 +247,23 @@ impl Tracker {
             Some(u) if !cache_usage => u.used.clone(),
             _ => self.used(),
         };
-        let shortfalls = self.shortfalls(&resources, &used);
+        let mut shortfalls = self.shortfalls(&resources, &used);
+        let salt = match kind {
+            TestKind::Instance => format!("{uuid}/build"),
+            TestKind::Move { migration_id } => format!("{uuid}/migration-{migration_id}"),
+        };
+        let nested = if shortfalls.is_empty() {
+            match self.place_nested(uuid, req, &resources, full.as_ref(), None, &salt) {
+                Ok(n) => n,
+                Err(Ok(s)) => {
+                    shortfalls = s;
+                    None
+                }
+                Err(Err(e)) => return Err(e),
+            }
+        } else {
+            None
+        };
         let wants_pci = !req.pci_requests.is_empty();
         if wants_pci {
             self.check_provider_mapping(uuid, &req.pci_requests)?;
@@ -326,6 +351,7 @@ impl Tracker {
                 assignments,
                 resources,
                 numa,
+                nested,
             }),
             (_, pci) => Err(ClaimError::Refused(Box::new(Refusal {
                 instance_uuid: uuid.to_string(),

@@ -67,6 +67,7 @@ impl Tracker {
             // Nova's apply_migration_context: the instance takes its new placement.
             if let Some(ctx) = &inst.migration_context {
                 inst.numa_topology = ctx.new_numa_topology.clone();
+                inst.nested = ctx.new_nested.clone();
             }
         }
         let inst = inst.clone();

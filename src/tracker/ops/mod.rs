@@ -21,6 +21,7 @@ pub mod audit;
 pub mod claim;
 pub mod instance;
 pub mod moves;
+mod nested;
 pub mod numa;
 pub mod pci;
 pub mod pci_providers;
@@ -177,4 +178,11 @@ pub struct AuditOutcome {
     pub devices_reclaimed: Vec<PciAddress>,
     /// Migrations marked error because their instance moved on.
     pub stale_migrations: Vec<i64>,
+    /// Mediated devices the host shows now and did not at the previous audit.
+    pub mdevs_appeared: Vec<String>,
+    /// Mediated devices the host showed at the previous audit and does not now.
+    pub mdevs_vanished: Vec<String>,
+    /// Mdevs given to a counted claim, existing when given, that the host no longer shows:
+    /// (instance, mdev uuid).
+    pub mdevs_missing: Vec<(String, String)>,
 }

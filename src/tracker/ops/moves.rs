@@ -227,7 +227,7 @@ impl Tracker {
             .and_then(|i| i.numa_topology.clone())
             .or_else(|| mv.current_numa.clone().map(Arc::new));
         let tested = if incoming {
-            let tested = self.test_claim(&uuid, &mv.new, TestKind::Move)?;
+            let tested = self.test_claim(&uuid, &mv.new, TestKind::Move { migration_id: id })?;
             if move_type == MoveType::LiveMigration {
                 check_live_page_size(
                     &uuid,
@@ -243,9 +243,17 @@ impl Tracker {
                 assignments: Vec::new(),
                 resources: BTreeMap::new(),
                 numa: None,
+                nested: None,
             }
         };
         let new_numa = tested.numa.map(Arc::new);
+        let new_nested = tested.nested.map(Arc::new);
+        // What the instance holds here now (none when it comes from another host).
+        let current_nested = self
+            .state
+            .instances
+            .get(&uuid)
+            .and_then(|i| i.nested.clone());
         let claim = ClaimRecord {
             instance_uuid: uuid.clone(),
             migration_id: Some(id),
@@ -253,6 +261,7 @@ impl Tracker {
             assignments: tested.assignments,
             resources: tested.resources,
             numa_topology: new_numa.clone(),
+            nested: new_nested.clone(),
             claimed_at: now,
         };
         if dry_run {
@@ -333,6 +342,7 @@ impl Tracker {
                 .map(|i| i.request.clone())
                 .unwrap_or_else(|| Arc::new(current.clone())),
             numa_topology: current_numa.clone(),
+            nested: current_nested.clone(),
             old_flavor: Some(current.flavor.clone()),
             new_flavor: Some(mv.new.flavor.clone()),
             migration_context: Some(MigrationContext {
@@ -341,6 +351,8 @@ impl Tracker {
                 new_pci_requests: mv.new.pci_requests.clone(),
                 old_numa_topology: current_numa,
                 new_numa_topology: new_numa,
+                old_nested: current_nested,
+                new_nested,
             }),
         };
         self.state.instances.insert(uuid.clone(), record.clone());
@@ -448,6 +460,7 @@ impl Tracker {
                 if let Some(ctx) = new_ctx {
                     request.pci_requests = ctx.new_pci_requests;
                     inst.numa_topology = ctx.new_numa_topology;
+                    inst.nested = ctx.new_nested;
                 }
                 inst.old_flavor = None;
                 inst.new_flavor = None;
@@ -505,6 +518,7 @@ impl Tracker {
                     let request = Arc::make_mut(&mut inst.request);
                     request.pci_requests = ctx.old_pci_requests;
                     inst.numa_topology = ctx.old_numa_topology;
+                    inst.nested = ctx.old_nested;
                 }
                 inst.new_flavor = None;
                 inst.host = Some(names.host.clone());

@@ -1,0 +1,242 @@
+//! vGPUs and encryption contexts through the tracker: claims placed on parents and models,
+//! mdevs given and never twice, refusals naming the provider, moves and aborts freeing them.
+
+use rtrack_fixtures::real::scratch_dir;
+use rtrack_fixtures::vgpu::VgpuHost;
+
+use super::*;
+use crate::tracker::nested::{EncryptionModel, NestedKey};
+
+const MDEV: &str = "[devices]\nenabled_mdev_types = [\"nvidia-35\"]\n";
+
+fn vgpu_tracker(devices: &str) -> Tracker {
+    let dir = scratch_dir();
+    VgpuHost::mdev_gpu().write(dir.path());
+    let mut opts = ProbeOptions::default();
+    opts.disk.instances_path = Some(dir.path().to_path_buf());
+    let mut inv = probe_host(&HostRoot::under(dir.path()), &opts).unwrap();
+    if let Some(fs) = inv.disks.instances.as_mut() {
+        fs.total_gb = 1000;
+    }
+    let f = std::path::Path::new("test.toml");
+    let cfg = Config::parse(&format!("{CONFIG}{devices}"), f)
+        .unwrap()
+        .validate(f)
+        .unwrap();
+    let mut t = Tracker::new(settings_for(cfg), inv.clone(), TrackerState::default());
+    t.audit(inv, time::OffsetDateTime::UNIX_EPOCH);
+    t
+}
+
+/// A flavor with `extra` specs, its extra classes read as a request decodes them.
+fn vflavor(id: i64, extra: &[(&str, &str)]) -> FlavorUsage {
+    let mut f = flavor(id, 1, 512, 1, extra);
+    let (classes, model) =
+        crate::tracker::flavor_classes::extra_classes(&f.extra_specs, "flavor").unwrap();
+    f.extra_resources = classes;
+    f.mem_encryption_model = model;
+    f
+}
+
+#[test]
+fn vgpus_are_claimed_per_parent_with_mdevs_until_the_host_is_full() {
+    let mut t = vgpu_tracker(MDEV);
+    // 84:00.0: 2 existing + 14; 85:00.0: 16. VGPU capacity 32.
+    assert_eq!(t.inventory()[&ResourceClass::Vgpu].capacity(), 32);
+    let a = claim(
+        &mut t,
+        1,
+        req(vflavor(1, &[("resources:VGPU", "2")]), vec![]),
+    )
+    .unwrap();
+    let nested = a.claim.nested.clone().unwrap();
+    // Equal free units: the first parent, whose two unassigned mdevs are given.
+    assert!(nested
+        .mdevs
+        .iter()
+        .all(|m| m.existing && m.parent == "0000:84:00.0"));
+    assert_eq!(nested.mdevs.len(), 2);
+    let b = claim(
+        &mut t,
+        2,
+        req(vflavor(1, &[("resources:VGPU", "2")]), vec![]),
+    )
+    .unwrap();
+    let b = b.claim.nested.unwrap();
+    // 85:00.0 now has the most free: new mdevs, uuids distinct from the first claim's.
+    assert!(b
+        .mdevs
+        .iter()
+        .all(|m| !m.existing && m.parent == "0000:85:00.0"));
+    let mut all: Vec<String> = nested
+        .mdevs
+        .iter()
+        .chain(&b.mdevs)
+        .map(|m| m.uuid.clone())
+        .collect();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 4);
+    assert_eq!(used(&t, ResourceClass::Vgpu), 4);
+    claim(
+        &mut t,
+        3,
+        req(vflavor(1, &[("resources:VGPU", "28")]), vec![]),
+    )
+    .unwrap();
+    let before = t.state().clone();
+    let Err(ClaimError::Refused(r)) = claim(
+        &mut t,
+        4,
+        req(vflavor(1, &[("resources:VGPU", "1")]), vec![]),
+    ) else {
+        panic!("the host is full");
+    };
+    assert_eq!(r.resources[0].class, ResourceClass::Vgpu);
+    assert_eq!((r.resources[0].used, r.resources[0].capacity), (32, 32));
+    assert_eq!(t.state(), &before);
+    // Aborting frees the units and the mdevs: the next claim gets the first claim's mdevs.
+    t.abort(&uuid(1)).unwrap();
+    let c = claim(
+        &mut t,
+        5,
+        req(vflavor(1, &[("resources:VGPU", "2")]), vec![]),
+    )
+    .unwrap();
+    let mut got: Vec<String> = c
+        .claim
+        .nested
+        .unwrap()
+        .mdevs
+        .iter()
+        .map(|m| m.uuid.clone())
+        .collect();
+    let mut had: Vec<String> = nested.mdevs.iter().map(|m| m.uuid.clone()).collect();
+    got.sort();
+    had.sort();
+    assert_eq!(got, had);
+}
+
+#[test]
+fn encryption_contexts_come_from_the_models_provider() {
+    let mut t = vgpu_tracker("[devices]\nnum_memory_encrypted_guests = 2\n");
+    // SEV: min(410, 2) = 2; SEV-ES: 99.
+    assert_eq!(
+        t.inventory()[&ResourceClass::MemEncryptionContext].capacity(),
+        101
+    );
+    let sev = [("hw:mem_encryption", "true")];
+    for n in 1..=2 {
+        let o = claim(&mut t, n, req(vflavor(1, &sev), vec![])).unwrap();
+        assert_eq!(
+            o.claim.nested.unwrap().units[0].provider,
+            NestedKey::MemEncryption(EncryptionModel::AmdSev)
+        );
+    }
+    let Err(ClaimError::Refused(r)) = claim(&mut t, 3, req(vflavor(1, &sev), vec![])) else {
+        panic!("the two SEV contexts are taken");
+    };
+    assert_eq!(r.resources[0].provider.as_deref(), Some("amd-sev contexts"));
+    assert!(
+        r.to_string().contains(
+            "MEM_ENCRYPTION_CONTEXT on amd-sev contexts requested 1, used 2 of capacity 2"
+        ),
+        "{r}"
+    );
+    // SEV-ES still has room.
+    let es = [
+        ("hw:mem_encryption", "true"),
+        ("hw:mem_encryption_model", "amd-sev-es"),
+    ];
+    claim(&mut t, 4, req(vflavor(1, &es), vec![])).unwrap();
+    assert_eq!(used(&t, ResourceClass::MemEncryptionContext), 3);
+}
+
+#[test]
+fn custom_classes_without_inventory_are_refused_by_name() {
+    let mut t = vgpu_tracker(MDEV);
+    let Err(ClaimError::Refused(r)) = claim(
+        &mut t,
+        1,
+        req(vflavor(1, &[("resources:CUSTOM_LICENCE", "1")]), vec![]),
+    ) else {
+        panic!("no CUSTOM_LICENCE here");
+    };
+    assert_eq!(r.resources[0].class.as_str(), "CUSTOM_LICENCE");
+    assert_eq!(r.resources[0].capacity, 0);
+}
+
+#[test]
+fn a_resize_here_holds_both_sides_until_confirmed() {
+    let mut t = vgpu_tracker(MDEV);
+    claim(
+        &mut t,
+        1,
+        req(vflavor(1, &[("resources:VGPU", "1")]), vec![]),
+    )
+    .unwrap();
+    let before: Vec<String> = t.state().instances[&uuid(1)]
+        .nested
+        .as_ref()
+        .unwrap()
+        .mdevs
+        .iter()
+        .map(|m| m.uuid.clone())
+        .collect();
+    let mv = MoveRequest {
+        current_numa: None,
+        instance: InstanceInfo {
+            uuid: uuid(1),
+            host: Some("cmp1".into()),
+            node: Some("cmp1".into()),
+            vm_state: Some("active".into()),
+            ..InstanceInfo::default()
+        },
+        current: None,
+        new: req(vflavor(2, &[("resources:VGPU", "3")]), vec![]),
+        move_type: None,
+        migration_id: Some(9),
+        migration_uuid: None,
+        source_compute: None,
+        source_node: None,
+        dest_compute: None,
+        dest_node: None,
+    };
+    let o = t.move_claim(&mv, 10, false).unwrap().0;
+    let new = o.claim.nested.unwrap();
+    assert_eq!(new.mdevs.len(), 3);
+    assert!(new.mdevs.iter().all(|m| !before.contains(&m.uuid)));
+    // Same-node resize: the new flavor counts while the instance has the old one (Nova's rule).
+    assert_eq!(used(&t, ResourceClass::Vgpu), 3 + 1);
+    t.confirm_move(9, 20).unwrap();
+    assert_eq!(used(&t, ResourceClass::Vgpu), 3);
+    let inst = &t.state().instances[&uuid(1)];
+    assert_eq!(inst.nested.as_ref().unwrap().mdevs, new.mdevs);
+}
+
+#[test]
+fn the_audit_names_mdevs_that_came_went_or_were_given_and_are_gone() {
+    let mut t = vgpu_tracker(MDEV);
+    let o = claim(
+        &mut t,
+        1,
+        req(vflavor(1, &[("resources:VGPU", "1")]), vec![]),
+    )
+    .unwrap();
+    let given = o.claim.nested.unwrap().mdevs[0].uuid.clone();
+    let mut host = t.host().clone();
+    host.mediated_devices.devices.retain(|d| d.uuid != given);
+    host.mediated_devices
+        .devices
+        .push(crate::probes::mdev::MdevDevice {
+            uuid: "0e7e57ed-0000-4000-8000-000000000001".into(),
+            parent: Some("0000:85:00.0".into()),
+            type_id: Some("nvidia-35".into()),
+        });
+    let (out, _) = t.audit(host, time::OffsetDateTime::UNIX_EPOCH);
+    assert_eq!(out.mdevs_vanished, [given.clone()]);
+    assert_eq!(out.mdevs_appeared, ["0e7e57ed-0000-4000-8000-000000000001"]);
+    assert_eq!(out.mdevs_missing, [(uuid(1), given)]);
+    // Still counted: the claim holds its unit until it is released.
+    assert_eq!(used(&t, ResourceClass::Vgpu), 1);
+}
