@@ -234,7 +234,7 @@ fn the_audit_names_mdevs_that_came_went_or_were_given_and_are_gone() {
             type_id: Some("nvidia-35".into()),
         });
     let (out, _) = t.audit(host, time::OffsetDateTime::UNIX_EPOCH);
-    assert_eq!(out.mdevs_vanished, [given.clone()]);
+    assert_eq!(out.mdevs_vanished, std::slice::from_ref(&given));
     assert_eq!(out.mdevs_appeared, ["0e7e57ed-0000-4000-8000-000000000001"]);
     assert_eq!(out.mdevs_missing, [(uuid(1), given)]);
     // Still counted: the claim holds its unit until it is released.
