@@ -24,6 +24,8 @@ pub mod mem_encryption;
 pub mod memory;
 pub mod numa;
 pub mod pci;
+pub mod pci_names;
+pub mod pci_uevent;
 pub mod read;
 mod root;
 pub mod vpd;

@@ -28,6 +28,8 @@ use crate::read::{
 };
 use crate::HostRoot;
 
+pub use crate::pci_uevent::{parse_uevent, PciUevent};
+
 /// A PCI function address `domain:bus:device.function`. The domain can be wider than 16 bits
 /// (Intel VMD uses `10000`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -505,7 +507,8 @@ fn probe_function(
         }
     }
 
-    let (vendor_name, product_name, class_name) = pci_names(&vendor_id, &product_id, &class);
+    let (vendor_name, product_name, class_name) =
+        crate::pci_names::pci_names(&vendor_id, &product_id, &class);
     Some(PciDevice {
         address,
         vendor_id,
@@ -529,101 +532,6 @@ fn probe_function(
         class_name,
         card_serial_number: None,
     })
-}
-
-/// The values of a PCI `uevent` file rtrack uses.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct PciUevent {
-    /// A `uevent` file was read.
-    pub present: bool,
-    /// `DRIVER`: the bound driver.
-    pub driver: Option<String>,
-    /// `PCI_ID` vendor.
-    pub vendor: Option<u32>,
-    /// `PCI_ID` device.
-    pub device: Option<u32>,
-    /// `PCI_CLASS` (24 bits).
-    pub class: Option<u32>,
-    /// `PCI_SUBSYS_ID` vendor.
-    pub subsystem_vendor: Option<u32>,
-    /// `PCI_SUBSYS_ID` device.
-    pub subsystem_device: Option<u32>,
-}
-
-/// Parses a PCI `uevent` (`PCI_ID=8086:37D2`, `PCI_CLASS=20000`, `PCI_SUBSYS_ID=15D9:37D2`).
-/// A malformed value is a warning and stays unknown, so the attribute file is read instead.
-pub fn parse_uevent(text: &str, path: &Path, w: &mut Warnings) -> PciUevent {
-    let mut ue = PciUevent {
-        present: true,
-        ..PciUevent::default()
-    };
-    // Hex digits only: `from_str_radix` would take a sign (`+1`).
-    let hex = |v: &str, max: u32| {
-        (!v.is_empty() && v.len() <= 8 && v.bytes().all(|b| b.is_ascii_hexdigit()))
-            .then(|| u32::from_str_radix(v, 16).ok())
-            .flatten()
-            .filter(|n| *n <= max)
-    };
-    for line in text.lines() {
-        let Some((key, value)) = line.split_once('=') else {
-            continue;
-        };
-        match key {
-            "PCI_ID" | "PCI_SUBSYS_ID" => {
-                let pair = value
-                    .split_once(':')
-                    .and_then(|(a, b)| Some((hex(a, 0xffff)?, hex(b, 0xffff)?)));
-                match (key, pair) {
-                    ("PCI_ID", Some((v, d))) => (ue.vendor, ue.device) = (Some(v), Some(d)),
-                    (_, Some((v, d))) => {
-                        (ue.subsystem_vendor, ue.subsystem_device) = (Some(v), Some(d))
-                    }
-                    (_, None) => w.push(
-                        path,
-                        format!("{key}={} is not VVVV:DDDD hex", quoted(value)),
-                    ),
-                }
-            }
-            "DRIVER" if !value.is_empty() => ue.driver = Some(value.to_string()),
-            "PCI_CLASS" => match hex(value, 0xff_ffff) {
-                Some(c) => ue.class = Some(c),
-                None => w.push(
-                    path,
-                    format!("PCI_CLASS={} is not a 24-bit hex class", quoted(value)),
-                ),
-            },
-            _ => {}
-        }
-    }
-    ue
-}
-
-/// Vendor, device and class names from the compiled-in PCI ID database (pci-ids crate).
-pub fn pci_names(
-    vendor_id: &str,
-    product_id: &str,
-    class: &str,
-) -> (Option<String>, Option<String>, Option<String>) {
-    let vid = u16::from_str_radix(vendor_id, 16).ok();
-    let pid = u16::from_str_radix(product_id, 16).ok();
-    let vendor_name = vid
-        .and_then(<pci_ids::Vendor as pci_ids::FromId<u16>>::from_id)
-        .map(|v| v.name().to_string());
-    let product_name = match (vid, pid) {
-        (Some(v), Some(p)) => pci_ids::Device::from_vid_pid(v, p).map(|d| d.name().to_string()),
-        _ => None,
-    };
-    let cid = class.get(0..2).and_then(|c| u8::from_str_radix(c, 16).ok());
-    let sid = class.get(2..4).and_then(|c| u8::from_str_radix(c, 16).ok());
-    let class_name = match (cid, sid) {
-        (Some(c), Some(s)) => pci_ids::Subclass::from_cid_sid(c, s)
-            .map(|sc| sc.name().to_string())
-            .or_else(|| {
-                <pci_ids::Class as pci_ids::FromId<u8>>::from_id(c).map(|cl| cl.name().to_string())
-            }),
-        _ => None,
-    };
-    (vendor_name, product_name, class_name)
 }
 
 #[cfg(test)]
@@ -671,17 +579,6 @@ mod tests {
         assert_eq!(ue.vendor, None);
         assert_eq!(ue.class, None);
         assert_eq!(w.len(), 2);
-    }
-
-    #[test]
-    fn names_come_from_the_id_database() {
-        let (v, p, c) = pci_names("8086", "1889", "020000");
-        assert_eq!(v.as_deref(), Some("Intel Corporation"));
-        assert_eq!(p.as_deref(), Some("Ethernet Adaptive Virtual Function"));
-        assert_eq!(c.as_deref(), Some("Ethernet controller"));
-        let (v, p, c) = pci_names("fff0", "0001", "ff0000");
-        assert_eq!((v, p), (None, None));
-        assert_eq!(c.as_deref(), Some("Unassigned class"));
     }
 
     fn mkdev(sys: &Path, addr: &str, files: &[(&str, &str)]) -> std::path::PathBuf {
