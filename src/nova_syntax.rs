@@ -139,6 +139,17 @@ pub fn size_kib(text: &str) -> Result<i64, String> {
     Ok(kib as i64)
 }
 
+/// `CUSTOM_` followed by at least one of `A-Z`, `0-9`, `_`; 255 characters at most (Placement's
+/// rule for custom classes and traits).
+pub fn is_custom_name(name: &str) -> bool {
+    name.len() <= 255
+        && name.len() > "CUSTOM_".len()
+        && name.starts_with("CUSTOM_")
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,7 +32,8 @@ fn shipped_text() -> String {
 /// section header (`# [section]`, `# [[array]]`) made real; prose comments stay. Returns the
 /// text and how many lines were uncommented.
 fn uncomment(text: &str) -> (String, usize) {
-    let example = Regex::new(r"^# ((?:[A-Za-z0-9_]+ = .*)|(?:\[\[?[A-Za-z0-9_.]+\]\]?))$").unwrap();
+    let example =
+        Regex::new(r"^# ((?:[A-Za-z0-9_]+ = .*)|(?:\[\[?[A-Za-z0-9_.\-]+\]\]?))$").unwrap();
     let mut count = 0;
     let mut out = String::new();
     for line in text.lines() {
@@ -150,7 +151,15 @@ fn every_config_key_is_documented_with_an_example() {
     let doc: toml::Value = toml::from_str(&text).unwrap();
     let missing: Vec<&String> = keys
         .iter()
-        .filter(|k| k.split('.').try_fold(&doc, |v, part| v.get(part)).is_none())
+        .filter(|k| {
+            // `*`: any key of a table of tables (`mdev.*.mdev_class`: the example's one type).
+            k.split('.')
+                .try_fold(&doc, |v, part| match part {
+                    "*" => v.as_table().and_then(|t| t.values().next()),
+                    _ => v.get(part),
+                })
+                .is_none()
+        })
         .collect();
     assert!(
         missing.is_empty(),
@@ -244,6 +253,16 @@ impl<'de> Deserializer<'de> for Recorder<'_> {
         visitor.visit_some(self)
     }
 
+    /// A table of tables keyed by name (`[mdev.<type>]`): one entry, recorded under `*`.
+    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
+        visitor.visit_map(Fields {
+            path: self.path,
+            fields: &["*"],
+            next: 0,
+            keys: self.keys,
+        })
+    }
+
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
         let empty: Vec<u8> = Vec::new();
         visitor.visit_seq(de::value::SeqDeserializer::<_, DeError>::new(
@@ -277,7 +296,7 @@ impl<'de> Deserializer<'de> for Recorder<'_> {
 
     serde::forward_to_deserialize_any! {
         i8 i16 i32 i128 u8 u16 u32 u128 f32 char bytes byte_buf unit unit_struct
-        newtype_struct tuple tuple_struct map enum identifier ignored_any
+        newtype_struct tuple tuple_struct enum identifier ignored_any
     }
 }
 

@@ -17,6 +17,7 @@ use serde_json::{Map, Value};
 
 use super::error::{ApiError, ErrorCode};
 use crate::echo::{bounded, bounded_message, quoted};
+use crate::inventory::resources::ResourceClass;
 use crate::objects::instance::InstanceNUMATopology;
 use crate::objects::request_spec::RequestSpec;
 use crate::objects::Versioned;
@@ -102,6 +103,61 @@ pub struct ClaimBody {
     pub request_spec: Option<Value>,
     /// Legacy dicts.
     pub legacy: Option<LegacyBody>,
+    /// Placement's allocation for the instance, by provider uuid (as Nova's compute has it at
+    /// spawn): vGPUs and encryption contexts are taken from the providers it names.
+    pub allocations: Option<std::collections::BTreeMap<String, AllocationBody>>,
+}
+
+/// One provider's part of an allocation, in Placement's form.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AllocationBody {
+    /// Amount per resource class.
+    pub resources: std::collections::BTreeMap<String, i64>,
+    /// The provider's generation, as Placement answers it (not used).
+    pub generation: Option<i64>,
+}
+
+/// Placement's allocation as provider -> class -> amount: the classes rtrack accounts, others
+/// (a port's bandwidth, Placement's standard classes) left out.
+pub fn parse_allocations(
+    given: Option<&std::collections::BTreeMap<String, AllocationBody>>,
+) -> Result<
+    std::collections::BTreeMap<uuid::Uuid, std::collections::BTreeMap<ResourceClass, i64>>,
+    ApiError,
+> {
+    let mut out = std::collections::BTreeMap::new();
+    for (rp, part) in given.into_iter().flatten() {
+        let field = format!("allocations.{}", bounded(rp));
+        let uuid = uuid::Uuid::parse_str(rp).map_err(|_| {
+            ApiError::invalid(&field, format!("{} is not a provider uuid", quoted(rp)))
+        })?;
+        let mut classes = std::collections::BTreeMap::new();
+        for (name, amount) in &part.resources {
+            let f = format!("{field}.resources.{}", bounded(name));
+            if !(0..=1 << 40).contains(amount) {
+                return Err(ApiError::invalid(
+                    &f,
+                    format!("{amount} is not an amount (0 to 2^40)"),
+                ));
+            }
+            match ResourceClass::from_name(name) {
+                Ok(c) => {
+                    classes.insert(c, *amount);
+                }
+                Err(_)
+                    if !name.is_empty()
+                        && name.len() <= 255
+                        && name
+                            .bytes()
+                            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_') => {
+                }
+                Err(e) => return Err(ApiError::invalid(&f, e)),
+            }
+        }
+        out.insert(uuid, classes);
+    }
+    Ok(out)
 }
 
 /// `POST /v1/migrations`: request_spec or legacy, not both.
@@ -139,6 +195,8 @@ pub struct MigrationBody {
     /// Destination node (default: this node).
     #[schema(max_length = 255)]
     pub dest_node: Option<String>,
+    /// Placement's allocation for the instance at the destination, by provider uuid.
+    pub allocations: Option<std::collections::BTreeMap<String, AllocationBody>>,
 }
 
 /// Longest name, id or state accepted in a body's own string fields (Nova's columns for
@@ -342,6 +400,7 @@ fn instance_info(
         task_state: b.task_state,
         host: b.host,
         node: b.node,
+        allocations: std::collections::BTreeMap::new(),
     })
 }
 
@@ -383,10 +442,9 @@ impl ClaimBody {
             given_uuid,
             aliases,
         )?;
-        Ok(ParsedClaim {
-            info: instance_info(self.instance.as_ref(), &spec, uuid)?,
-            request,
-        })
+        let mut info = instance_info(self.instance.as_ref(), &spec, uuid)?;
+        info.allocations = parse_allocations(self.allocations.as_ref())?;
+        Ok(ParsedClaim { info, request })
     }
 }
 
@@ -432,7 +490,8 @@ impl MigrationBody {
             given_uuid,
             aliases,
         )?;
-        let info = instance_info(self.instance.as_ref(), &spec, uuid)?;
+        let mut info = instance_info(self.instance.as_ref(), &spec, uuid)?;
+        info.allocations = parse_allocations(self.allocations.as_ref())?;
         let current = match &self.current {
             None => None,
             Some(c) => {

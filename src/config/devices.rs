@@ -13,7 +13,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::ConfigError;
-use crate::inventory::resources::ResourceClass;
+use crate::nova_syntax::is_custom_name;
 use crate::probes::pci::PciAddress;
 
 /// `[devices]`
@@ -48,8 +48,8 @@ pub struct EnabledMdevType {
     pub type_id: String,
     /// The parents it is offered on; empty: the default type.
     pub device_addresses: Vec<String>,
-    /// The class its vGPUs are reported and claimed as.
-    pub class: ResourceClass,
+    /// The class its vGPUs are reported and claimed as: `VGPU` or a `CUSTOM_` class.
+    pub class: String,
     /// Host-wide cap.
     pub max_instances: Option<u64>,
 }
@@ -132,9 +132,10 @@ pub(super) fn validate(
         }
         let section = mdev.get(type_id).cloned().unwrap_or_default();
         let class = match &section.mdev_class {
-            None => ResourceClass::Vgpu,
-            Some(c) => match ResourceClass::from_name(c) {
-                Ok(class @ (ResourceClass::Vgpu | ResourceClass::Custom(_))) => class,
+            None => "VGPU".to_string(),
+            Some(c) => match c.as_str() {
+                "VGPU" => c.clone(),
+                _ if is_custom_name(c) => c.clone(),
                 _ => {
                     return Err(err(
                         format!("mdev.{type_id}.mdev_class"),
@@ -241,9 +242,9 @@ max_instances = 20
             p.types[0].device_addresses,
             ["0000:84:00.0", "0000:85:00.0"]
         );
-        assert_eq!(p.types[0].class.as_str(), "CUSTOM_M60_0B");
+        assert_eq!(p.types[0].class, "CUSTOM_M60_0B");
         assert_eq!(p.types[0].max_instances, Some(20));
-        assert_eq!(p.types[1].class, ResourceClass::Vgpu);
+        assert_eq!(p.types[1].class, "VGPU");
         assert_eq!(p.type_for("0000:85:00.0").unwrap().type_id, "nvidia-35");
         assert_eq!(p.type_for("0000:86:00.0").unwrap().type_id, "nvidia-36");
     }

@@ -113,6 +113,9 @@ pub struct ResourcesConfig {
     /// The base page size in KiB, when the probe cannot read it (default: the kernel's, else
     /// 4 on x86_64, aarch64 and s390x, 64 on ppc64le).
     pub base_page_size_kb: Option<u64>,
+    /// Nova's provider config files (`*.yaml`): operators' own inventories and traits (Nova's
+    /// `[compute] provider_config_location`). Default `/etc/nova/provider_config`.
+    pub provider_config_location: Option<PathBuf>,
 }
 
 /// `[pci]`

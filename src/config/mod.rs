@@ -16,6 +16,7 @@ mod error;
 mod file;
 mod numa;
 mod pci;
+pub mod provider_yaml;
 pub mod upstream;
 
 use std::path::{Path, PathBuf};
@@ -364,6 +365,11 @@ impl Config {
             aliases,
             report_pci_in_placement: self.pci.report_in_placement.unwrap_or(false),
             mdev,
+            provider_config_location: r
+                .provider_config_location
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(provider_yaml::DEFAULT_LOCATION)),
+            provider_configs: provider_yaml::ProviderConfigs::default(),
             audit_interval_s: audit_interval,
             audit_jitter_s: audit_jitter,
             socket: self.api.socket.clone(),
@@ -493,6 +499,10 @@ pub struct ValidConfig {
     pub report_pci_in_placement: bool,
     /// `[devices]` and `[mdev.*]`: vGPU types, their parents and classes; SEV guests.
     pub mdev: devices::MdevPolicy,
+    /// Where Nova's provider config files are read from.
+    pub provider_config_location: PathBuf,
+    /// What they say (read by the loader, with the file; empty until then).
+    pub provider_configs: provider_yaml::ProviderConfigs,
     /// Audit interval.
     pub audit_interval_s: u64,
     /// Audit jitter.

@@ -78,6 +78,9 @@ pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<LoadedConfig, 
     if let Some(s) = &overrides.state_dir {
         valid.state_dir = Some(s.clone());
     }
+    // Read with the file, so that startup, SIGHUP and --check-config see the same files.
+    valid.provider_configs =
+        crate::config::provider_yaml::load_dir(&valid.provider_config_location)?;
     Ok(LoadedConfig {
         path: chosen,
         valid,
@@ -128,6 +131,10 @@ pub fn check_against_host(
     problems.extend(crate::pci_policy::spec::remote_managed_problems(
         &loaded.valid.device_specs,
         &host.pci_devices,
+    ));
+    problems.extend(crate::tracker::nested::host_problems(
+        host,
+        &loaded.valid.mdev,
     ));
     if problems.is_empty() {
         return Ok(());

@@ -188,6 +188,9 @@ pub async fn run(
                 };
                 record(&state, &outcome);
                 if let Ok(o) = &outcome {
+                    state
+                        .service
+                        .adopt_nested_providers(&o.adopted_nested_providers);
                     if !o.adopted_pci_providers.is_empty() {
                         // Kept, so that claims follow allocations made against these providers
                         // and the next report names them without looking them up.

@@ -90,16 +90,7 @@ impl ResourceClass {
     }
 }
 
-/// `CUSTOM_` followed by at least one of `A-Z`, `0-9`, `_`; 255 characters at most (Placement's
-/// rule for custom classes and traits).
-pub fn is_custom_name(name: &str) -> bool {
-    name.len() <= 255
-        && name.len() > "CUSTOM_".len()
-        && name.starts_with("CUSTOM_")
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
-}
+pub use crate::nova_syntax::is_custom_name;
 
 impl Serialize for ResourceClass {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {

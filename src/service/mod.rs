@@ -401,6 +401,15 @@ impl TrackerService {
         self.mutate(Subject::Host, |t| Ok(((), t.adopt_pci_providers(adopted))))
     }
 
+    /// Tells the tracker which vGPU and encryption providers nova-compute created (see
+    /// [`Tracker::adopt_nested_providers`]): not stored, found again at every report.
+    pub fn adopt_nested_providers(
+        &self,
+        adopted: &std::collections::BTreeMap<uuid::Uuid, uuid::Uuid>,
+    ) {
+        self.working.lock().adopt_nested_providers(adopted);
+    }
+
     /// Replaces the settings (configuration reload) in both views.
     pub fn set_settings(&self, settings: TrackerSettings) {
         let mut working = self.working.lock();

@@ -6,9 +6,10 @@
 //! by the working and committed trackers, and read by the report, `/v1/inventory`,
 //! `/v1/compute-node` and `--once`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use super::nested::operator::{operator_providers, TreeNames};
 use super::nested::{class_inventory, nested_providers, NestedProvider};
 use super::node_template::{NodeIdentity, NodeTemplate};
 use super::numa::HostTopology;
@@ -73,8 +74,7 @@ impl HostView {
         .map(|r| (r.class.clone(), r))
         .collect();
         let mut nested_warnings = Vec::new();
-        let nested = nested_providers(&host, &policy.mdev, &mut nested_warnings);
-        let inventory = class_inventory(&node_inventory, &nested);
+        let mut nested = nested_providers(&host, &policy.mdev, &mut nested_warnings);
         let tracked = select_tracked(&host.pci_devices, &policy.device_specs)
             .into_iter()
             .map(|d| (d.address, d))
@@ -85,6 +85,40 @@ impl HostView {
         } else {
             BTreeMap::new()
         };
+        // provider.yaml's additional classes, on the providers of this host they name.
+        let node_name = settings.names.node.as_str();
+        let mut classes: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        classes.insert(
+            node_name.to_string(),
+            node_inventory
+                .keys()
+                .map(|c| c.as_str().to_string())
+                .collect(),
+        );
+        for (address, g) in &pci_providers {
+            classes
+                .entry(crate::tracker::pci::providers::provider_name(
+                    node_name, address,
+                ))
+                .or_default()
+                .insert(g.class.clone());
+        }
+        for p in &nested {
+            classes
+                .entry(format!("{node_name}_{}", p.key.name_suffix()))
+                .or_default()
+                .insert(p.class.as_str().to_string());
+        }
+        let tree = TreeNames {
+            root: node_name,
+            root_uuid: uuid::Uuid::parse_str(&settings.node_uuid).ok(),
+            classes,
+        };
+        let (operator, problems) = operator_providers(&policy.provider_configs, &tree);
+        nested.extend(operator);
+        nested_warnings.extend(policy.provider_configs.warnings.iter().cloned());
+        nested_warnings.extend(problems.into_iter().map(|(k, why)| format!("{k}: {why}")));
+        let inventory = class_inventory(&node_inventory, &nested);
         let identity = NodeIdentity {
             uuid: settings.node_uuid.clone(),
             hypervisor_hostname: settings.names.node.clone(),

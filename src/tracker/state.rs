@@ -259,6 +259,8 @@ pub struct TrackerPolicy {
     pub report_pci_in_placement: bool,
     /// `[devices]` and `[mdev.*]`: which mdev types are vGPUs, where, as which class; SEV guests.
     pub mdev: crate::config::devices::MdevPolicy,
+    /// Operators' own inventories and traits (provider.yaml).
+    pub provider_configs: crate::config::provider_yaml::ProviderConfigs,
 }
 
 impl From<&ValidConfig> for TrackerPolicy {
@@ -270,6 +272,7 @@ impl From<&ValidConfig> for TrackerPolicy {
             host_ip: c.host_ip,
             report_pci_in_placement: c.report_pci_in_placement,
             mdev: c.mdev.clone(),
+            provider_configs: c.provider_configs.clone(),
         }
     }
 }
@@ -283,6 +286,7 @@ impl From<ValidConfig> for TrackerPolicy {
             host_ip: c.host_ip,
             report_pci_in_placement: c.report_pci_in_placement,
             mdev: c.mdev,
+            provider_configs: c.provider_configs,
         }
     }
 }
@@ -337,6 +341,9 @@ pub struct Tracker {
     /// needed and dropped when the set of devices or the device specs change (a claim changes
     /// only states, which the index does not hold).
     pub(super) pci_index: std::cell::RefCell<Option<Arc<PciIndex>>>,
+    /// vGPU and encryption providers nova-compute created, found by name at the last report:
+    /// rtrack's derived uuid -> theirs (claims follow allocations made against theirs).
+    pub(super) nested_adopted: BTreeMap<uuid::Uuid, uuid::Uuid>,
 }
 
 impl Tracker {
@@ -351,6 +358,7 @@ impl Tracker {
             state,
             used_cache: std::cell::RefCell::new(None),
             pci_index: std::cell::RefCell::new(None),
+            nested_adopted: BTreeMap::new(),
         }
     }
 

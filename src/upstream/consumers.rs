@@ -53,12 +53,28 @@ pub fn consumers(t: &Tracker) -> Vec<Consumer> {
             consumer_type: kind.to_string(),
             resources: BTreeMap::new(),
         });
+        // Units held below the compute node land on their provider; the rest of a class on
+        // the compute node.
+        let mut below: BTreeMap<&crate::inventory::resources::ResourceClass, i64> = BTreeMap::new();
+        for u in c.nested.iter().flat_map(|n| n.units.iter()) {
+            if u.amount > 0 {
+                *below.entry(&u.class).or_default() += u.amount;
+                *entry
+                    .resources
+                    .entry(ResourceKey::Nested(
+                        u.provider.clone(),
+                        u.class.as_str().to_string(),
+                    ))
+                    .or_default() += u.amount as u64;
+            }
+        }
         for (class, amount) in &c.resources {
-            if *amount > 0 {
+            let here = amount - below.get(class).copied().unwrap_or(0);
+            if here > 0 {
                 *entry
                     .resources
                     .entry(ResourceKey::Host(class.as_str().to_string()))
-                    .or_default() += *amount as u64;
+                    .or_default() += here as u64;
             }
         }
     }

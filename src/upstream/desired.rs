@@ -18,6 +18,10 @@ use crate::config::ValidConfig;
 use crate::inventory::resources::ResourceClass;
 use crate::probes::pci::PciAddress;
 use crate::tracker::host_view::HostView;
+use crate::tracker::nested::NestedKey;
+
+pub use super::children::{is_nested_provider_name, nested_provider_name};
+use super::children::{merge_provider_configs, nested_children};
 
 /// `consumer_type` of an instance's own allocation.
 pub const CONSUMER_INSTANCE: &str = "INSTANCE";
@@ -35,6 +39,9 @@ pub enum ResourceKey {
     /// One PCI function (a type-PCI device, a PF, or a VF); the amount is normally 1. It lands
     /// on the child provider that holds that function (a VF's lands on its PF's provider).
     PciDevice(PciAddress),
+    /// Units of a class on a provider below the compute node (a vGPU parent's, an encryption
+    /// model's).
+    Nested(NestedKey, String),
 }
 
 /// One local claim holder, as the tracker reports it: an instance, or during a move the
@@ -97,6 +104,9 @@ pub enum ProviderRole {
     /// The shared storage provider: rtrack manages only DISK_GB, one trait and one aggregate
     /// on it, never its name, and never deletes it.
     Sharing,
+    /// A vGPU parent's or an encryption model's provider: rtrack owns its inventory and the
+    /// traits it sets, and deletes it when the parent or model goes.
+    Nested,
 }
 
 /// One provider as it should be.
@@ -348,6 +358,12 @@ impl DesiredState {
             }
         }
 
+        // ---- vGPU parents and encryption models, named as nova-compute names them
+        let (children, mut nested_provider) =
+            nested_children(view, node_uuid, hypervisor_hostname, consumers);
+        providers.extend(children);
+        warnings.extend(view.nested_warnings.iter().cloned());
+
         // ---- sharing provider
         if let Some(s) = shared {
             let mut inventories = BTreeMap::new();
@@ -393,6 +409,16 @@ impl DesiredState {
             });
         }
 
+        // ---- provider.yaml: additional inventories and traits on the providers they name
+        merge_provider_configs(&mut providers, &config.provider_configs);
+        for p in &view.nested {
+            if let NestedKey::Operator { provider, .. } = &p.key {
+                if let Some(d) = providers.iter().find(|d| &d.name == provider) {
+                    nested_provider.insert(p.key.clone(), d.uuid);
+                }
+            }
+        }
+
         // ---- allocations
         let allocations = if config.placement.report_allocations.unwrap_or(false) {
             let mut out = BTreeMap::new();
@@ -410,6 +436,16 @@ impl DesiredState {
                             };
                             (rp, class.clone())
                         }
+                        ResourceKey::Nested(k, class) => match nested_provider.get(k) {
+                            Some(rp) => (*rp, class.clone()),
+                            None => {
+                                warnings.push(format!(
+                                    "consumer {}: the provider of {k} is not reported (the parent or model is gone); that part of its allocation is left out",
+                                    c.uuid
+                                ));
+                                continue;
+                            }
+                        },
                         ResourceKey::PciDevice(a) => match device_provider.get(a) {
                             Some((rp, class)) => (*rp, class.clone()),
                             None => {
@@ -474,6 +510,74 @@ mod tests {
             &crate::probes::ProbeOptions::default(),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn vgpu_parents_and_sev_models_are_children_named_as_nova_names_them() {
+        let dir = tempfile::tempdir().unwrap();
+        rtrack_fixtures::vgpu::VgpuHost::mdev_gpu().write(dir.path());
+        let inv = crate::probes::probe_host(
+            &crate::probes::HostRoot::under(dir.path()),
+            &crate::probes::ProbeOptions::default(),
+        )
+        .unwrap();
+        let mut c = config(
+            "[devices]\nenabled_mdev_types = [\"nvidia-35\"]\n[placement]\nreport_allocations = true\n",
+        );
+        c.placement.report_allocations = Some(true);
+        let node = Uuid::new_v4();
+        let view = HostView::of_config(inv, &c);
+        let gpu = NestedKey::Mdev("0000:85:00.0".into());
+        let consumer = Consumer {
+            uuid: Uuid::new_v4(),
+            project_id: "p".into(),
+            user_id: "u".into(),
+            consumer_type: CONSUMER_INSTANCE.into(),
+            resources: BTreeMap::from([
+                (ResourceKey::Host("VCPU".into()), 1),
+                (ResourceKey::Nested(gpu.clone(), "VGPU".into()), 2),
+            ]),
+        };
+        let d = DesiredState::build(
+            &view,
+            &c,
+            node,
+            "cmp-1",
+            false,
+            std::slice::from_ref(&consumer),
+        )
+        .unwrap();
+        let names: Vec<&str> = d.providers.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "cmp-1",
+                "cmp-1_pci_0000_84_00_0",
+                "cmp-1_pci_0000_85_00_0",
+                "cmp-1_amd_sev",
+                "cmp-1_amd_sev_es"
+            ]
+        );
+        // Nothing of the children's classes on the root.
+        assert!(!d.providers[0].inventories.contains_key("VGPU"));
+        let gpu0 = &d.providers[1];
+        assert_eq!(gpu0.parent, Some(node));
+        assert_eq!(gpu0.role, ProviderRole::Nested);
+        let vgpu = &gpu0.inventories["VGPU"];
+        assert_eq!((vgpu.total, vgpu.max_unit, vgpu.reserved), (16, 16, 0));
+        let sev = &d.providers[3];
+        let ctx = &sev.inventories["MEM_ENCRYPTION_CONTEXT"];
+        assert_eq!((ctx.total, ctx.max_unit), (410, 1));
+        assert!(sev.traits.contains("HW_CPU_X86_AMD_SEV"));
+        assert!(d.providers[4].traits.contains("HW_CPU_X86_AMD_SEV_ES"));
+        // The allocation's VGPU goes to the second GPU's provider, the VCPU to the root.
+        let a = &d.allocations.as_ref().unwrap()[&consumer.uuid];
+        assert_eq!(a.resources[&d.providers[2].uuid]["VGPU"], 2);
+        assert_eq!(a.resources[&node]["VCPU"], 1);
+        assert!(is_nested_provider_name("cmp-1", "cmp-1_pci_0000_84_00_0"));
+        assert!(is_nested_provider_name("cmp-1", "cmp-1_amd_sev_es"));
+        assert!(!is_nested_provider_name("cmp-1", "cmp-1_0000:3B:00.0"));
+        assert!(!is_nested_provider_name("cmp-1", "cmp-2_amd_sev"));
     }
 
     #[test]

@@ -25,6 +25,7 @@
 pub mod api;
 pub mod auth;
 pub mod backoff;
+pub mod children;
 pub mod client;
 pub mod consumers;
 pub mod desired;

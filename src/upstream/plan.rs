@@ -10,7 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use uuid::Uuid;
 
-use super::desired::{DesiredAllocation, DesiredState, ProviderRole, RatioRule};
+use super::desired::{
+    is_nested_provider_name, DesiredAllocation, DesiredState, ProviderRole, RatioRule,
+};
 use super::traits::COMPUTE_MANAGED_PCI_DEVICE;
 
 /// One inventory record as Placement stores it (every field filled in).
@@ -284,15 +286,19 @@ pub fn plan(desired: &DesiredState, cache: &ProviderCache) -> Vec<Action> {
         }
     }
 
-    // PCI children rtrack made that are no longer wanted, deepest first.
+    // PCI children rtrack made, and vGPU parents' and encryption models' children, that are no
+    // longer wanted, deepest first (Nova deletes those whose total went to 0).
     let wanted: BTreeSet<Uuid> = desired.providers.iter().map(|p| p.uuid).collect();
+    let root_name = desired.provider(desired.root).map(|p| p.name.as_str());
     let mut stale: Vec<&CachedProvider> = cache
         .providers
         .values()
         .filter(|c| {
+            let nested = c.parent == Some(desired.root)
+                && root_name.is_some_and(|r| is_nested_provider_name(r, &c.name));
             !wanted.contains(&c.uuid)
                 && c.parent.is_some()
-                && c.traits.contains(COMPUTE_MANAGED_PCI_DEVICE)
+                && (c.traits.contains(COMPUTE_MANAGED_PCI_DEVICE) || nested)
         })
         .collect();
     stale.sort_by_key(|c| std::cmp::Reverse(depth(cache, c.uuid)));

@@ -14,6 +14,7 @@
 //! is left of the limit (docs/differences.md).
 
 pub mod assign;
+pub mod operator;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -84,6 +85,13 @@ pub enum NestedKey {
     Mdev(String),
     /// The provider of one memory encryption model.
     MemEncryption(EncryptionModel),
+    /// A class an operator added to a provider with provider.yaml.
+    Operator {
+        /// The provider's name.
+        provider: String,
+        /// The class.
+        class: String,
+    },
 }
 
 impl NestedKey {
@@ -100,6 +108,7 @@ impl NestedKey {
                 None => parent.replace(['/', ':', '.', '-'], "_"),
             },
             NestedKey::MemEncryption(m) => m.as_str().replace('-', "_"),
+            NestedKey::Operator { provider, .. } => provider.clone(),
         }
     }
 }
@@ -109,6 +118,7 @@ impl std::fmt::Display for NestedKey {
         match self {
             NestedKey::Mdev(p) => write!(f, "mdev parent {p}"),
             NestedKey::MemEncryption(m) => write!(f, "{} contexts", m.as_str()),
+            NestedKey::Operator { provider, class } => write!(f, "{class} of {provider}"),
         }
     }
 }
@@ -268,9 +278,12 @@ fn vgpu_providers(
         if total == 0 {
             continue;
         }
+        let Ok(class) = ResourceClass::from_name(&t.class) else {
+            continue;
+        };
         out.push(NestedProvider {
             key: NestedKey::Mdev(parent.address.clone()),
-            class: t.class.clone(),
+            class,
             total,
             max_unit: total,
             traits: BTreeSet::new(),

@@ -64,7 +64,7 @@ fn policy(types: &[(&str, &[&str], Option<u64>)]) -> MdevPolicy {
             .map(|(t, addrs, max)| EnabledMdevType {
                 type_id: t.to_string(),
                 device_addresses: addrs.iter().map(|a| a.to_string()).collect(),
-                class: ResourceClass::Vgpu,
+                class: "VGPU".into(),
                 max_instances: *max,
             })
             .collect(),

@@ -72,7 +72,7 @@ impl Tracker {
                 ),
             });
         }
-        let tested = self.test_claim(uuid, req, TestKind::Instance)?;
+        let tested = self.test_claim(uuid, req, TestKind::Instance, &info.allocations)?;
         // One copy of the request and of the placement, shared by the instance, its claim and
         // both views.
         let request = std::sync::Arc::new(req.clone());
@@ -231,6 +231,7 @@ impl Tracker {
         uuid: &str,
         req: &InstanceRequest,
         kind: TestKind,
+        allocations: &BTreeMap<uuid::Uuid, BTreeMap<ResourceClass, i64>>,
     ) -> Result<TestedClaim, ClaimError> {
         let cache_usage = kind == TestKind::Instance;
         let rules = self.settings.counting_rules();
@@ -252,8 +253,16 @@ impl Tracker {
             TestKind::Instance => format!("{uuid}/build"),
             TestKind::Move { migration_id } => format!("{uuid}/migration-{migration_id}"),
         };
+        let mapping = self.nested_mapping(uuid, allocations)?;
         let nested = if shortfalls.is_empty() {
-            match self.place_nested(uuid, req, &resources, full.as_ref(), None, &salt) {
+            match self.place_nested(
+                uuid,
+                req,
+                &resources,
+                full.as_ref(),
+                mapping.as_ref(),
+                &salt,
+            ) {
                 Ok(n) => n,
                 Err(Ok(s)) => {
                     shortfalls = s;

@@ -56,6 +56,12 @@ pub struct InstanceInfo {
     pub host: Option<String>,
     /// Current node (for a move: the source).
     pub node: Option<String>,
+    /// Placement's allocation for the instance here, when the caller has it (Nova's compute
+    /// has it at spawn and at the move's destination): provider -> class -> amount. vGPUs and
+    /// encryption contexts are taken from the providers it names.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub allocations:
+        BTreeMap<uuid::Uuid, BTreeMap<crate::inventory::resources::ResourceClass, i64>>,
 }
 
 /// A granted (or, for a dry run, grantable) claim.

@@ -227,7 +227,12 @@ impl Tracker {
             .and_then(|i| i.numa_topology.clone())
             .or_else(|| mv.current_numa.clone().map(Arc::new));
         let tested = if incoming {
-            let tested = self.test_claim(&uuid, &mv.new, TestKind::Move { migration_id: id })?;
+            let tested = self.test_claim(
+                &uuid,
+                &mv.new,
+                TestKind::Move { migration_id: id },
+                &mv.instance.allocations,
+            )?;
             if move_type == MoveType::LiveMigration {
                 check_live_page_size(
                     &uuid,

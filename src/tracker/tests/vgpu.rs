@@ -240,3 +240,101 @@ fn the_audit_names_mdevs_that_came_went_or_were_given_and_are_gone() {
     // Still counted: the claim holds its unit until it is released.
     assert_eq!(used(&t, ResourceClass::Vgpu), 1);
 }
+
+#[test]
+fn vgpus_follow_placements_allocation_and_a_stranger_provider_is_a_conflict() {
+    let mut t = vgpu_tracker(MDEV);
+    let uuids = t.nested_provider_uuids();
+    let second = uuids[&NestedKey::Mdev("0000:85:00.0".into())];
+    let mut i = info(1);
+    i.allocations = [(second, [(ResourceClass::Vgpu, 2)].into())].into();
+    let r = req(vflavor(1, &[("resources:VGPU", "2")]), vec![]);
+    let o = t.instance_claim(&i, &r, 0, false).unwrap().0;
+    let n = o.claim.nested.unwrap();
+    assert_eq!(n.units[0].provider, NestedKey::Mdev("0000:85:00.0".into()));
+    // A provider nova-compute made, adopted by name at a report: its uuid is followed too.
+    let novas = uuid::Uuid::from_u128(0x5eed);
+    let derived = uuids[&NestedKey::Mdev("0000:84:00.0".into())];
+    t.adopt_nested_providers(&[(derived, novas)].into());
+    let mut i = info(2);
+    i.allocations = [(novas, [(ResourceClass::Vgpu, 1)].into())].into();
+    let o = t
+        .instance_claim(
+            &i,
+            &req(vflavor(1, &[("resources:VGPU", "1")]), vec![]),
+            0,
+            false,
+        )
+        .unwrap()
+        .0;
+    assert_eq!(
+        o.claim.nested.unwrap().units[0].provider,
+        NestedKey::Mdev("0000:84:00.0".into())
+    );
+    // The derived uuid is no longer the provider's.
+    let mut i = info(3);
+    i.allocations = [(derived, [(ResourceClass::Vgpu, 1)].into())].into();
+    let before = t.state().clone();
+    let e = t
+        .instance_claim(
+            &i,
+            &req(vflavor(1, &[("resources:VGPU", "1")]), vec![]),
+            0,
+            false,
+        )
+        .unwrap_err();
+    assert!(matches!(e, ClaimError::Conflict { .. }), "{e}");
+    assert!(e.to_string().contains(&derived.to_string()), "{e}");
+    assert_eq!(t.state(), &before);
+}
+
+fn with_provider_yaml(t: &mut Tracker, yaml: &str) {
+    let configs =
+        crate::config::provider_yaml::parse(yaml, std::path::Path::new("p.yaml")).unwrap();
+    let mut settings = t.settings().clone();
+    settings.policy.provider_configs = configs;
+    t.set_settings(settings);
+    let host = t.host().clone();
+    t.audit(host, time::OffsetDateTime::UNIX_EPOCH);
+}
+
+#[test]
+fn provider_yaml_classes_are_claimed_on_their_provider_until_full() {
+    let mut t = vgpu_tracker(MDEV);
+    with_provider_yaml(
+        &mut t,
+        "meta: {schema_version: '1.0'}\nproviders:\n  - identification: {uuid: $COMPUTE_NODE}\n    inventories: {additional: [{CUSTOM_LICENCE: {total: 3, reserved: 1}}]}\n  - identification: {name: cmp1_pci_0000_85_00_0}\n    inventories: {additional: [{CUSTOM_NVLINK: {total: 1}}]}\n  - identification: {name: nowhere}\n    inventories: {additional: [{CUSTOM_X: {total: 1}}]}\n",
+    );
+    assert_eq!(
+        t.inventory()[&ResourceClass::from_name("CUSTOM_LICENCE").unwrap()].capacity(),
+        2
+    );
+    let lic = [("resources:CUSTOM_LICENCE", "1")];
+    claim(&mut t, 1, req(vflavor(1, &lic), vec![])).unwrap();
+    let o = claim(
+        &mut t,
+        2,
+        req(
+            vflavor(
+                1,
+                &[
+                    ("resources:CUSTOM_LICENCE", "1"),
+                    ("resources1:CUSTOM_NVLINK", "1"),
+                ],
+            ),
+            vec![],
+        ),
+    )
+    .unwrap();
+    let units = o.claim.nested.unwrap().units.clone();
+    assert!(units.iter().any(|u| u.provider
+        == NestedKey::Operator {
+            provider: "cmp1_pci_0000_85_00_0".into(),
+            class: "CUSTOM_NVLINK".into()
+        }));
+    let Err(ClaimError::Refused(r)) = claim(&mut t, 3, req(vflavor(1, &lic), vec![])) else {
+        panic!("two licences only");
+    };
+    assert_eq!(r.resources[0].class.as_str(), "CUSTOM_LICENCE");
+    assert_eq!((r.resources[0].used, r.resources[0].capacity), (2, 2));
+}

@@ -37,17 +37,45 @@ pub fn adoptions(desired: &DesiredState, cache: &ProviderCache) -> BTreeMap<PciA
     out
 }
 
-/// `desired` with the adopted uuids in place of the PCI providers' own, in the providers and in
-/// the allocations.
-pub fn with_adopted(desired: &DesiredState, adopted: &BTreeMap<PciAddress, Uuid>) -> DesiredState {
+/// The vGPU and encryption providers of `desired` that Placement holds under another uuid (a
+/// child of the root with the name nova-compute gave it): rtrack's derived uuid -> theirs.
+/// Found again at each report, from the provider tree read from Placement.
+pub fn nested_adoptions(desired: &DesiredState, cache: &ProviderCache) -> BTreeMap<Uuid, Uuid> {
+    let mut out = BTreeMap::new();
+    for p in desired
+        .providers
+        .iter()
+        .filter(|p| p.role == ProviderRole::Nested && !cache.providers.contains_key(&p.uuid))
+    {
+        if let Some(theirs) = cache
+            .providers
+            .values()
+            .find(|c| c.parent == Some(desired.root) && c.name == p.name)
+        {
+            out.insert(p.uuid, theirs.uuid);
+        }
+    }
+    out
+}
+
+/// `desired` with the adopted uuids in place of the PCI providers' own (and of the nested
+/// providers' own, `nested`: derived -> theirs), in the providers and in the allocations.
+pub fn with_adopted(
+    desired: &DesiredState,
+    adopted: &BTreeMap<PciAddress, Uuid>,
+    nested: &BTreeMap<Uuid, Uuid>,
+) -> DesiredState {
     let mut out = desired.clone();
     let mut renamed: BTreeMap<Uuid, Uuid> = BTreeMap::new();
     for p in &mut out.providers {
-        if let ProviderRole::Pci { address } = p.role {
-            if let Some(theirs) = adopted.get(&address) {
-                renamed.insert(p.uuid, *theirs);
-                p.uuid = *theirs;
-            }
+        let theirs = match p.role {
+            ProviderRole::Pci { address } => adopted.get(&address).copied(),
+            ProviderRole::Nested => nested.get(&p.uuid).copied(),
+            _ => None,
+        };
+        if let Some(theirs) = theirs {
+            renamed.insert(p.uuid, theirs);
+            p.uuid = theirs;
         }
     }
     if let Some(allocations) = out.allocations.as_mut() {

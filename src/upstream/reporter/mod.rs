@@ -76,6 +76,9 @@ pub struct ReportOutcome {
     /// PCI providers nova-compute left in Placement that were reported under their uuids, by
     /// the address each is named after: the caller keeps them (see `adopt`).
     pub adopted_pci_providers: std::collections::BTreeMap<crate::probes::pci::PciAddress, Uuid>,
+    /// vGPU and encryption providers nova-compute left, reported under their uuids: rtrack's
+    /// derived uuid -> theirs (looked up again at every report; the caller tells the tracker).
+    pub adopted_nested_providers: std::collections::BTreeMap<Uuid, Uuid>,
 }
 
 /// Why applying a plan stopped.
@@ -203,13 +206,17 @@ impl<P: PlacementApi> Reporter<P> {
             outcome.refreshed = true;
         }
         let adopted = adopt::adoptions(desired, &self.cache);
+        let nested = adopt::nested_adoptions(desired, &self.cache);
         let owned;
-        let desired = if adopted.is_empty() {
+        let desired = if adopted.is_empty() && nested.is_empty() {
             desired
         } else {
-            tracing::info!(providers = ?adopted, "reporting the PCI providers nova-compute created under their uuids");
-            owned = adopt::with_adopted(desired, &adopted);
+            if !adopted.is_empty() {
+                tracing::info!(providers = ?adopted, "reporting the PCI providers nova-compute created under their uuids");
+            }
+            owned = adopt::with_adopted(desired, &adopted, &nested);
             outcome.adopted_pci_providers = adopted;
+            outcome.adopted_nested_providers = nested;
             &owned
         };
         let tries = self.opts.conflict_tries.max(1);

@@ -1,0 +1,469 @@
+//! Nova's provider config files (`provider.yaml`): operators' own inventories and traits for the
+//! compute node and its children, read from a directory (`*.yaml`, in name order) with Nova's
+//! schema 1.x and rules (`nova/compute/provider_config.py`).
+//!
+//! In: the directory. Out: [`ProviderConfigs`] (each provider's identification, additional
+//! inventories and traits, and its file), with warnings for what Nova only warns about, or a
+//! [`ConfigError`] naming the file, the key and what was expected. Nova's errors are errors
+//! here too: an unknown major schema version, a class or trait that is not `CUSTOM_*`, a value
+//! of the wrong type, a provider defined twice (naming both files).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use yaml_rust2::Yaml;
+
+use super::ConfigError;
+use crate::nova_syntax::is_custom_name;
+
+/// Nova's default location.
+pub const DEFAULT_LOCATION: &str = "/etc/nova/provider_config";
+
+/// Largest provider config file read (Nova has no limit; real ones are a few KiB).
+const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// Which provider an entry is for.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ProviderTarget {
+    /// `uuid: $COMPUTE_NODE`: the compute node.
+    ComputeNode,
+    /// By uuid.
+    Uuid(uuid::Uuid),
+    /// By name.
+    Name(String),
+}
+
+impl std::fmt::Display for ProviderTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProviderTarget::ComputeNode => f.write_str("$COMPUTE_NODE"),
+            ProviderTarget::Uuid(u) => write!(f, "{u}"),
+            ProviderTarget::Name(n) => f.write_str(n),
+        }
+    }
+}
+
+/// One additional inventory (Placement's fields; unset ones take Placement's defaults).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExtraInventory {
+    /// Units in all (at least 1).
+    pub total: i64,
+    /// Kept back (default 0).
+    pub reserved: i64,
+    /// Smallest allocation (default 1).
+    pub min_unit: i64,
+    /// Largest allocation (default: the total).
+    pub max_unit: Option<i64>,
+    /// Allocation granularity (default 1).
+    pub step_size: i64,
+    /// Overcommit (default 1.0).
+    pub allocation_ratio: f64,
+}
+
+/// One provider's entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderConfig {
+    /// Which provider.
+    pub target: ProviderTarget,
+    /// Additional inventories by class (`CUSTOM_*`).
+    pub inventories: BTreeMap<String, ExtraInventory>,
+    /// Additional traits (`CUSTOM_*`).
+    pub traits: BTreeSet<String>,
+    /// The file it came from.
+    pub source: PathBuf,
+}
+
+/// Everything the directory's files say.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProviderConfigs {
+    /// Providers, in file then entry order.
+    pub providers: Vec<ProviderConfig>,
+    /// What Nova only warns about (a minor schema version it does not know, an entry with
+    /// nothing to add).
+    pub warnings: Vec<String>,
+}
+
+/// Reads every `*.yaml` of `dir`. A missing directory has none (Nova logs the same).
+pub fn load_dir(dir: &Path) -> Result<ProviderConfigs, ConfigError> {
+    let mut out = ProviderConfigs::default();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(source) => {
+            return Err(ConfigError::Read {
+                file: dir.to_path_buf(),
+                source,
+            })
+        }
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    let mut seen: BTreeMap<ProviderTarget, PathBuf> = BTreeMap::new();
+    for file in files {
+        let meta = std::fs::metadata(&file).map_err(|source| ConfigError::Read {
+            file: file.clone(),
+            source,
+        })?;
+        if meta.len() > MAX_FILE_BYTES {
+            return Err(value_error(
+                &file,
+                "(file)",
+                format!("{} bytes", meta.len()),
+                "a provider config file of at most 1 MiB",
+            ));
+        }
+        let text = std::fs::read_to_string(&file).map_err(|source| ConfigError::Read {
+            file: file.clone(),
+            source,
+        })?;
+        let parsed = parse(&text, &file)?;
+        out.warnings.extend(parsed.warnings);
+        for p in parsed.providers {
+            if let Some(first) = seen.insert(p.target.clone(), file.clone()) {
+                return Err(value_error(
+                    &file,
+                    "providers[].identification",
+                    p.target.to_string(),
+                    &format!(
+                        "a provider defined once: it is also defined in {} (Nova: multiple definitions)",
+                        first.display()
+                    ),
+                ));
+            }
+            out.providers.push(p);
+        }
+    }
+    Ok(out)
+}
+
+fn value_error(file: &Path, key: &str, value: String, expected: &str) -> ConfigError {
+    ConfigError::Value {
+        file: file.to_path_buf(),
+        key: key.to_string(),
+        value,
+        expected: expected.to_string(),
+    }
+}
+
+/// A YAML value quoted for a message, bounded.
+fn shown(v: &Yaml) -> String {
+    let s = match v {
+        Yaml::Real(s) | Yaml::String(s) => format!("{s:?}"),
+        Yaml::Integer(i) => i.to_string(),
+        Yaml::Boolean(b) => b.to_string(),
+        Yaml::Array(_) => "(a list)".into(),
+        Yaml::Hash(_) => "(a mapping)".into(),
+        Yaml::Alias(_) => "(an alias)".into(),
+        Yaml::Null => "null".into(),
+        Yaml::BadValue => "(a bad value)".into(),
+    };
+    crate::echo::bounded(&s)
+}
+
+/// Placement's pattern for class and trait names.
+fn is_placement_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 255
+        && s.bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// Parses one file's text (`file` for messages).
+pub fn parse(text: &str, file: &Path) -> Result<ProviderConfigs, ConfigError> {
+    let err = |key: &str, value: String, expected: &str| value_error(file, key, value, expected);
+    let docs = yaml_rust2::YamlLoader::load_from_str(text).map_err(|e| ConfigError::Syntax {
+        file: file.to_path_buf(),
+        message: format!(
+            "not YAML at line {}, column {}: {}",
+            e.marker().line(),
+            e.marker().col() + 1,
+            crate::echo::bounded(e.info())
+        ),
+    })?;
+    let Some(Yaml::Hash(top)) = docs.first() else {
+        return Err(err(
+            "(file)",
+            docs.first().map_or("(empty)".into(), shown),
+            "a mapping with meta.schema_version (Nova: unable to detect schema version)",
+        ));
+    };
+    let get = |h: &yaml_rust2::yaml::Hash, k: &str| h.get(&Yaml::String(k.to_string())).cloned();
+    if get(top, "__source_file").is_some() {
+        return Err(err(
+            "__source_file",
+            "(set)".into(),
+            "no __source_file key (Nova reserves it)",
+        ));
+    }
+    let version = match get(top, "meta") {
+        Some(Yaml::Hash(meta)) => get(&meta, "schema_version"),
+        _ => None,
+    };
+    let version = match version {
+        Some(Yaml::String(s)) => s,
+        Some(other) => {
+            return Err(err(
+                "meta.schema_version",
+                shown(&other),
+                "a string such as '1.0' (quoted: YAML reads 1.0 as a number)",
+            ))
+        }
+        None => {
+            return Err(err(
+                "meta.schema_version",
+                "(missing)".into(),
+                "the schema version, e.g. schema_version: '1.0' (Nova: unable to detect schema version)",
+            ))
+        }
+    };
+    let mut out = ProviderConfigs::default();
+    match version.split_once('.') {
+        Some(("1", minor))
+            if minor == "0"
+                || (!minor.starts_with('0')
+                    && !minor.is_empty()
+                    && minor.bytes().all(|b| b.is_ascii_digit())) =>
+        {
+            if minor != "0" {
+                out.warnings.push(format!(
+                    "{}: schema version {version}: the major version is supported, not the minor; some fields may be ignored (as in Nova)",
+                    file.display()
+                ));
+            }
+        }
+        _ => {
+            return Err(err(
+                "meta.schema_version",
+                format!("{version:?}"),
+                "schema version 1.x (the only major version Nova and rtrack know)",
+            ))
+        }
+    }
+    let providers = match get(top, "providers") {
+        None | Some(Yaml::Null) => return Ok(out),
+        Some(Yaml::Array(list)) => list,
+        Some(other) => return Err(err("providers", shown(&other), "a list of providers")),
+    };
+    for (i, p) in providers.iter().enumerate() {
+        let at = |k: &str| format!("providers[{i}].{k}");
+        let Yaml::Hash(p) = p else {
+            return Err(err(
+                &format!("providers[{i}]"),
+                shown(p),
+                "a mapping with identification",
+            ));
+        };
+        let target = match get(p, "identification") {
+            Some(Yaml::Hash(id)) if id.len() == 1 => match (get(&id, "uuid"), get(&id, "name")) {
+                (Some(Yaml::String(u)), None) if u == "$COMPUTE_NODE" => {
+                    ProviderTarget::ComputeNode
+                }
+                (Some(Yaml::String(u)), None) => match uuid::Uuid::parse_str(&u) {
+                    Ok(parsed) if u.len() == 36 => ProviderTarget::Uuid(parsed),
+                    _ => {
+                        return Err(err(
+                            &at("identification.uuid"),
+                            format!("{:?}", crate::echo::bounded(&u)),
+                            "a provider uuid (8-4-4-4-12 hex digits) or $COMPUTE_NODE",
+                        ))
+                    }
+                },
+                (None, Some(Yaml::String(n))) if !n.is_empty() && n.chars().count() <= 200 => {
+                    ProviderTarget::Name(n)
+                }
+                (u, n) => return Err(err(
+                    &at("identification"),
+                    u.or(n).map_or("(neither)".into(), |v| shown(&v)),
+                    "exactly one of uuid (a uuid or $COMPUTE_NODE) or name (1 to 200 characters)",
+                )),
+            },
+            other => {
+                return Err(err(
+                    &at("identification"),
+                    other.map_or("(missing)".into(), |v| shown(&v)),
+                    "a mapping with exactly one of uuid or name",
+                ))
+            }
+        };
+        let mut inventories = BTreeMap::new();
+        if let Some(inv) = get(p, "inventories") {
+            let Yaml::Hash(inv) = inv else {
+                return Err(err(
+                    &at("inventories"),
+                    shown(&inv),
+                    "a mapping with additional",
+                ));
+            };
+            let items = match get(&inv, "additional") {
+                None | Some(Yaml::Null) => Vec::new(),
+                Some(Yaml::Array(items)) => items,
+                Some(other) => {
+                    return Err(err(
+                        &at("inventories.additional"),
+                        shown(&other),
+                        "a list of {CLASS: {total: N, ...}} mappings",
+                    ))
+                }
+            };
+            for (j, item) in items.iter().enumerate() {
+                let Yaml::Hash(item) = item else {
+                    return Err(err(
+                        &at(&format!("inventories.additional[{j}]")),
+                        shown(item),
+                        "a mapping of resource class to its inventory",
+                    ));
+                };
+                for (class, fields) in item {
+                    let Yaml::String(class) = class else {
+                        return Err(err(
+                            &at(&format!("inventories.additional[{j}]")),
+                            shown(class),
+                            "resource class names as keys",
+                        ));
+                    };
+                    let key = at(&format!(
+                        "inventories.additional[{j}].{}",
+                        crate::echo::bounded(class)
+                    ));
+                    if !is_placement_name(class) || !is_custom_name(class) {
+                        return Err(err(
+                            &key,
+                            format!("{:?}", crate::echo::bounded(class)),
+                            "a custom resource class: CUSTOM_ then capitals, digits and _ (only custom classes can be added, as in Nova)",
+                        ));
+                    }
+                    let inv = extra_inventory(fields, &key, file)?;
+                    if inventories.insert(class.clone(), inv).is_some() {
+                        return Err(err(&key, "(twice)".into(), "each class once per provider"));
+                    }
+                }
+            }
+        }
+        let mut traits = BTreeSet::new();
+        if let Some(t) = get(p, "traits") {
+            let Yaml::Hash(t) = t else {
+                return Err(err(&at("traits"), shown(&t), "a mapping with additional"));
+            };
+            let items = match get(&t, "additional") {
+                None | Some(Yaml::Null) => Vec::new(),
+                Some(Yaml::Array(items)) => items,
+                Some(other) => {
+                    return Err(err(
+                        &at("traits.additional"),
+                        shown(&other),
+                        "a list of trait names",
+                    ))
+                }
+            };
+            for (j, t) in items.iter().enumerate() {
+                let key = at(&format!("traits.additional[{j}]"));
+                match t {
+                    Yaml::String(s) if is_placement_name(s) && is_custom_name(s) => {
+                        traits.insert(s.clone());
+                    }
+                    other => {
+                        return Err(err(
+                            &key,
+                            shown(other),
+                            "a custom trait: CUSTOM_ then capitals, digits and _ (only custom traits can be added, as in Nova)",
+                        ))
+                    }
+                }
+            }
+        }
+        if inventories.is_empty() && traits.is_empty() {
+            out.warnings.push(format!(
+                "{}: provider {target} has no additional inventories or traits and is ignored (as in Nova)",
+                file.display()
+            ));
+            continue;
+        }
+        out.providers.push(ProviderConfig {
+            target,
+            inventories,
+            traits,
+            source: file.to_path_buf(),
+        });
+    }
+    Ok(out)
+}
+
+fn extra_inventory(fields: &Yaml, key: &str, file: &Path) -> Result<ExtraInventory, ConfigError> {
+    let err = |k: &str, value: String, expected: &str| {
+        value_error(file, &format!("{key}.{k}"), value, expected)
+    };
+    let Yaml::Hash(h) = fields else {
+        return Err(value_error(
+            file,
+            key,
+            shown(fields),
+            "a mapping with total and optionally reserved, min_unit, max_unit, step_size, allocation_ratio",
+        ));
+    };
+    let mut inv = ExtraInventory {
+        total: 0,
+        reserved: 0,
+        min_unit: 1,
+        max_unit: None,
+        step_size: 1,
+        allocation_ratio: 1.0,
+    };
+    let mut total = None;
+    for (k, v) in h {
+        let Yaml::String(k) = k else {
+            return Err(value_error(file, key, shown(k), "field names as keys"));
+        };
+        let int = |v: &Yaml, min: i64| -> Result<i64, ConfigError> {
+            match v {
+                Yaml::Integer(n) if *n >= min && *n < (1 << 53) => Ok(*n),
+                other => Err(err(
+                    k,
+                    shown(other),
+                    &format!("a whole number of at least {min}"),
+                )),
+            }
+        };
+        match k.as_str() {
+            "total" => total = Some(int(v, 1)?),
+            "reserved" => inv.reserved = int(v, 0)?,
+            "min_unit" => inv.min_unit = int(v, 1)?,
+            "max_unit" => inv.max_unit = Some(int(v, 1)?),
+            "step_size" => inv.step_size = int(v, 1)?,
+            "allocation_ratio" => {
+                let r = match v {
+                    Yaml::Integer(n) => Some(*n as f64),
+                    Yaml::Real(s) => s.parse::<f64>().ok(),
+                    _ => None,
+                };
+                match r {
+                    Some(r) if r.is_finite() && r > 0.0 => inv.allocation_ratio = r,
+                    _ => return Err(err(k, shown(v), "a number greater than 0")),
+                }
+            }
+            other => {
+                return Err(value_error(
+                    file,
+                    &format!("{key}.{}", crate::echo::bounded(other)),
+                    "(set)".into(),
+                    "one of total, reserved, min_unit, max_unit, step_size, allocation_ratio",
+                ))
+            }
+        }
+    }
+    inv.total = total.ok_or_else(|| err("total", "(missing)".into(), "the inventory's total"))?;
+    if inv.reserved > inv.total {
+        return Err(err(
+            "reserved",
+            inv.reserved.to_string(),
+            &format!("at most the total {}", inv.total),
+        ));
+    }
+    Ok(inv)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,147 @@
+//! The compute node's children other than PCI devices: one per vGPU parent and one per memory
+//! encryption model (named as nova-compute names them), and what provider.yaml adds to any
+//! provider of the tree.
+//!
+//! In: the view's nested providers, the local consumers (a child's total never drops below
+//! what is allocated on it), the provider configs. Out: the children with their uuids, and the
+//! providers with the operators' inventories and traits merged in.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use uuid::Uuid;
+
+use super::desired::{
+    pci_provider_uuid, Consumer, DesiredInventory, DesiredProvider, ProviderRole, RatioRule,
+    ResourceKey,
+};
+use crate::config::provider_yaml::{ProviderConfigs, ProviderTarget};
+use crate::tracker::host_view::HostView;
+use crate::tracker::nested::NestedKey;
+
+/// The name nova-compute gives a vGPU parent's or an encryption model's provider:
+/// `<hypervisor_hostname>_pci_0000_84_00_0`, `<hypervisor_hostname>_amd_sev`.
+pub fn nested_provider_name(hypervisor_hostname: &str, key: &NestedKey) -> String {
+    format!("{hypervisor_hostname}_{}", key.name_suffix())
+}
+
+/// Whether `name` is one rtrack gives a nested provider under the root named `root`.
+pub fn is_nested_provider_name(root: &str, name: &str) -> bool {
+    let Some(suffix) = name.strip_prefix(root).and_then(|s| s.strip_prefix('_')) else {
+        return false;
+    };
+    let pci = suffix.strip_prefix("pci_").is_some_and(|rest| {
+        let parts: Vec<&str> = rest.split('_').collect();
+        parts.len() == 4
+            && parts
+                .iter()
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_hexdigit()))
+    });
+    pci || matches!(
+        suffix,
+        "amd_sev" | "amd_sev_es" | "amd_sev_snp" | "intel_tdx"
+    )
+}
+
+/// The vGPU and encryption children, and each nested provider's uuid.
+pub fn nested_children(
+    view: &HostView,
+    node_uuid: Uuid,
+    hypervisor_hostname: &str,
+    consumers: &[Consumer],
+) -> (Vec<DesiredProvider>, BTreeMap<NestedKey, Uuid>) {
+    let mut nested_provider: BTreeMap<NestedKey, Uuid> = BTreeMap::new();
+    let mut providers = Vec::new();
+    let mut nested_used: BTreeMap<&NestedKey, u64> = BTreeMap::new();
+    for c in consumers {
+        for (key, amount) in &c.resources {
+            if let ResourceKey::Nested(k, _) = key {
+                *nested_used.entry(k).or_default() += amount;
+            }
+        }
+    }
+    for p in &view.nested {
+        if matches!(p.key, NestedKey::Operator { .. }) {
+            continue;
+        }
+        let name = nested_provider_name(hypervisor_hostname, &p.key);
+        let uuid = pci_provider_uuid(node_uuid, &name);
+        nested_provider.insert(p.key.clone(), uuid);
+        // Never below what is allocated here (an mdev parent that shrank).
+        let total = p.total.max(
+            nested_used
+                .get(&p.key)
+                .copied()
+                .unwrap_or(0)
+                .try_into()
+                .unwrap_or(i64::MAX),
+        );
+        providers.push(DesiredProvider {
+            uuid,
+            name,
+            parent: Some(node_uuid),
+            role: ProviderRole::Nested,
+            inventories: BTreeMap::from([(
+                p.class.as_str().to_string(),
+                DesiredInventory {
+                    total,
+                    reserved: 0,
+                    min_unit: 1,
+                    max_unit: p.max_unit.min(total),
+                    step_size: 1,
+                    ratio: RatioRule::Fixed(1.0),
+                    floor_at_usage: true,
+                },
+            )]),
+            owned_classes: None,
+            traits: p.traits.clone(),
+            owned_traits: Some(p.traits.clone()),
+            aggregates: BTreeSet::new(),
+        });
+    }
+    (providers, nested_provider)
+}
+
+/// provider.yaml's additional inventories and traits, on the providers they name (the compute
+/// node for `$COMPUTE_NODE`; others by uuid or name). Entries naming no provider, or a class the
+/// provider already has, were warned about with the view and are left out here.
+pub fn merge_provider_configs(providers: &mut [DesiredProvider], configs: &ProviderConfigs) {
+    for c in &configs.providers {
+        let target = match &c.target {
+            ProviderTarget::ComputeNode => Some(0),
+            ProviderTarget::Uuid(u) => providers.iter().position(|p| p.uuid == *u),
+            ProviderTarget::Name(n) => providers.iter().position(|p| &p.name == n),
+        };
+        let Some(p) = target.and_then(|i| providers.get_mut(i)) else {
+            continue;
+        };
+        if p.role == ProviderRole::Sharing {
+            continue;
+        }
+        for (class, inv) in &c.inventories {
+            if p.inventories.contains_key(class) {
+                continue;
+            }
+            p.inventories.insert(
+                class.clone(),
+                DesiredInventory {
+                    total: inv.total,
+                    reserved: inv.reserved,
+                    min_unit: inv.min_unit,
+                    max_unit: inv.max_unit.unwrap_or(inv.total),
+                    step_size: inv.step_size,
+                    ratio: RatioRule::Fixed(inv.allocation_ratio),
+                    floor_at_usage: false,
+                },
+            );
+            if let Some(owned) = p.owned_classes.as_mut() {
+                owned.insert(class.clone());
+            }
+        }
+        for t in &c.traits {
+            p.traits.insert(t.clone());
+            if let Some(owned) = p.owned_traits.as_mut() {
+                owned.insert(t.clone());
+            }
+        }
+    }
+}
