@@ -2045,3 +2045,115 @@ async fn vgpu_sev_and_provider_yaml_providers_are_what_nova_makes() {
         .contains("cmp-v_pci_0000_84_00_0"));
     assert_placement_matches(&raw, &d2).await;
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_root_an_older_nova_compute_left_with_vgpu_and_sev_is_reshaped_keeping_allocations() {
+    let Some(srv) = server("reshape") else {
+        return;
+    };
+    let raw = srv.client();
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut cfg, inv) = vgpu_tree(&srv, &tmp.path().join("host"));
+    cfg.placement.report_allocations = Some(false);
+    cfg.provider_configs = Default::default();
+    let node = Uuid::new_v4();
+    // What a pre-Stein nova-compute left: VGPU (and an old SEV count) on the compute node, with
+    // three instances allocated against it.
+    let (s, v) = raw
+        .send(
+            reqwest::Method::POST,
+            "/resource_providers",
+            Some(json!({"uuid": node.to_string(), "name": "cmp-r"})),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let (s, v) = raw
+        .put(
+            &format!("/resource_providers/{node}/inventories"),
+            json!({"resource_provider_generation": 0, "inventories": {
+                "VCPU": {"total": 32}, "MEMORY_MB": {"total": 131072},
+                "VGPU": {"total": 32}, "MEM_ENCRYPTION_CONTEXT": {"total": 15}}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let consumers: Vec<(Uuid, Value)> = vec![
+        (
+            Uuid::new_v4(),
+            json!({"VCPU": 1, "MEMORY_MB": 512, "VGPU": 1}),
+        ),
+        (
+            Uuid::new_v4(),
+            json!({"VCPU": 2, "MEMORY_MB": 1024, "VGPU": 2}),
+        ),
+        (
+            Uuid::new_v4(),
+            json!({"VCPU": 1, "MEMORY_MB": 2048, "MEM_ENCRYPTION_CONTEXT": 1}),
+        ),
+    ];
+    for (c, r) in &consumers {
+        let (s, v) = raw
+            .put(
+                &format!("/allocations/{c}"),
+                json!({"allocations": {node.to_string(): {"resources": r}},
+                       "project_id": "p", "user_id": "u", "consumer_generation": null,
+                       "consumer_type": "INSTANCE"}),
+            )
+            .await;
+        assert_eq!(s, 204, "{v}");
+    }
+    let d = DesiredState::build(
+        &named_view(&inv, &cfg, "cmp-r", node),
+        &cfg,
+        node,
+        "cmp-r",
+        false,
+        &[],
+    )
+    .unwrap();
+    let mut r = reporter(&cfg);
+    let o = r.report(&d).await.unwrap();
+    eprintln!("MEASURE reshape: {} ({:?})", o.requests, o.reshaped);
+    assert_eq!(o.requests.get("reshape"), 1, "{}", o.requests);
+    let mut moved = o.reshaped.clone();
+    moved.sort();
+    assert_eq!(moved, ["MEM_ENCRYPTION_CONTEXT", "VGPU"]);
+    // The compute node holds neither class any more; every allocation is still there, its
+    // VGPU and context on the children, the rest on the compute node.
+    let root = raw
+        .get(&format!("/resource_providers/{node}/inventories"))
+        .await;
+    let root = root["inventories"].as_object().unwrap();
+    assert!(!root.contains_key("VGPU") && !root.contains_key("MEM_ENCRYPTION_CONTEXT"));
+    let child_of = |name: &str| d.providers.iter().find(|p| p.name == name).unwrap().uuid;
+    let mut vgpus = 0;
+    for (c, before) in &consumers {
+        let a = raw.get(&format!("/allocations/{c}")).await;
+        let a = a["allocations"].as_object().unwrap();
+        assert_eq!(
+            a[&node.to_string()]["resources"]["VCPU"],
+            before["VCPU"],
+            "{c}"
+        );
+        assert!(a[&node.to_string()]["resources"].get("VGPU").is_none());
+        for (rp, e) in a {
+            if let Some(n) = e["resources"].get("VGPU") {
+                let gpus = [
+                    child_of("cmp-r_pci_0000_84_00_0").to_string(),
+                    child_of("cmp-r_pci_0000_85_00_0").to_string(),
+                ];
+                assert!(gpus.contains(rp), "VGPU of {c} on {rp}");
+                vgpus += n.as_u64().unwrap();
+            }
+        }
+        if before.get("MEM_ENCRYPTION_CONTEXT").is_some() {
+            let sev = child_of("cmp-r_amd_sev").to_string();
+            assert_eq!(a[&sev]["resources"]["MEM_ENCRYPTION_CONTEXT"], 1, "{c}");
+        }
+    }
+    assert_eq!(vgpus, 3);
+    // Then the tree is as rtrack describes it, and nothing more is sent.
+    r.report(&d).await.unwrap();
+    assert_placement_matches(&raw, &d).await;
+    let o = r.report(&d).await.unwrap();
+    assert_eq!(o.requests.total(), 0, "{}", o.requests);
+}

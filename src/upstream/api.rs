@@ -146,6 +146,13 @@ pub trait PlacementApi {
         generation: Option<u64>,
         owner: Option<&(String, String, String)>,
     ) -> Result<(), UpstreamError>;
+    /// `POST /reshaper` (1.30): in one transaction, the providers' inventories (generation and
+    /// records) and the consumers' whole allocations replaced.
+    async fn reshape(
+        &mut self,
+        inventories: &BTreeMap<Uuid, (u64, BTreeMap<String, InventoryRecord>)>,
+        allocations: &BTreeMap<Uuid, ConsumerAllocations>,
+    ) -> Result<(), UpstreamError>;
     /// `PUT /resource_classes/{name}`.
     async fn ensure_resource_class(&mut self, name: &str) -> Result<(), UpstreamError>;
     /// `PUT /traits/{name}`.

@@ -494,6 +494,55 @@ impl PlacementApi for HttpPlacement {
         Ok(())
     }
 
+    async fn reshape(
+        &mut self,
+        inventories: &BTreeMap<Uuid, (u64, BTreeMap<String, InventoryRecord>)>,
+        allocations: &BTreeMap<Uuid, ConsumerAllocations>,
+    ) -> Result<(), UpstreamError> {
+        let inventories: BTreeMap<Uuid, Value> = inventories
+            .iter()
+            .map(|(rp, (generation, inv))| {
+                (
+                    *rp,
+                    json!({"resource_provider_generation": generation, "inventories": inv}),
+                )
+            })
+            .collect();
+        let with_type = self.version_at_least((1, 38));
+        let allocations: BTreeMap<Uuid, Value> = allocations
+            .iter()
+            .map(|(c, a)| {
+                let (project, user, ctype) = a
+                    .owner
+                    .clone()
+                    .unwrap_or_else(|| ("unknown".into(), "unknown".into(), String::new()));
+                let per_rp: BTreeMap<Uuid, Value> = a
+                    .resources
+                    .iter()
+                    .map(|(rp, r)| (*rp, json!({"resources": r})))
+                    .collect();
+                let mut body = json!({
+                    "allocations": per_rp,
+                    "project_id": project,
+                    "user_id": user,
+                    "consumer_generation": a.generation,
+                });
+                if with_type {
+                    body["consumer_type"] = json!(if ctype.is_empty() {
+                        "INSTANCE".to_string()
+                    } else {
+                        ctype
+                    });
+                }
+                (*c, body)
+            })
+            .collect();
+        let body = json!({"inventories": inventories, "allocations": allocations});
+        self.call("reshape", Method::POST, "/reshaper", &[], Some(&body), &[])
+            .await?;
+        Ok(())
+    }
+
     async fn ensure_resource_class(&mut self, name: &str) -> Result<(), UpstreamError> {
         let path = format!("/resource_classes/{name}");
         self.call("put_resource_class", Method::PUT, &path, &[], None, &[])

@@ -15,18 +15,19 @@
 //! - Transport errors, timeouts and 5xx: the cache is dropped and reports are skipped for an
 //!   exponentially growing, capped, jittered time ([`Backoff`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
 mod adopt;
 mod refresh;
+pub mod reshape;
 
 use crate::config::upstream::PlacementSettings;
 use crate::upstream::api::{PlacementApi, RequestCounts};
 use crate::upstream::backoff::{conflict_pause, Backoff};
-use crate::upstream::desired::DesiredState;
+use crate::upstream::desired::{DesiredState, ProviderRole};
 use crate::upstream::plan::{plan, Action, CachedConsumer, CachedProvider, ProviderCache};
 use crate::upstream::UpstreamError;
 
@@ -79,6 +80,8 @@ pub struct ReportOutcome {
     /// vGPU and encryption providers nova-compute left, reported under their uuids: rtrack's
     /// derived uuid -> theirs (looked up again at every report; the caller tells the tracker).
     pub adopted_nested_providers: std::collections::BTreeMap<Uuid, Uuid>,
+    /// Classes moved from the compute node to its children with the reshaper this cycle.
+    pub reshaped: Vec<String>,
 }
 
 /// Why applying a plan stopped.
@@ -223,10 +226,10 @@ impl<P: PlacementApi> Reporter<P> {
         for attempt in 1..=tries {
             let actions = plan(desired, &self.cache);
             if actions.is_empty() {
-                return Ok(());
+                break;
             }
             match self.apply(actions, outcome).await {
-                Ok(()) => return Ok(()),
+                Ok(()) => break,
                 Err(Stop::Fatal(e)) => return Err(e),
                 Err(Stop::Conflict(target)) => {
                     outcome.conflicts += 1;
@@ -250,6 +253,57 @@ impl<P: PlacementApi> Reporter<P> {
                 }
             }
         }
+        let classes = reshape::classes_to_reshape(desired, &self.cache);
+        if !classes.is_empty() {
+            self.reshape(desired, &classes, outcome).await?;
+        }
+        Ok(())
+    }
+
+    /// Moves `classes` from the compute node to its children with their allocations (see
+    /// [`reshape`]); the cache is read again at the next cycle.
+    async fn reshape(
+        &mut self,
+        desired: &DesiredState,
+        classes: &[String],
+        outcome: &mut ReportOutcome,
+    ) -> Result<(), UpstreamError> {
+        let root = desired.root;
+        let mut consumers = BTreeMap::new();
+        for c in self.api.provider_consumers(root).await? {
+            consumers.insert(c, self.api.get_consumer(c).await?);
+        }
+        let moved = match reshape::moved_allocations(desired, &self.cache, classes, &consumers) {
+            Ok(m) => m,
+            Err(why) => {
+                tracing::warn!(target: "rtrack::upstream", classes = ?classes, "cannot move the compute node's inventory to its children: {why}; retried next cycle");
+                return Ok(());
+            }
+        };
+        let mut inventories = BTreeMap::new();
+        if let Some(r) = self.cache.providers.get(&root) {
+            let mut inv = r.inventories.clone();
+            inv.retain(|class, _| !classes.contains(class));
+            inventories.insert(root, (r.generation, inv));
+        }
+        for p in desired.providers.iter().filter(|p| {
+            p.role == ProviderRole::Nested && classes.iter().any(|c| p.inventories.contains_key(c))
+        }) {
+            if let Some(c) = self.cache.providers.get(&p.uuid) {
+                inventories.insert(p.uuid, (c.generation, c.inventories.clone()));
+            }
+        }
+        match self.api.reshape(&inventories, &moved).await {
+            Ok(()) => {}
+            Err(e) if e.status() == Some(403) => {
+                tracing::warn!(target: "rtrack::upstream", error = %e, "Placement refuses the reshaper to rtrack's user: give it the service role (as nova-compute's user has); the compute node keeps its old inventory meanwhile");
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        }
+        tracing::info!(target: "rtrack::upstream", classes = ?classes, consumers = moved.len(), "moved the compute node's inventory and its allocations to the children (Placement's reshaper)");
+        outcome.reshaped.extend(classes.iter().cloned());
+        self.invalidate();
         Ok(())
     }
 

@@ -32,6 +32,19 @@ impl<P: PlacementApi> Reporter<P> {
                 infos.push(info);
             }
         }
+        // Classes the compute node may still hold from an older nova-compute that rtrack
+        // reports on children: their usage decides whether a reshape is needed.
+        let root_classes = desired
+            .provider(desired.root)
+            .map(|p| p.inventories.keys().collect::<BTreeSet<_>>())
+            .unwrap_or_default();
+        let moving: BTreeSet<&String> = desired
+            .providers
+            .iter()
+            .filter(|p| p.role == ProviderRole::Nested)
+            .flat_map(|p| p.inventories.keys())
+            .filter(|c| !root_classes.contains(c))
+            .collect();
         for info in infos {
             let mut p = CachedProvider {
                 uuid: info.uuid,
@@ -41,6 +54,14 @@ impl<P: PlacementApi> Reporter<P> {
                 ..Default::default()
             };
             self.read_provider_parts(&mut p).await?;
+            let nested = desired
+                .provider(p.uuid)
+                .is_some_and(|d| d.role == ProviderRole::Nested);
+            let old_root =
+                p.uuid == desired.root && p.inventories.keys().any(|c| moving.contains(c));
+            if p.usages.is_empty() && (nested || old_root) {
+                p.usages = self.api.get_usages(p.uuid).await?;
+            }
             cache.providers.insert(p.uuid, p);
         }
         if desired.allocations.is_some() {
