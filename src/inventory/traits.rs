@@ -30,6 +30,13 @@ pub const HW_PCI_LIVE_MIGRATABLE: &str = "HW_PCI_LIVE_MIGRATABLE";
 pub const HW_PCI_ONE_TIME_USE: &str = "HW_PCI_ONE_TIME_USE";
 /// On a sharing provider: its inventory is shared with the members of its aggregates.
 pub const MISC_SHARES_VIA_AGGREGATE: &str = "MISC_SHARES_VIA_AGGREGATE";
+/// On the compute node and the children made for it: nova-compute's mark (rtrack stands in).
+pub const OWNER_NOVA: &str = "OWNER_NOVA";
+/// The tracker applies the `socket` PCI NUMA affinity policy (Nova's libvirt driver: always).
+pub const COMPUTE_SOCKET_PCI_NUMA_AFFINITY: &str = "COMPUTE_SOCKET_PCI_NUMA_AFFINITY";
+/// Remote-managed (smart NIC) ports can be claimed: a device spec tracks such VFs (Nova sets it
+/// when its PCI pools hold remote-managed devices).
+pub const COMPUTE_REMOTE_MANAGED_PORTS: &str = "COMPUTE_REMOTE_MANAGED_PORTS";
 
 /// Placement's standard resource classes (os-resource-classes 1.1.0 `STANDARDS`).
 pub const STANDARD_RESOURCE_CLASSES: &[&str] = &[
@@ -162,10 +169,41 @@ pub fn owned_root_traits() -> BTreeSet<String> {
             .filter(|t| t.starts_with("HW_ARCH_"))
             .cloned(),
     );
-    for t in [COMPUTE_NODE, COMPUTE_STATUS_DISABLED, HW_CPU_HYPERTHREADING] {
+    for t in [
+        COMPUTE_NODE,
+        COMPUTE_STATUS_DISABLED,
+        HW_CPU_HYPERTHREADING,
+        OWNER_NOVA,
+        COMPUTE_SOCKET_PCI_NUMA_AFFINITY,
+        COMPUTE_REMOTE_MANAGED_PORTS,
+    ] {
         owned.insert(t.to_string());
     }
     owned
+}
+
+/// Standard traits a vGPU type's description justifies (NVIDIA's drivers write
+/// `num_heads=4, ..., max_resolution=4096x2160`): `HW_GPU_MAX_DISPLAY_HEADS_<n>` and
+/// `HW_GPU_RESOLUTION_W<w>H<h>`, when os-traits has them. Nova sets none on its vGPU providers.
+pub fn gpu_type_traits(description: Option<&str>) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for part in description.unwrap_or_default().split(',') {
+        let Some((key, value)) = part.split_once('=') else {
+            continue;
+        };
+        let candidate = match key.trim() {
+            "num_heads" => format!("HW_GPU_MAX_DISPLAY_HEADS_{}", value.trim()),
+            "max_resolution" => match value.trim().split_once('x') {
+                Some((w, h)) => format!("HW_GPU_RESOLUTION_W{}H{}", w.trim(), h.trim()),
+                None => continue,
+            },
+            _ => continue,
+        };
+        if standard_traits().contains(&candidate) {
+            out.insert(candidate);
+        }
+    }
+    out
 }
 
 /// os-traits' and os-resource-classes' `normalize_name`: runs of characters other than A-Z,
@@ -236,6 +274,21 @@ pub fn is_valid_custom(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_vgpu_types_description_gives_the_standard_traits_it_justifies() {
+        let t = gpu_type_traits(Some(
+            "num_heads=4, frl_config=60, framebuffer=2048M, max_resolution=2560x1600, max_instance=8",
+        ));
+        assert_eq!(
+            t.into_iter().collect::<Vec<_>>(),
+            ["HW_GPU_MAX_DISPLAY_HEADS_4", "HW_GPU_RESOLUTION_W2560H1600"]
+        );
+        // No such standard traits (3 heads; 4096x2160 is not in os-traits 3.9.0), or no text.
+        assert!(gpu_type_traits(Some("num_heads=3, max_resolution=4096x2160")).is_empty());
+        assert!(gpu_type_traits(Some("Intel GVT-g low_gm_size: 64MB")).is_empty());
+        assert!(gpu_type_traits(None).is_empty());
+    }
 
     #[test]
     fn every_table_trait_is_a_standard_trait() {

@@ -257,7 +257,18 @@ impl DesiredState {
                 )
             })
             .collect();
-        let mut root_traits = BTreeSet::from([traits::COMPUTE_NODE.to_string()]);
+        let mut root_traits = BTreeSet::from([
+            traits::COMPUTE_NODE.to_string(),
+            traits::OWNER_NOVA.to_string(),
+            traits::COMPUTE_SOCKET_PCI_NUMA_AFFINITY.to_string(),
+        ]);
+        if view
+            .tracked
+            .values()
+            .any(|d| d.tags.get("remote_managed").map(String::as_str) == Some("true"))
+        {
+            root_traits.insert(traits::COMPUTE_REMOTE_MANAGED_PORTS.to_string());
+        }
         let arch = inv.cpu.arch.as_deref().or(inv.host.arch.as_deref());
         if let Some(a) = arch {
             match traits::arch_trait(a) {
@@ -569,6 +580,25 @@ mod tests {
         let ctx = &sev.inventories["MEM_ENCRYPTION_CONTEXT"];
         assert_eq!((ctx.total, ctx.max_unit), (410, 1));
         assert!(sev.traits.contains("HW_CPU_X86_AMD_SEV"));
+        // What the host's facts justify: Nova's owner mark, and the display heads and largest
+        // resolution the type's description gives.
+        for t in [
+            "OWNER_NOVA",
+            "HW_GPU_MAX_DISPLAY_HEADS_2",
+            "HW_GPU_RESOLUTION_W2560H1600",
+        ] {
+            assert!(gpu0.traits.contains(t), "{t}: {:?}", gpu0.traits);
+        }
+        for t in [
+            "OWNER_NOVA",
+            "COMPUTE_SOCKET_PCI_NUMA_AFFINITY",
+            "COMPUTE_NODE",
+        ] {
+            assert!(d.providers[0].traits.contains(t), "{t}");
+        }
+        assert!(!d.providers[0]
+            .traits
+            .contains("COMPUTE_REMOTE_MANAGED_PORTS"));
         assert!(d.providers[4].traits.contains("HW_CPU_X86_AMD_SEV_ES"));
         // The allocation's VGPU goes to the second GPU's provider, the VCPU to the root.
         let a = &d.allocations.as_ref().unwrap()[&consumer.uuid];

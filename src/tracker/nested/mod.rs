@@ -247,17 +247,12 @@ fn vgpu_providers(
             })
             .count() as u64;
         *existing_per_type.entry(&t.type_id).or_default() += existing;
-        rows.push((
-            parent,
-            t,
-            existing,
-            offered.available_instances.unwrap_or(0),
-        ));
+        rows.push((parent, t, existing, offered));
     }
     let mut granted_per_type: BTreeMap<&str, u64> = BTreeMap::new();
     let mut out = Vec::new();
-    for (parent, t, existing, available) in rows {
-        let mut available = available;
+    for (parent, t, existing, offered) in rows {
+        let mut available = offered.available_instances.unwrap_or(0);
         if let Some(limit) = t.max_instances {
             let taken = existing_per_type[t.type_id.as_str()]
                 + granted_per_type
@@ -281,12 +276,14 @@ fn vgpu_providers(
         let Ok(class) = ResourceClass::from_name(&t.class) else {
             continue;
         };
+        let mut traits = crate::inventory::traits::gpu_type_traits(offered.description.as_deref());
+        traits.insert(crate::inventory::traits::OWNER_NOVA.to_string());
         out.push(NestedProvider {
             key: NestedKey::Mdev(parent.address.clone()),
             class,
             total,
             max_unit: total,
-            traits: BTreeSet::new(),
+            traits,
             mdev_type: Some(t.type_id.clone()),
         });
     }
@@ -317,7 +314,10 @@ fn encryption_providers(
                 class: ResourceClass::MemEncryptionContext,
                 total: i64::try_from(n).unwrap_or(i64::MAX),
                 max_unit: 1,
-                traits: BTreeSet::from([model.trait_name().to_string()]),
+                traits: BTreeSet::from([
+                    model.trait_name().to_string(),
+                    crate::inventory::traits::OWNER_NOVA.to_string(),
+                ]),
                 mdev_type: None,
             }),
             None => warnings.push(format!(
