@@ -36,6 +36,29 @@ pub(super) fn claim_line(c: &Value) -> String {
     if !devices.is_empty() {
         let _ = write!(s, " PCI {}", devices.join(","));
     }
+    // vGPUs: each mdev with its parent, `new` when the hypervisor side is to create it.
+    let mdevs: Vec<String> = c["mdevs"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|m| {
+                    format!(
+                        "{}@{}{}",
+                        m["uuid"].as_str().unwrap_or("?"),
+                        m["parent"].as_str().unwrap_or("?"),
+                        if m["existing"] == Value::Bool(false) {
+                            "(new)"
+                        } else {
+                            ""
+                        }
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if !mdevs.is_empty() {
+        let _ = write!(s, " MDEV {}", mdevs.join(","));
+    }
     s
 }
 
