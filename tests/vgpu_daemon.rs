@@ -193,6 +193,44 @@ fn vgpus_contexts_and_custom_classes_are_claimed_refused_and_freed() {
 }
 
 #[test]
+fn vgpus_go_where_placement_put_them_by_the_allocation_or_the_request_groups() {
+    let h = host("[devices]\nenabled_mdev_types = [\"nvidia-35\"]\n");
+    let d = Daemon::start_with(Path::new(RTRACKD), &h.dir, &h.config, &[]);
+    let (_, node) = d.call("GET", "/v1/compute-node", None);
+    let node = uuid::Uuid::parse_str(node["nova_object.data"]["uuid"].as_str().unwrap()).unwrap();
+    // rtrack's uuid for the second GPU's provider (no nova-compute left one).
+    let second = uuid::Uuid::new_v5(&node, b"cmp1_pci_0000_85_00_0").to_string();
+    // Placement's allocation in the body.
+    let mut body = claim_body(&uuid(1), &[("resources:VGPU", "1")]);
+    body["allocations"] = json!({second.clone(): {"resources": {"VGPU": 1, "VCPU": 1}}});
+    let (s, v) = d.call("POST", "/v1/claims", Some(&body));
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(v["mdevs"][0]["parent"], "0000:85:00.0");
+    // The RequestSpec's request group, mapped to its provider by the scheduler.
+    let mut body = claim_body(&uuid(2), &[("resources1:VGPU", "1")]);
+    body["request_spec"]["nova_object.data"]["requested_resources"] = json!([{
+        "nova_object.name": "RequestGroup", "nova_object.namespace": "nova",
+        "nova_object.version": "1.3", "nova_object.data": {
+            "use_same_provider": true, "resources": {"VGPU": 1}, "provider_uuids": [second]}}]);
+    let (s, v) = d.call("POST", "/v1/claims", Some(&body));
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(v["mdevs"][0]["parent"], "0000:85:00.0");
+    // A provider that is not one of this host's vGPU parents: 409, nothing claimed.
+    let mut body = claim_body(&uuid(3), &[("resources:VGPU", "1")]);
+    body["allocations"] = json!({node.to_string(): {"resources": {"VGPU": 1}}});
+    let (s, v) = d.call("POST", "/v1/claims", Some(&body));
+    assert_eq!(s, 409, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&node.to_string()),
+        "{v}"
+    );
+    assert_eq!(used(&d, "VGPU"), (2, 32));
+}
+
+#[test]
 fn a_type_the_host_does_not_offer_is_refused_naming_the_key() {
     let h = host("[devices]\nenabled_mdev_types = [\"nvidia-99\"]\n");
     std::fs::create_dir_all(&h.dir).unwrap();

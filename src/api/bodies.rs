@@ -444,6 +444,9 @@ impl ClaimBody {
         )?;
         let mut info = instance_info(self.instance.as_ref(), &spec, uuid)?;
         info.allocations = parse_allocations(self.allocations.as_ref())?;
+        if info.allocations.is_empty() {
+            info.allocations = crate::tracker::request::group_allocations(&spec);
+        }
         Ok(ParsedClaim { info, request })
     }
 }
@@ -492,6 +495,9 @@ impl MigrationBody {
         )?;
         let mut info = instance_info(self.instance.as_ref(), &spec, uuid)?;
         info.allocations = parse_allocations(self.allocations.as_ref())?;
+        if info.allocations.is_empty() {
+            info.allocations = crate::tracker::request::group_allocations(&spec);
+        }
         let current = match &self.current {
             None => None,
             Some(c) => {

@@ -404,6 +404,49 @@ pub fn apply_provider_mapping(
     Ok(())
 }
 
+/// The RequestSpec's request groups that carry their own resources of classes rtrack places
+/// below the compute node (a `VGPU` group, say) and the provider Placement allocated each from,
+/// as provider -> class -> amount; groups of ports and PCI requests (with a `requester_id`) are
+/// the PCI mapping's. Malformed groups are skipped: the claim's `allocations` say the same.
+pub fn group_allocations(
+    spec: &Versioned<RequestSpec>,
+) -> BTreeMap<uuid::Uuid, BTreeMap<crate::inventory::resources::ResourceClass, i64>> {
+    let mut out: BTreeMap<uuid::Uuid, BTreeMap<_, i64>> = BTreeMap::new();
+    let Some(groups) = spec.obj.requested_resources.get() else {
+        return out;
+    };
+    for g in groups {
+        let g = &g.obj.data;
+        if g.get("requester_id").is_some_and(|r| !r.is_null()) {
+            continue;
+        }
+        let Some(rp) = g
+            .get("provider_uuids")
+            .and_then(|p| p.as_array())
+            .and_then(|p| p.first())
+            .and_then(|p| p.as_str())
+            .and_then(|p| uuid::Uuid::parse_str(p).ok())
+        else {
+            continue;
+        };
+        let Some(resources) = g.get("resources").and_then(|r| r.as_object()) else {
+            continue;
+        };
+        for (name, amount) in resources {
+            let (Ok(class), Some(n)) = (
+                crate::inventory::resources::ResourceClass::from_name(name),
+                amount.as_i64(),
+            ) else {
+                continue;
+            };
+            if class.is_extra() && n > 0 {
+                *out.entry(rp).or_default().entry(class).or_default() += n;
+            }
+        }
+    }
+    out
+}
+
 /// The instance request in a RequestSpec.
 pub fn from_request_spec(
     spec: &Versioned<RequestSpec>,
