@@ -513,6 +513,17 @@ mod tests {
         Config::parse(text, f).unwrap().validate(f).unwrap()
     }
 
+    /// An instance of project p and user u holding `resources`.
+    fn instance_consumer<const N: usize>(resources: [(ResourceKey, u64); N]) -> Consumer {
+        Consumer {
+            uuid: Uuid::new_v4(),
+            project_id: "p".into(),
+            user_id: "u".into(),
+            consumer_type: CONSUMER_INSTANCE.into(),
+            resources: BTreeMap::from(resources),
+        }
+    }
+
     fn host() -> crate::probes::HostInventory {
         let dir = tempfile::tempdir().unwrap();
         rtrack_fixtures::synthetic::SyntheticHost::small().write(dir.path());
@@ -539,16 +550,10 @@ mod tests {
         let node = Uuid::new_v4();
         let view = HostView::of_config(inv, &c);
         let gpu = NestedKey::Mdev("0000:85:00.0".into());
-        let consumer = Consumer {
-            uuid: Uuid::new_v4(),
-            project_id: "p".into(),
-            user_id: "u".into(),
-            consumer_type: CONSUMER_INSTANCE.into(),
-            resources: BTreeMap::from([
-                (ResourceKey::Host("VCPU".into()), 1),
-                (ResourceKey::Nested(gpu.clone(), "VGPU".into()), 2),
-            ]),
-        };
+        let consumer = instance_consumer([
+            (ResourceKey::Host("VCPU".into()), 1),
+            (ResourceKey::Nested(gpu.clone(), "VGPU".into()), 2),
+        ]);
         let d = DesiredState::build(
             &view,
             &c,
@@ -730,17 +735,11 @@ resource_class = "nvme disk"
         );
         let node = Uuid::new_v4();
         let nvme = PciAddress::parse("0000:01:00.0").unwrap();
-        let consumer = Consumer {
-            uuid: Uuid::new_v4(),
-            project_id: "p".into(),
-            user_id: "u".into(),
-            consumer_type: CONSUMER_INSTANCE.into(),
-            resources: BTreeMap::from([
-                (ResourceKey::Host("VCPU".into()), 2),
-                (ResourceKey::Host("DISK_GB".into()), 10),
-                (ResourceKey::PciDevice(nvme), 1),
-            ]),
-        };
+        let consumer = instance_consumer([
+            (ResourceKey::Host("VCPU".into()), 2),
+            (ResourceKey::Host("DISK_GB".into()), 10),
+            (ResourceKey::PciDevice(nvme), 1),
+        ]);
         // Two consumers claiming the one device (a stale claim): total follows usage.
         let other = Consumer {
             uuid: Uuid::new_v4(),
