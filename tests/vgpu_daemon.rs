@@ -106,12 +106,13 @@ fn vgpus_contexts_and_custom_classes_are_claimed_refused_and_freed() {
         "{text}"
     );
 
-    // The API: 30 more, on both GPUs; the claim lists its mdevs, new ones marked.
+    // The API: 16 on the other GPU (the freest; one request takes one parent), then 14 on the
+    // first. The claim lists its mdevs, new ones marked.
     let b = uuid(2);
     let (s, v) = d.call(
         "POST",
         "/v1/claims",
-        Some(&claim_body(&b, &[("resources:VGPU", "30")])),
+        Some(&claim_body(&b, &[("resources:VGPU", "16")])),
     );
     assert_eq!(s, 201, "{v}");
     check_shape(
@@ -123,10 +124,16 @@ fn vgpus_contexts_and_custom_classes_are_claimed_refused_and_freed() {
     let (s, shown) = d.call("GET", &format!("/v1/claims/{b}"), None);
     assert_eq!(s, 200);
     let mdevs = shown["mdevs"].as_array().unwrap();
-    assert_eq!(mdevs.len(), 30);
-    assert!(mdevs
-        .iter()
-        .all(|m| m["type"] == "nvidia-35" && m["existing"] == false));
+    assert_eq!(mdevs.len(), 16);
+    assert!(mdevs.iter().all(|m| m["type"] == "nvidia-35"
+        && m["existing"] == false
+        && m["parent"] == "0000:85:00.0"));
+    let (s, v) = d.call(
+        "POST",
+        "/v1/claims",
+        Some(&claim_body(&uuid(4), &[("resources:VGPU", "14")])),
+    );
+    assert_eq!(s, 201, "{v}");
     assert_eq!(used(&d, "VGPU"), (32, 32));
 
     // Full: refused with the class and the numbers, nothing changed.

@@ -440,7 +440,8 @@ pub fn group_allocations(
                 continue;
             };
             if class.is_extra() && n > 0 {
-                *out.entry(rp).or_default().entry(class).or_default() += n;
+                let e = out.entry(rp).or_default().entry(class).or_default();
+                *e = e.saturating_add(n);
             }
         }
     }

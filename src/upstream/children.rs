@@ -98,6 +98,62 @@ pub fn nested_children(
             aggregates: BTreeSet::new(),
         });
     }
+    // A parent or model that is gone while claims still hold units there: its child stays,
+    // holding what is allocated, until they are released (deleting it would drop them).
+    let mut gone: BTreeMap<(&NestedKey, &String), u64> = BTreeMap::new();
+    for c in consumers {
+        for (key, amount) in &c.resources {
+            if let ResourceKey::Nested(k, class) = key {
+                if !matches!(k, NestedKey::Operator { .. })
+                    && !view.nested.iter().any(|p| &p.key == k)
+                {
+                    *gone.entry((k, class)).or_default() += amount;
+                }
+            }
+        }
+    }
+    for ((k, class), used) in gone {
+        let name = nested_provider_name(hypervisor_hostname, k);
+        let uuid = pci_provider_uuid(node_uuid, &name);
+        nested_provider.insert(k.clone(), uuid);
+        let total = i64::try_from(used).unwrap_or(i64::MAX);
+        if let Some(p) = providers.iter_mut().find(|p| p.uuid == uuid) {
+            p.inventories
+                .entry(class.clone())
+                .or_insert(DesiredInventory {
+                    total,
+                    reserved: 0,
+                    min_unit: 1,
+                    max_unit: total,
+                    step_size: 1,
+                    ratio: RatioRule::Fixed(1.0),
+                    floor_at_usage: true,
+                });
+            continue;
+        }
+        providers.push(DesiredProvider {
+            uuid,
+            name,
+            parent: Some(node_uuid),
+            role: ProviderRole::Nested,
+            inventories: BTreeMap::from([(
+                class.clone(),
+                DesiredInventory {
+                    total,
+                    reserved: 0,
+                    min_unit: 1,
+                    max_unit: total,
+                    step_size: 1,
+                    ratio: RatioRule::Fixed(1.0),
+                    floor_at_usage: true,
+                },
+            )]),
+            owned_classes: None,
+            traits: BTreeSet::new(),
+            owned_traits: Some(BTreeSet::new()),
+            aggregates: BTreeSet::new(),
+        });
+    }
     (providers, nested_provider)
 }
 
@@ -108,7 +164,11 @@ pub fn merge_provider_configs(providers: &mut [DesiredProvider], configs: &Provi
     for c in &configs.providers {
         let target = match &c.target {
             ProviderTarget::ComputeNode => Some(0),
-            ProviderTarget::Uuid(u) => providers.iter().position(|p| p.uuid == *u),
+            // The tracker counts a uuid as the compute node's only; children go by name.
+            ProviderTarget::Uuid(u) => providers
+                .first()
+                .is_some_and(|root| root.uuid == *u)
+                .then_some(0),
             ProviderTarget::Name(n) => providers.iter().position(|p| &p.name == n),
         };
         let Some(p) = target.and_then(|i| providers.get_mut(i)) else {

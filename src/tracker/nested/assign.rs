@@ -5,11 +5,11 @@
 //! [`NestedAllocation`], or why not. Pure.
 //!
 //! Placement's choice is followed when it is given (Nova's `_allocate_mdevs` takes the parent
-//! from the allocation's provider). Otherwise the parent with the most free units comes first,
-//! and a request larger than one parent's free units continues on the next (Placement may
-//! spread an unnumbered group over the tree). Each vGPU unit gets an mdev of the parent's type
-//! that exists and is not given to anyone (lowest uuid first; Nova pops an arbitrary one),
-//! else a new uuid for the hypervisor side to create it with.
+//! from the allocation's provider). Otherwise the units of a class go to the parent with the
+//! most free units that holds them all: Placement takes one class of one request group from
+//! one provider. Each vGPU unit gets an mdev of the parent's type that exists and is not given
+//! to anyone (lowest uuid first; Nova pops an arbitrary one), else a new uuid, distinct from
+//! every mdev given or present, for the hypervisor side to create it with.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -107,16 +107,16 @@ pub fn assign(
             .filter(|(_, n)| *n > 0)
             .collect();
         if !mapped.is_empty() {
-            let sum: i64 = mapped.iter().map(|(_, n)| n).sum();
+            let sum: i64 = mapped.iter().fold(0i64, |a, (_, n)| a.saturating_add(*n));
             if sum != amount {
                 return Err(AssignError::Mapping(format!(
-                    "Placement's allocation gives {sum} {class} but the flavor asks for {amount}"
+                    "Placement's allocation (allocations, or request_spec.requested_resources) gives {sum} {class} but the flavor asks for {amount}"
                 )));
             }
             for (key, n) in mapped {
                 let Some(p) = candidates.iter().find(|p| &p.key == key) else {
                     return Err(AssignError::Mapping(format!(
-                        "Placement's allocation puts {class} on the provider of {key}, which does not serve this request"
+                        "Placement's allocation (allocations, or request_spec.requested_resources) puts {class} on the provider of {key}, which does not serve this request"
                     )));
                 };
                 let f = free(p);
@@ -139,38 +139,33 @@ pub fn assign(
             }
             continue;
         }
+        // Placement takes one class of one request group from one provider (and Nova's
+        // `_allocate_mdevs` creates a guest's vGPUs on one parent): the freest that holds it all.
         let mut order = candidates.clone();
         order.sort_by(|a, b| free(b).cmp(&free(a)).then_with(|| a.key.cmp(&b.key)));
-        let mut left = amount;
-        for p in &order {
-            if left == 0 {
-                break;
-            }
-            let take = left.min(free(p)).min(p.max_unit);
-            if take <= 0 {
-                continue;
-            }
-            units.push(NestedUnits {
+        match order
+            .iter()
+            .find(|p| free(p) >= amount && p.max_unit >= amount)
+        {
+            Some(p) => units.push(NestedUnits {
                 provider: p.key.clone(),
                 class: class.clone(),
-                amount: take,
-            });
-            left -= take;
-        }
-        if left > 0 {
-            let total: i64 = candidates.iter().map(|p| p.total).sum();
-            let used: i64 = candidates.iter().map(|p| p.total - free(p)).sum();
-            let max_unit = candidates.iter().map(|p| p.max_unit).max().unwrap_or(0);
-            let names: Vec<String> = candidates.iter().map(|p| p.key.to_string()).collect();
-            shortfalls.push(shortfall(
-                class,
-                names.join(", "),
                 amount,
-                used,
-                total,
-                max_unit,
-            ));
-            units.retain(|u| &u.class != class);
+            }),
+            None => {
+                let total: i64 = candidates.iter().map(|p| p.total).sum();
+                let used: i64 = candidates.iter().map(|p| p.total - free(p)).sum();
+                let max_unit = candidates.iter().map(|p| p.max_unit).max().unwrap_or(0);
+                let names: Vec<String> = candidates.iter().map(|p| p.key.to_string()).collect();
+                shortfalls.push(shortfall(
+                    class,
+                    names.join(", "),
+                    amount,
+                    used,
+                    total,
+                    max_unit,
+                ));
+            }
         }
     }
     if !shortfalls.is_empty() {
@@ -213,17 +208,28 @@ fn give_mdevs(
             .collect();
         free_existing.sort_unstable();
         let mut existing = free_existing.into_iter();
-        for i in 0..u.amount {
+        let mut next = 0u64;
+        for _ in 0..u.amount {
             let (uuid, was) = match existing.next() {
                 Some(e) => (e.to_string(), true),
-                None => (
-                    uuid::Uuid::new_v5(
-                        &uuid::Uuid::NAMESPACE_OID,
-                        format!("rtrack-mdev/{}/{parent}/{i}", input.salt).as_bytes(),
-                    )
-                    .to_string(),
-                    false,
-                ),
+                None => {
+                    // Stable for the claim, and never one that is given or on the host already.
+                    let fresh = loop {
+                        let candidate = uuid::Uuid::new_v5(
+                            &uuid::Uuid::NAMESPACE_OID,
+                            format!("rtrack-mdev/{}/{parent}/{next}", input.salt).as_bytes(),
+                        )
+                        .to_string();
+                        next += 1;
+                        let taken = input.usage.mdevs.contains(&candidate)
+                            || given.contains(&candidate)
+                            || input.mdevs.devices.iter().any(|d| d.uuid == candidate);
+                        if !taken {
+                            break candidate;
+                        }
+                    };
+                    (fresh, false)
+                }
             };
             given.insert(uuid.clone());
             out.push(MdevGiven {

@@ -246,7 +246,8 @@ fn vgpu_providers(
                     && d.type_id.as_deref() == Some(t.type_id.as_str())
             })
             .count() as u64;
-        *existing_per_type.entry(&t.type_id).or_default() += existing;
+        let e = existing_per_type.entry(&t.type_id).or_default();
+        *e = e.saturating_add(existing);
         rows.push((parent, t, existing, offered));
     }
     let mut granted_per_type: BTreeMap<&str, u64> = BTreeMap::new();
@@ -254,11 +255,16 @@ fn vgpu_providers(
     for (parent, t, existing, offered) in rows {
         let mut available = offered.available_instances.unwrap_or(0);
         if let Some(limit) = t.max_instances {
-            let taken = existing_per_type[t.type_id.as_str()]
-                + granted_per_type
-                    .get(t.type_id.as_str())
-                    .copied()
-                    .unwrap_or(0);
+            let taken = existing_per_type
+                .get(t.type_id.as_str())
+                .copied()
+                .unwrap_or(0)
+                .saturating_add(
+                    granted_per_type
+                        .get(t.type_id.as_str())
+                        .copied()
+                        .unwrap_or(0),
+                );
             let left = limit.saturating_sub(taken);
             if available > left {
                 warnings.push(format!(
@@ -268,8 +274,9 @@ fn vgpu_providers(
                 available = left;
             }
         }
-        *granted_per_type.entry(&t.type_id).or_default() += available;
-        let total = i64::try_from(existing + available).unwrap_or(i64::MAX);
+        let g = granted_per_type.entry(&t.type_id).or_default();
+        *g = g.saturating_add(available);
+        let total = i64::try_from(existing.saturating_add(available)).unwrap_or(i64::MAX);
         if total == 0 {
             continue;
         }
@@ -355,27 +362,13 @@ pub fn class_inventory(
                 step_size: 1,
                 allocation_ratio: 1.0,
             });
-        e.total += p.total;
+        e.total = e.total.saturating_add(p.total);
     }
-    // A request can be split over providers of one class (Placement spreads an unnumbered
-    // group over the tree): the largest unit is the class's total, except where every
-    // provider caps its unit (encryption contexts: one per guest).
-    for class in nested
-        .iter()
-        .map(|p| p.class.clone())
-        .collect::<BTreeSet<_>>()
-    {
-        let caps: Vec<i64> = nested
-            .iter()
-            .filter(|p| p.class == class)
-            .map(|p| p.max_unit)
-            .collect();
-        if let Some(e) = all.get_mut(&class) {
-            e.max_unit = if caps.iter().all(|c| *c == 1) {
-                1
-            } else {
-                e.total
-            };
+    // One class of a request comes from one provider: the largest unit is the largest any
+    // provider of the class takes.
+    for p in nested {
+        if let Some(e) = all.get_mut(&p.class) {
+            e.max_unit = e.max_unit.max(p.max_unit);
         }
     }
     all

@@ -31,6 +31,9 @@ pub fn operator_providers(
 ) -> (Vec<NestedProvider>, Vec<(String, String)>) {
     let mut out = Vec::new();
     let mut problems = Vec::new();
+    // One provider named twice (by `$COMPUTE_NODE` and by its name, say): the first entry of a
+    // class wins, as the report merges it.
+    let mut seen: BTreeSet<(String, String)> = BTreeSet::new();
     for c in &configs.providers {
         let name = match &c.target {
             ProviderTarget::ComputeNode => Some(tree.root.to_string()),
@@ -55,9 +58,17 @@ pub fn operator_providers(
                 ));
                 continue;
             }
+            if !seen.insert((name.clone(), class.clone())) {
+                problems.push((
+                    format!("{}: {}.{class}", c.source.display(), c.target),
+                    format!("provider {name} already gets {class} from an earlier entry; this one is left out"),
+                ));
+                continue;
+            }
             let Ok(rc) = ResourceClass::from_name(class) else {
                 continue;
             };
+            // `as` saturates: a huge ratio gives i64::MAX, never a wrapped negative.
             let capacity = ((inv.total - inv.reserved) as f64 * inv.allocation_ratio).floor();
             let capacity = if capacity > 0.0 { capacity as i64 } else { 0 };
             out.push(NestedProvider {

@@ -159,7 +159,8 @@ fn the_class_inventory_adds_nested_units_to_the_root() {
     let p = nested_providers(&host(), &policy(&[("nvidia-35", &[], None)]), &mut w);
     let all = class_inventory(&BTreeMap::new(), &p);
     assert_eq!(all[&ResourceClass::Vgpu].total, 32);
-    assert_eq!(all[&ResourceClass::Vgpu].max_unit, 32);
+    // One request's vGPUs come from one parent: the largest unit is a parent's.
+    assert_eq!(all[&ResourceClass::Vgpu].max_unit, 16);
 }
 
 #[test]
@@ -231,25 +232,65 @@ fn vgpus_go_to_the_freest_parent_and_reuse_unassigned_mdevs() {
 }
 
 #[test]
-fn a_request_larger_than_any_parent_spreads_and_a_full_host_refuses_naming_parents() {
+fn a_request_takes_one_parent_and_one_no_parent_holds_is_refused_naming_them() {
     let h = host();
     let mut w = Vec::new();
     let p = nested_providers(&h, &policy(&[("nvidia-35", &[], None)]), &mut w);
-    let want = BTreeMap::from([(ResourceClass::Vgpu, 20)]);
     let usage = NestedUsage::default();
+    let want = BTreeMap::from([(ResourceClass::Vgpu, 12)]);
     let a = assign(&p, &input(&want, &usage, &h.mediated_devices)).unwrap();
-    let amounts: Vec<i64> = a.units.iter().map(|u| u.amount).collect();
-    assert_eq!(amounts, [16, 4]);
-    assert_eq!(a.mdevs.len(), 20);
-    let mut full = NestedUsage::default();
-    full.add(&a);
+    assert_eq!(a.units.len(), 1);
+    assert_eq!(a.units[0].amount, 12);
+    assert_eq!(a.mdevs.len(), 12);
+    let mut used = NestedUsage::default();
+    used.add(&a);
+    // 4 left on one parent, 16 on the other: 13 fits on the other only.
     let want = BTreeMap::from([(ResourceClass::Vgpu, 13)]);
-    let Err(AssignError::Shortfall(s)) = assign(&p, &input(&want, &full, &h.mediated_devices))
+    let b = assign(&p, &input(&want, &used, &h.mediated_devices)).unwrap();
+    assert_ne!(b.units[0].provider, a.units[0].provider);
+    used.add(&b);
+    // 4 and 3 left: 5 fits on neither, though 7 are free in all (Placement would not split it).
+    let want = BTreeMap::from([(ResourceClass::Vgpu, 5)]);
+    let Err(AssignError::Shortfall(s)) = assign(&p, &input(&want, &used, &h.mediated_devices))
     else {
         panic!("expected a shortfall");
     };
-    assert_eq!((s[0].requested, s[0].used, s[0].capacity), (13, 20, 32));
+    assert_eq!((s[0].requested, s[0].used, s[0].capacity), (5, 25, 32));
     assert!(s[0].provider.as_deref().unwrap().contains("0000:85:00.0"));
+}
+
+#[test]
+fn a_new_mdev_uuid_is_never_one_given_or_on_the_host() {
+    let mut h = host();
+    let mut w = Vec::new();
+    let p = nested_providers(&h, &policy(&[("nvidia-35", &[], None)]), &mut w);
+    let want = BTreeMap::from([(ResourceClass::Vgpu, 2)]);
+    // What a claim with this salt would be given on the second parent (no mdevs there)...
+    let mut full_first = NestedUsage::default();
+    full_first
+        .used
+        .insert(NestedKey::Mdev("0000:84:00.0".into()), 16);
+    let first = assign(&p, &input(&want, &full_first, &h.mediated_devices)).unwrap();
+    // ...is on the host now (created for that claim, then left when it was released), and one
+    // of them is given to someone else: the same salt must not give either again.
+    h.mediated_devices
+        .devices
+        .push(crate::probes::mdev::MdevDevice {
+            uuid: first.mdevs[0].uuid.clone(),
+            parent: Some("0000:84:00.0".into()),
+            type_id: Some("nvidia-99".into()),
+        });
+    let mut held = full_first.clone();
+    held.mdevs.insert(first.mdevs[1].uuid.clone());
+    let again = assign(&p, &input(&want, &held, &h.mediated_devices)).unwrap();
+    for m in &again.mdevs {
+        assert!(
+            !first.mdevs.iter().any(|f| f.uuid == m.uuid),
+            "{} given again",
+            m.uuid
+        );
+    }
+    assert_ne!(again.mdevs[0].uuid, again.mdevs[1].uuid);
 }
 
 #[test]

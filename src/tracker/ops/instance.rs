@@ -37,6 +37,8 @@ impl Tracker {
         };
         let usage_before = self.usage();
         let numa_before = self.numa_usage(&usage_before).overcommit(self.numa_host());
+        let nested_before = self.nested_conflicts(&usage_before);
+        let names = self.settings.names.clone();
         let used_before = usage_before.used;
         let Some(inst) = self.state.instances.get_mut(uuid) else {
             return Err(ClaimError::NotFound {
@@ -50,11 +52,22 @@ impl Tracker {
         if let Some(t) = &up.task_state {
             inst.task_state = if t.is_empty() { None } else { Some(t.clone()) };
         }
+        let was_here = crate::tracker::usage::on_node(inst, &names);
         if let Some(h) = &up.host {
             inst.host = Some(h.clone());
         }
         if let Some(n) = &up.node {
             inst.node = Some(n.clone());
+        }
+        // Moved here by its state (a live migration's end): it takes its new placements, as
+        // Nova's post-migration does.
+        if !was_here && crate::tracker::usage::on_node(inst, &names) {
+            if let Some(ctx) = &inst.migration_context {
+                if ctx.new_numa_topology.is_some() || ctx.new_nested.is_some() {
+                    inst.numa_topology = ctx.new_numa_topology.clone();
+                    inst.nested = ctx.new_nested.clone();
+                }
+            }
         }
         if up.apply_new_flavor {
             let Some(new) = inst.new_flavor.clone() else {
@@ -76,6 +89,7 @@ impl Tracker {
         // it must fit like one.
         let usage_after = self.usage();
         let numa_after = self.numa_usage(&usage_after).overcommit(self.numa_host());
+        let nested_after = self.nested_conflicts(&usage_after);
         let used_after = usage_after.used;
         let numa_new: Vec<String> = numa_after
             .into_iter()
@@ -88,6 +102,20 @@ impl Tracker {
                 message: format!(
                     "instance {uuid} counted again in this state would overcommit NUMA cells: {}",
                     numa_new.join("; ")
+                ),
+            });
+        }
+        let nested_new: Vec<String> = nested_after
+            .into_iter()
+            .filter(|c| !nested_before.contains(c))
+            .collect();
+        if !nested_new.is_empty() {
+            self.state.instances.insert(uuid.to_string(), before);
+            return Err(ClaimError::Conflict {
+                id: uuid.to_string(),
+                message: format!(
+                    "instance {uuid} counted again in this state would overcommit its vGPUs or encryption contexts: {}",
+                    nested_new.join("; ")
                 ),
             });
         }

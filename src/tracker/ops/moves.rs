@@ -505,6 +505,17 @@ impl Tracker {
         let (at_source, at_dest) = self.sides(&m);
         let mut changes = Changes::default();
         let names = self.settings.names.clone();
+        // A resize on this host is both sides: dropping the destination's claim clears the
+        // context the source needs to put the old placements back, so take it first.
+        let source_ctx = at_source
+            .then(|| {
+                self.state
+                    .instances
+                    .get(&m.instance_uuid)
+                    .and_then(|i| i.migration_context.clone())
+                    .filter(|c| c.migration_id == id)
+            })
+            .flatten();
         if at_dest {
             self.drop_move_claim(id, "reverted", &mut changes);
         } else {
@@ -519,7 +530,7 @@ impl Tracker {
                 if let Some(old) = inst.old_flavor.take() {
                     Arc::make_mut(&mut inst.request).flavor = old;
                 }
-                if let Some(ctx) = inst.migration_context.take() {
+                if let Some(ctx) = inst.migration_context.take().or(source_ctx) {
                     let request = Arc::make_mut(&mut inst.request);
                     request.pci_requests = ctx.old_pci_requests;
                     inst.numa_topology = ctx.old_numa_topology;

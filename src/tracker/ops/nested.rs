@@ -13,7 +13,7 @@ use crate::tracker::error::{ClaimError, ResourceShortfall};
 use crate::tracker::model::InstanceRequest;
 use crate::tracker::nested::assign::{assign, AssignError, AssignInput};
 use crate::tracker::nested::{NestedAllocation, NestedKey, NestedUsage};
-use crate::tracker::pci::providers::derived_provider_uuid;
+use crate::tracker::pci::providers::{derived_provider_uuid, provider_name};
 
 /// Units per nested provider and class.
 pub(crate) type NestedMapping = BTreeMap<NestedKey, BTreeMap<ResourceClass, i64>>;
@@ -27,22 +27,40 @@ impl Tracker {
         self.nested_adopted.clone_from(adopted);
     }
 
-    /// The uuid each nested provider is known by in Placement: nova-compute's when adopted,
-    /// else the one rtrack derives from the compute node and the provider's name.
+    /// The uuid each nested provider is known by in Placement: a vGPU parent's or an encryption
+    /// model's is nova-compute's when adopted, else the one rtrack derives from the compute node
+    /// and the provider's name; a provider.yaml class's is the uuid of the provider it names
+    /// (the compute node, such a child, or a PCI child), as the report puts it there.
     pub fn nested_provider_uuids(&self) -> BTreeMap<NestedKey, Uuid> {
         let node = Uuid::parse_str(&self.settings.node_uuid).unwrap_or_default();
+        let node_name = &self.settings.names.node;
+        let mut by_name: BTreeMap<String, Uuid> = BTreeMap::new();
+        by_name.insert(node_name.clone(), node);
+        for p in &self.view.nested {
+            if matches!(p.key, NestedKey::Operator { .. }) {
+                continue;
+            }
+            let name = format!("{node_name}_{}", p.key.name_suffix());
+            let derived = derived_provider_uuid(node, &name);
+            let uuid = self
+                .nested_adopted
+                .get(&derived)
+                .copied()
+                .unwrap_or(derived);
+            by_name.insert(name, uuid);
+        }
+        for (address, uuid) in self.pci_provider_uuids() {
+            by_name.insert(provider_name(node_name, &address), uuid);
+        }
         self.view
             .nested
             .iter()
-            .map(|p| {
-                let name = format!("{}_{}", self.settings.names.node, p.key.name_suffix());
-                let derived = derived_provider_uuid(node, &name);
-                let uuid = self
-                    .nested_adopted
-                    .get(&derived)
-                    .copied()
-                    .unwrap_or(derived);
-                (p.key.clone(), uuid)
+            .filter_map(|p| {
+                let name = match &p.key {
+                    NestedKey::Operator { provider, .. } => provider.clone(),
+                    other => format!("{node_name}_{}", other.name_suffix()),
+                };
+                by_name.get(&name).map(|u| (p.key.clone(), *u))
             })
             .collect()
     }
@@ -56,23 +74,35 @@ impl Tracker {
     ) -> Result<Option<NestedMapping>, ClaimError> {
         let nested_classes: std::collections::BTreeSet<&ResourceClass> =
             self.view.nested.iter().map(|p| &p.class).collect();
-        let by_uuid: BTreeMap<Uuid, NestedKey> = self
-            .nested_provider_uuids()
-            .into_iter()
-            .map(|(k, u)| (u, k))
-            .collect();
+        // One provider can hold several classes (provider.yaml's on the compute node).
+        let mut by_uuid: BTreeMap<Uuid, Vec<NestedKey>> = BTreeMap::new();
+        for (k, u) in self.nested_provider_uuids() {
+            by_uuid.entry(u).or_default().push(k);
+        }
+        let class_of = |k: &NestedKey| {
+            self.view
+                .nested
+                .iter()
+                .find(|p| &p.key == k)
+                .map(|p| &p.class)
+        };
         let mut out: NestedMapping = BTreeMap::new();
         for (rp, classes) in allocations {
             for (class, amount) in classes {
                 if *amount <= 0 || !class.is_extra() {
                     continue;
                 }
-                match by_uuid.get(rp) {
+                let key = by_uuid
+                    .get(rp)
+                    .and_then(|keys| keys.iter().find(|k| class_of(k) == Some(class)));
+                match key {
                     Some(key) => {
-                        *out.entry(key.clone())
+                        let n = out
+                            .entry(key.clone())
                             .or_default()
                             .entry(class.clone())
-                            .or_default() += amount;
+                            .or_default();
+                        *n = n.saturating_add(*amount);
                     }
                     None if nested_classes.contains(class)
                         || *class == ResourceClass::MemEncryptionContext =>
@@ -80,8 +110,13 @@ impl Tracker {
                         return Err(ClaimError::Conflict {
                             id: uuid.to_string(),
                             message: format!(
-                                "Placement's allocation puts {amount} {class} on provider {rp}, which is not a vGPU parent or memory encryption provider of this host (known: {})",
-                                by_uuid.keys().map(Uuid::to_string).collect::<Vec<_>>().join(", ")
+                                "Placement's allocation (allocations, or request_spec.requested_resources) puts {amount} {class} on provider {rp}, which does not hold {class} on this host (providers that do: {})",
+                                by_uuid
+                                    .iter()
+                                    .filter(|(_, keys)| keys.iter().any(|k| class_of(k) == Some(class)))
+                                    .map(|(u, _)| u.to_string())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
                             ),
                         });
                     }
@@ -90,6 +125,31 @@ impl Tracker {
             }
         }
         Ok((!out.is_empty()).then_some(out))
+    }
+
+    /// What the counted consumers hold below the compute node beyond what it has: providers
+    /// over their total, mdevs held twice. A state change must not add to these.
+    pub(crate) fn nested_conflicts(&self, usage: &Usage) -> std::collections::BTreeSet<String> {
+        let mut out = std::collections::BTreeSet::new();
+        let used = self.nested_usage(usage);
+        for p in &self.view.nested {
+            let n = used.used.get(&p.key).copied().unwrap_or(0);
+            if n > p.total {
+                out.insert(format!("{} would hold {n} of {}", p.key, p.total));
+            }
+        }
+        let mut holders: BTreeMap<&str, usize> = BTreeMap::new();
+        for c in &usage.consumers {
+            for m in c.nested.iter().flat_map(|n| n.mdevs.iter()) {
+                *holders.entry(m.uuid.as_str()).or_default() += 1;
+            }
+        }
+        for (mdev, n) in holders {
+            if n > 1 {
+                out.insert(format!("mdev {mdev} would be held by {n} consumers"));
+            }
+        }
+        out
     }
 
     /// Units and mdevs the counted consumers hold below the compute node.

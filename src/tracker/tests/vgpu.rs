@@ -78,12 +78,23 @@ fn vgpus_are_claimed_per_parent_with_mdevs_until_the_host_is_full() {
     all.dedup();
     assert_eq!(all.len(), 4);
     assert_eq!(used(&t, ResourceClass::Vgpu), 4);
-    claim(
+    // 28 would fit the class, but one request takes one parent: 14 and 14.
+    let Err(ClaimError::Refused(r)) = claim(
         &mut t,
         3,
         req(vflavor(1, &[("resources:VGPU", "28")]), vec![]),
-    )
-    .unwrap();
+    ) else {
+        panic!("no parent holds 28");
+    };
+    assert_eq!(r.resources[0].max_unit, 16);
+    for n in [3, 6] {
+        claim(
+            &mut t,
+            n,
+            req(vflavor(1, &[("resources:VGPU", "14")]), vec![]),
+        )
+        .unwrap();
+    }
     let before = t.state().clone();
     let Err(ClaimError::Refused(r)) = claim(
         &mut t,
@@ -337,4 +348,177 @@ fn provider_yaml_classes_are_claimed_on_their_provider_until_full() {
     };
     assert_eq!(r.resources[0].class.as_str(), "CUSTOM_LICENCE");
     assert_eq!((r.resources[0].used, r.resources[0].capacity), (2, 2));
+}
+
+/// A resize on this host of instance 1 (1 vGPU) to `vgpus`, migration 9.
+fn resize_here(t: &mut Tracker, vgpus: &str) -> ClaimOutcome {
+    let mv = MoveRequest {
+        current_numa: None,
+        instance: InstanceInfo {
+            uuid: uuid(1),
+            host: Some("cmp1".into()),
+            node: Some("cmp1".into()),
+            vm_state: Some("active".into()),
+            ..InstanceInfo::default()
+        },
+        current: None,
+        new: req(vflavor(2, &[("resources:VGPU", vgpus)]), vec![]),
+        move_type: None,
+        migration_id: Some(9),
+        migration_uuid: None,
+        source_compute: None,
+        source_node: None,
+        dest_compute: None,
+        dest_node: None,
+    };
+    t.move_claim(&mv, 10, false).unwrap().0
+}
+
+#[test]
+fn a_resize_here_reverted_after_finish_gets_its_old_vgpus_back() {
+    let mut t = vgpu_tracker(MDEV);
+    let old = claim(
+        &mut t,
+        1,
+        req(vflavor(1, &[("resources:VGPU", "1")]), vec![]),
+    )
+    .unwrap()
+    .claim
+    .nested
+    .unwrap();
+    resize_here(&mut t, "3");
+    // finish_resize: the instance takes its new flavor and vGPUs.
+    t.update_instance(
+        &uuid(1),
+        &InstanceUpdate {
+            vm_state: Some("resized".into()),
+            apply_new_flavor: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        t.state().instances[&uuid(1)]
+            .nested
+            .as_ref()
+            .unwrap()
+            .mdevs
+            .len(),
+        3
+    );
+    t.revert_move(9, 20).unwrap();
+    let inst = &t.state().instances[&uuid(1)];
+    assert_eq!(inst.nested.as_deref(), Some(&*old));
+    assert_eq!(used(&t, ResourceClass::Vgpu), 1);
+    // Its mdev is its own again: the next claim does not get it.
+    let next = claim(
+        &mut t,
+        2,
+        req(vflavor(1, &[("resources:VGPU", "1")]), vec![]),
+    )
+    .unwrap()
+    .claim
+    .nested
+    .unwrap();
+    assert_ne!(next.mdevs[0].uuid, old.mdevs[0].uuid);
+}
+
+#[test]
+fn a_state_change_that_would_give_an_mdev_twice_is_refused() {
+    let mut t = vgpu_tracker(MDEV);
+    // An incoming resize of instance 1 from cmp0 holds an mdev here.
+    let mv = MoveRequest {
+        current_numa: None,
+        instance: InstanceInfo {
+            uuid: uuid(1),
+            host: Some("cmp0".into()),
+            node: Some("cmp0".into()),
+            vm_state: Some("active".into()),
+            task_state: Some("resize_prep".into()),
+            ..InstanceInfo::default()
+        },
+        current: Some(req(vflavor(1, &[]), vec![])),
+        new: req(vflavor(2, &[("resources:VGPU", "1")]), vec![]),
+        move_type: None,
+        migration_id: Some(9),
+        migration_uuid: None,
+        source_compute: None,
+        source_node: None,
+        dest_compute: None,
+        dest_node: None,
+    };
+    let held = t
+        .move_claim(&mv, 10, false)
+        .unwrap()
+        .0
+        .claim
+        .nested
+        .unwrap();
+    // Its task is cleared: the move stops counting, and another instance gets that mdev.
+    t.update_instance(
+        &uuid(1),
+        &InstanceUpdate {
+            task_state: Some(String::new()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(used(&t, ResourceClass::Vgpu), 0);
+    let taken = claim(
+        &mut t,
+        2,
+        req(vflavor(1, &[("resources:VGPU", "1")]), vec![]),
+    )
+    .unwrap()
+    .claim
+    .nested
+    .unwrap();
+    assert_eq!(taken.mdevs[0].uuid, held.mdevs[0].uuid);
+    // Back in a resize state, the move would count again and hold that mdev twice: refused,
+    // nothing changed (the class alone would still fit).
+    let before = t.state().clone();
+    let e = t
+        .update_instance(
+            &uuid(1),
+            &InstanceUpdate {
+                task_state: Some("resize_finish".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains(&held.mdevs[0].uuid), "{e}");
+    assert_eq!(t.state(), &before);
+}
+
+#[test]
+fn provider_yaml_classes_follow_placements_allocation_on_the_compute_node() {
+    let mut t = vgpu_tracker(MDEV);
+    with_provider_yaml(
+        &mut t,
+        "meta: {schema_version: '1.0'}\nproviders:\n  - identification: {uuid: $COMPUTE_NODE}\n    inventories: {additional: [{CUSTOM_LICENCE: {total: 3}}, {CUSTOM_SEAT: {total: 2}}]}\n",
+    );
+    let node = uuid::Uuid::parse_str(&t.settings().node_uuid).unwrap();
+    let mut i = info(1);
+    i.allocations = [(
+        node,
+        [
+            (ResourceClass::from_name("CUSTOM_LICENCE").unwrap(), 1),
+            (ResourceClass::from_name("CUSTOM_SEAT").unwrap(), 2),
+            (ResourceClass::Vcpu, 1),
+        ]
+        .into(),
+    )]
+    .into();
+    let r = req(
+        vflavor(
+            1,
+            &[
+                ("resources:CUSTOM_LICENCE", "1"),
+                ("resources:CUSTOM_SEAT", "2"),
+            ],
+        ),
+        vec![],
+    );
+    let o = t.instance_claim(&i, &r, 0, false).unwrap().0;
+    assert_eq!(o.claim.nested.unwrap().units.len(), 2);
 }
