@@ -28,6 +28,7 @@ pub mod pci;
 pub mod request;
 pub mod state;
 pub mod states;
+pub mod upgrade;
 pub mod usage;
 
 pub use error::{ClaimError, Refusal};

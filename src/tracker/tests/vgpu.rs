@@ -522,3 +522,30 @@ fn provider_yaml_classes_follow_placements_allocation_on_the_compute_node() {
     let o = t.instance_claim(&i, &r, 0, false).unwrap().0;
     assert_eq!(o.claim.nested.unwrap().units.len(), 2);
 }
+
+#[test]
+fn records_of_an_older_rtrack_count_their_flavors_classes_when_loaded() {
+    let mut t = vgpu_tracker(MDEV);
+    claim(
+        &mut t,
+        1,
+        req(vflavor(1, &[("resources:VGPU", "2")]), vec![]),
+    )
+    .unwrap();
+    // As an rtrack that did not read them wrote it: no classes beyond the four, no placement.
+    let mut old = t.state().clone();
+    for inst in old.instances.values_mut() {
+        let r = std::sync::Arc::make_mut(&mut inst.request);
+        r.flavor.extra_resources.clear();
+        inst.nested = None;
+    }
+    for c in old.claims.values_mut() {
+        std::sync::Arc::make_mut(&mut c.request)
+            .flavor
+            .extra_resources
+            .clear();
+        c.nested = None;
+    }
+    let loaded = Tracker::new(t.settings().clone(), t.host().clone(), old);
+    assert_eq!(loaded.usage().used(ResourceClass::Vgpu), 2);
+}
