@@ -2110,6 +2110,18 @@ async fn a_root_an_older_nova_compute_left_with_vgpu_and_sev_is_reshaped_keeping
         &[],
     )
     .unwrap();
+    // Without the service role (noauth2 gives the admin token the admin role only), Placement
+    // refuses the reshaper: warned about, the root keeps the class, and reporting goes on.
+    let mut r = reporter(&cfg);
+    let o = r.report(&d).await.unwrap();
+    assert!(o.reshaped.is_empty());
+    assert_eq!(o.inventory_in_use, 1, "{}", o.requests);
+    let root = raw
+        .get(&format!("/resource_providers/{node}/inventories"))
+        .await;
+    assert!(root["inventories"]["VGPU"].is_object());
+    // With it (as nova-compute's Placement user has it), the reshape is done.
+    cfg.placement.roles = Some("admin,service".into());
     let mut r = reporter(&cfg);
     let o = r.report(&d).await.unwrap();
     eprintln!("MEASURE reshape: {} ({:?})", o.requests, o.reshaped);

@@ -154,14 +154,6 @@ auth_strategy = noauth2
 
 [placement_database]
 connection = sqlite:///$DIR/data/placement.sqlite
-
-[oslo_policy]
-policy_file = $DIR/etc/policy.yaml
-EOF
-# noauth2 gives the admin token the admin role only; the reshaper needs the service role, which
-# a real deployment gives the compute service's Placement user (nova's, or rtrack's).
-cat >"$DIR/etc/policy.yaml" <<EOF
-"placement:reshaper:reshape": "role:admin or role:service"
 EOF
 if [ "$fresh" = 1 ]; then
     rm -f "$DIR/data/placement.sqlite" "$DIR/data/placement.sqlite-journal"
