@@ -86,6 +86,8 @@ EXPECTED=(
     "./usr/share/doc/rtrack/copyright -rw-r--r--"
     "./usr/share/doc/rtrack/changelog.Debian.gz -rw-r--r--"
     "./usr/share/lintian/overrides/rtrack -rw-r--r--"
+    "./usr/share/rtrack/monitoring/rtrack-alerts.yml -rw-r--r--"
+    "./usr/share/rtrack/monitoring/rtrack-alerts.test.yml -rw-r--r--"
 )
 for entry in "${EXPECTED[@]}"; do
     path=${entry% *}

@@ -47,6 +47,12 @@ pub struct Metrics {
     pub probe_warnings: Gauge,
     /// Mdevs given to claims that the host no longer shows (last audit).
     pub mdevs_missing: Gauge,
+    /// PCI devices held by a claim that the host no longer shows.
+    pub pci_devices_missing: Gauge,
+    /// Host CPUs pinned by counted instances that are not online any more.
+    pub pinned_cpus_offline: Gauge,
+    /// 1 while the store refuses changes (claims answer 503).
+    pub store_unavailable: Gauge,
     /// Store commit latency, seconds (one observation per transaction).
     pub commit_latency: Histogram,
     /// Upstream requests by kind.
@@ -91,6 +97,9 @@ impl Metrics {
             audit_failures: Counter::default(),
             probe_warnings: Gauge::default(),
             mdevs_missing: Gauge::default(),
+            pci_devices_missing: Gauge::default(),
+            pinned_cpus_offline: Gauge::default(),
+            store_unavailable: Gauge::default(),
             commit_latency: latency_histogram(),
             upstream_requests: Family::default(),
             upstream_reports: Family::default(),
@@ -170,6 +179,21 @@ impl Metrics {
             m.mdevs_missing.clone(),
         );
         registry.register(
+            "pci_devices_missing",
+            "PCI devices held by a claim that the host no longer shows (kept until freed)",
+            m.pci_devices_missing.clone(),
+        );
+        registry.register(
+            "pinned_cpus_offline",
+            "Host CPUs pinned by instances counted here that are not online any more",
+            m.pinned_cpus_offline.clone(),
+        );
+        registry.register(
+            "store_unavailable",
+            "1 while the state store refuses changes (claims and moves answer 503), else 0",
+            m.store_unavailable.clone(),
+        );
+        registry.register(
             "store_commit_seconds",
             "Time of one store transaction (write and fsync)",
             m.commit_latency.clone(),
@@ -238,6 +262,8 @@ impl Metrics {
     /// Sets the gauges from the tracker, then renders everything: OpenMetrics text, or the
     /// classic Prometheus text format (what `promtool check metrics` and older scrapers read).
     pub fn render(&self, service: &TrackerService, openmetrics: bool) -> String {
+        self.store_unavailable
+            .set(i64::from(service.store_unavailable().is_some()));
         service.read(|t| {
             let used = t.used();
             for fam in [
@@ -291,6 +317,25 @@ impl Metrics {
                     .count() as i64,
             );
             self.instances.set(s.instances.len() as i64);
+            let view = t.view();
+            self.pci_devices_missing.set(
+                s.devices
+                    .values()
+                    .filter(|d| d.owner.is_some() && !view.tracked.contains_key(&d.address))
+                    .count() as i64,
+            );
+            let online = &view.host.cpu.online;
+            let mut offline = std::collections::BTreeSet::new();
+            for c in &t.usage().consumers {
+                for cell in c.numa.iter().flat_map(|n| n.cells.iter()) {
+                    offline.extend(
+                        cell.pinned_host_cpus()
+                            .iter()
+                            .filter(|cpu| !online.contains(*cpu)),
+                    );
+                }
+            }
+            self.pinned_cpus_offline.set(offline.len() as i64);
             self.migrations_in_progress
                 .set(s.migrations.values().filter(|m| m.in_progress()).count() as i64);
         });
@@ -368,6 +413,70 @@ fn refusal_reason(e: &ClaimError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every metric the registry exposes, as `(name, type)` from its `# TYPE` lines.
+    fn exposed() -> Vec<(String, String)> {
+        let m = Metrics::new();
+        // Families print nothing until they have a series: give each one.
+        let one = |k: &'static str| vec![(k, "x".to_string())];
+        for f in [
+            &m.inventory_total,
+            &m.inventory_reserved,
+            &m.inventory_capacity,
+            &m.inventory_used,
+            &m.pci_pool_devices,
+            &m.pci_pool_free,
+        ] {
+            f.get_or_create(&one("resource_class")).set(1);
+        }
+        for f in [
+            &m.claims,
+            &m.upstream_requests,
+            &m.upstream_reports,
+            &m.api_requests,
+        ] {
+            f.get_or_create(&one("label")).inc();
+        }
+        let mut out = String::new();
+        encode(&mut out, &m.registry).unwrap();
+        out.lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| {
+                let mut p = l.split_whitespace();
+                Some((p.next()?.to_string(), p.next()?.to_string()))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_metric_is_documented_with_its_type_and_follows_the_naming_rules() {
+        let docs = include_str!("../../docs/metrics.md");
+        let all = exposed();
+        assert!(all.len() >= 20, "{all:?}");
+        for (name, kind) in &all {
+            // OpenMetrics: a counter family's samples end in _total; units in the name.
+            let shown = if kind == "counter" {
+                format!("`{name}_total`")
+            } else {
+                format!("`{name}`")
+            };
+            let row = docs
+                .lines()
+                .find(|l| l.starts_with(&format!("| {shown}")))
+                .unwrap_or_else(|| panic!("docs/metrics.md has no row for {shown}"));
+            assert!(
+                row.contains(&format!("| {kind} |")),
+                "{shown} is a {kind}: {row}"
+            );
+            assert!(name.starts_with("rtrack_"), "{name}");
+            if kind == "histogram" {
+                assert!(
+                    name.ends_with("_seconds"),
+                    "{name}: histograms here measure seconds"
+                );
+            }
+        }
+    }
 
     #[test]
     fn refusal_reasons_name_the_classes() {
