@@ -88,6 +88,7 @@ EXPECTED=(
     "./usr/share/lintian/overrides/rtrack -rw-r--r--"
     "./usr/share/rtrack/monitoring/rtrack-alerts.yml -rw-r--r--"
     "./usr/share/rtrack/monitoring/rtrack-alerts.test.yml -rw-r--r--"
+    "./usr/share/rtrack/monitoring/rtrack-dashboard.json -rw-r--r--"
 )
 for entry in "${EXPECTED[@]}"; do
     path=${entry% *}

@@ -46,6 +46,61 @@ fn the_alerting_rules_are_valid_and_their_unit_test_passes() {
     assert!(ok, "{text}");
 }
 
+/// The metric families an expression reads (`rtrack_x_bucket` is family `rtrack_x`).
+fn families(text: &str) -> Vec<String> {
+    let re = regex::Regex::new(r"rtrack_[a-z_]+").unwrap();
+    let mut names: Vec<String> = re
+        .find_iter(text)
+        .map(|m| {
+            let n = m.as_str();
+            ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| n.strip_suffix(s))
+                .unwrap_or(n)
+                .to_string()
+        })
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
+#[test]
+fn the_dashboard_is_grafana_json_and_reads_only_metrics_rtrackd_exposes() {
+    let text = std::fs::read_to_string(monitoring().join("rtrack-dashboard.json")).unwrap();
+    let dash: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(dash["uid"], "rtrack-host");
+    let panels = dash["panels"].as_array().unwrap();
+    assert!(panels.len() >= 10);
+    let docs =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/metrics.md"))
+            .unwrap();
+    let mut ids = std::collections::BTreeSet::new();
+    for p in panels {
+        assert!(ids.insert(p["id"].as_i64().unwrap()), "panel ids repeat");
+        assert!(!p["title"].as_str().unwrap().is_empty());
+        let targets = p["targets"].as_array().unwrap();
+        assert!(!targets.is_empty(), "{} has no query", p["title"]);
+        for t in targets {
+            let expr = t["expr"].as_str().unwrap();
+            assert!(
+                expr.contains("$instance"),
+                "{expr}: not limited to the chosen hosts"
+            );
+            for n in families(expr) {
+                let documented = ["`", "_total`"].iter().any(|end| {
+                    let name = n.strip_suffix("_total").unwrap_or(&n);
+                    docs.contains(&format!("| `{name}{end} |"))
+                });
+                assert!(
+                    documented,
+                    "{expr} reads {n}, which rtrackd does not expose"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn every_metric_the_rules_read_is_one_rtrackd_exposes() {
     let rules = std::fs::read_to_string(monitoring().join("rtrack-alerts.yml")).unwrap();
