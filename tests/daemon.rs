@@ -1106,9 +1106,19 @@ fn metrics_are_valid_and_count_claims() {
         "rtrack_pci_pool_free{vendor_id=\"8086\",product_id=\"1889\",numa_node=\"0\",dev_type=\"type-VF\",address=\"0000:5e:00.0\"} 3",
         "rtrack_pci_pool_free{vendor_id=\"8086\",product_id=\"1889\",numa_node=\"0\",dev_type=\"type-VF\",address=\"0000:3b:00.0\"} 8",
         "rtrack_probe_warnings 0",
+        // The small host: one cell of 8 shared CPUs and 16 GiB.
+        "rtrack_numa_cell_cpus{cell=\"0\",kind=\"shared\"} 8",
+        "rtrack_numa_cell_memory_bytes{cell=\"0\",kind=\"total\"} 17179869184",
+        "rtrack_store_unavailable 0",
+        "rtrack_pci_devices_missing 0",
+        "rtrack_pinned_cpus_offline 0",
     ] {
         assert!(body.contains(line), "missing {line:?} in:\n{body}");
     }
+    assert!(
+        body.contains("rtrack_api_request_seconds_count{method=\"POST\",route=\"/v1/claims\"}"),
+        "{body}"
+    );
     for prefix in [
         "rtrack_audit_duration_seconds_count ",
         "rtrack_store_commit_seconds_count ",

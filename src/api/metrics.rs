@@ -53,6 +53,10 @@ pub struct Metrics {
     pub pinned_cpus_offline: Gauge,
     /// 1 while the store refuses changes (claims answer 503).
     pub store_unavailable: Gauge,
+    /// Per NUMA cell: shared CPUs, floating guest CPUs on them, dedicated CPUs, pinned CPUs.
+    pub numa_cell_cpus: Family<Labels, Gauge>,
+    /// Per NUMA cell: memory and the memory of the guest cells placed on it, bytes.
+    pub numa_cell_memory_bytes: Family<Labels, Gauge>,
     /// Store commit latency, seconds (one observation per transaction).
     pub commit_latency: Histogram,
     /// Upstream requests by kind.
@@ -63,6 +67,8 @@ pub struct Metrics {
     pub forbidden_peers: Counter,
     /// API requests by route and status.
     pub api_requests: Family<Labels, Counter>,
+    /// API request latency by method and route (claims: `POST /v1/claims`), seconds.
+    pub api_request_seconds: Family<Labels, Histogram, fn() -> Histogram>,
     /// API connections open, and those closed at once over the cap.
     pub connections: crate::api::server::ConnCounters,
 }
@@ -100,11 +106,14 @@ impl Metrics {
             pci_devices_missing: Gauge::default(),
             pinned_cpus_offline: Gauge::default(),
             store_unavailable: Gauge::default(),
+            numa_cell_cpus: Family::default(),
+            numa_cell_memory_bytes: Family::default(),
             commit_latency: latency_histogram(),
             upstream_requests: Family::default(),
             upstream_reports: Family::default(),
             forbidden_peers: Counter::default(),
             api_requests: Family::default(),
+            api_request_seconds: Family::new_with_constructor(latency_histogram),
             connections: crate::api::server::ConnCounters::default(),
             registry: Registry::default(),
         };
@@ -189,6 +198,16 @@ impl Metrics {
             m.pinned_cpus_offline.clone(),
         );
         registry.register(
+            "numa_cell_cpus",
+            "CPUs of each NUMA cell (cell) by kind: shared, shared_used (floating guest CPUs placed there), dedicated, pinned",
+            m.numa_cell_cpus.clone(),
+        );
+        registry.register(
+            "numa_cell_memory_bytes",
+            "Memory of each NUMA cell (cell), kind total or used (by the guest cells placed there)",
+            m.numa_cell_memory_bytes.clone(),
+        );
+        registry.register(
             "store_unavailable",
             "1 while the state store refuses changes (claims and moves answer 503), else 0",
             m.store_unavailable.clone(),
@@ -222,6 +241,11 @@ impl Metrics {
             "api_connections_rejected",
             "API connections closed at once because [api] max_connections were open",
             m.connections.rejected.clone(),
+        );
+        registry.register(
+            "api_request_seconds",
+            "Time to answer an API request (claims: route /v1/claims), by method and route",
+            m.api_request_seconds.clone(),
         );
         registry.register(
             "api_requests",
@@ -273,8 +297,30 @@ impl Metrics {
                 &self.inventory_used,
                 &self.pci_pool_devices,
                 &self.pci_pool_free,
+                &self.numa_cell_cpus,
+                &self.numa_cell_memory_bytes,
             ] {
                 fam.clear();
+            }
+            for cell in t.numa_report() {
+                let count = |list: &str| {
+                    crate::probes::CpuSet::parse_list(list).map_or(0, |s| s.len() as i64)
+                };
+                let labels =
+                    |kind: &str| vec![("cell", cell.id.to_string()), ("kind", kind.to_string())];
+                for (kind, v) in [
+                    ("shared", count(&cell.cpus)),
+                    ("shared_used", cell.cpu_usage),
+                    ("dedicated", count(&cell.pcpus)),
+                    ("pinned", count(&cell.pinned_cpus)),
+                ] {
+                    self.numa_cell_cpus.get_or_create(&labels(kind)).set(v);
+                }
+                for (kind, mb) in [("total", cell.memory_mb), ("used", cell.memory_usage_mb)] {
+                    self.numa_cell_memory_bytes
+                        .get_or_create(&labels(kind))
+                        .set(mb.saturating_mul(1 << 20));
+                }
             }
             for (class, inv) in t.inventory() {
                 let l = vec![("resource_class", class.as_str().to_string())];
@@ -426,6 +472,8 @@ mod tests {
             &m.inventory_used,
             &m.pci_pool_devices,
             &m.pci_pool_free,
+            &m.numa_cell_cpus,
+            &m.numa_cell_memory_bytes,
         ] {
             f.get_or_create(&one("resource_class")).set(1);
         }
@@ -437,6 +485,9 @@ mod tests {
         ] {
             f.get_or_create(&one("label")).inc();
         }
+        m.api_request_seconds
+            .get_or_create(&one("route"))
+            .observe(0.001);
         let mut out = String::new();
         encode(&mut out, &m.registry).unwrap();
         out.lines()
@@ -453,6 +504,16 @@ mod tests {
         let docs = include_str!("../../docs/metrics.md");
         let all = exposed();
         assert!(all.len() >= 20, "{all:?}");
+        // And every metric the docs list is one the registry exposes.
+        for row in docs.lines().filter(|l| l.starts_with("| `rtrack_")) {
+            let listed = row.split('`').nth(1).unwrap_or_default();
+            assert!(
+                all.iter().any(|(n, k)| {
+                    listed == n || (k == "counter" && listed == format!("{n}_total"))
+                }),
+                "docs/metrics.md lists {listed}, which the registry does not expose"
+            );
+        }
         for (name, kind) in &all {
             // OpenMetrics: a counter family's samples end in _total; units in the name.
             let shown = if kind == "counter" {

@@ -191,7 +191,9 @@ async fn check_peer(
         .collect::<Vec<_>>()
         .join("/");
     let method = req.method().to_string();
+    let started = std::time::Instant::now();
     let response = next.run(req).await;
+    let seconds = started.elapsed().as_secs_f64();
     let route = if ROUTES.iter().any(|(_, p)| p.starts_with(&route)) {
         route
     } else {
@@ -201,11 +203,16 @@ async fn check_peer(
         .metrics
         .api_requests
         .get_or_create(&vec![
-            ("method", method),
-            ("route", route),
+            ("method", method.clone()),
+            ("route", route.clone()),
             ("status", response.status().as_u16().to_string()),
         ])
         .inc();
+    state
+        .metrics
+        .api_request_seconds
+        .get_or_create(&vec![("method", method), ("route", route)])
+        .observe(seconds);
     response
 }
 
