@@ -54,6 +54,17 @@ fn run_script(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// `openstack ARGS -f json` (python-openstackclient with osc-placement, `scripts/placement/osc.sh`)
+/// against `srv`: what an operator sees.
+fn osc(srv: &Server, args: &[&str]) -> Value {
+    let osc = scripts().join("osc.sh");
+    let mut all = vec![osc.to_str().unwrap(), srv.url.as_str()];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["-f", "json"]);
+    let text = run_script(&all);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("openstack {args:?}: {e}: {text}"))
+}
+
 /// Starts a server for `name`, or returns None when the tests are skipped on purpose.
 fn server(name: &str) -> Option<Server> {
     if std::env::var("RTRACK_SKIP_PLACEMENT").is_ok_and(|v| v == "1") {
@@ -2007,6 +2018,84 @@ async fn vgpu_sev_and_provider_yaml_providers_are_what_nova_makes() {
         .as_array()
         .unwrap()
         .contains(&json!("CUSTOM_NVLINK")));
+    // As an operator sees it with `openstack resource provider ...` (osc-placement).
+    let listed = osc(
+        &srv,
+        &[
+            "resource",
+            "provider",
+            "list",
+            "--in-tree",
+            &node.to_string(),
+        ],
+    );
+    let mut names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "cmp-v",
+            "cmp-v_amd_sev",
+            "cmp-v_amd_sev_es",
+            "cmp-v_pci_0000_84_00_0",
+            "cmp-v_pci_0000_85_00_0"
+        ]
+    );
+    let gpu1_uuid = by_name("cmp-v_pci_0000_85_00_0").to_string();
+    let inventory = osc(
+        &srv,
+        &["resource", "provider", "inventory", "list", &gpu1_uuid],
+    );
+    let vgpu = inventory
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["resource_class"] == "VGPU")
+        .unwrap();
+    assert_eq!(
+        (vgpu["total"].as_i64(), vgpu["max_unit"].as_i64()),
+        (Some(16), Some(16))
+    );
+    let traits = osc(
+        &srv,
+        &[
+            "resource",
+            "provider",
+            "trait",
+            "list",
+            &by_name("cmp-v_amd_sev").to_string(),
+        ],
+    );
+    assert!(traits
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["name"] == "HW_CPU_X86_AMD_SEV"));
+    let usages = osc(&srv, &["resource", "provider", "usage", "show", &gpu1_uuid]);
+    assert!(usages
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|u| u["resource_class"] == "VGPU" && u["usage"] == 2));
+    let root_traits = osc(
+        &srv,
+        &["resource", "provider", "trait", "list", &node.to_string()],
+    );
+    for t in ["COMPUTE_NODE", "OWNER_NOVA", "CUSTOM_GOLD"] {
+        assert!(
+            root_traits
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|x| x["name"] == t),
+            "{t} in {root_traits}"
+        );
+    }
     // The usages Placement counts are where the claim holds them.
     let usage = raw
         .get(&format!(
