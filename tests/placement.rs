@@ -596,6 +596,7 @@ async fn pci_children_name_class_traits() {
     .map(|s| s.to_string())
     .collect();
     assert_eq!(names, want);
+    let want_names = want;
     let by_name = |n: &str| d.providers.iter().find(|p| p.name == n).unwrap().uuid;
     let vfs = raw
         .get(&format!(
@@ -632,6 +633,48 @@ async fn pci_children_name_class_traits() {
     .collect();
     assert_eq!(t, want);
     assert_placement_matches(&raw, &d).await;
+    // As an operator sees it with osc-placement: the host, its PCI children, a child's class,
+    // traits and (no) usage.
+    let listed = osc(
+        &srv,
+        &[
+            "resource",
+            "provider",
+            "list",
+            "--in-tree",
+            &node.to_string(),
+        ],
+    );
+    let names: BTreeSet<String> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, want_names);
+    let pf = by_name("cmp-pci_0000:3B:00.0").to_string();
+    let inventory = osc(&srv, &["resource", "provider", "inventory", "list", &pf]);
+    assert_eq!(inventory[0]["resource_class"], "CUSTOM_PCI_8086_1889");
+    assert_eq!(inventory[0]["total"], 8);
+    let traits = osc(
+        &srv,
+        &[
+            "resource",
+            "provider",
+            "trait",
+            "list",
+            &by_name("cmp-pci_0000:3B:00.1").to_string(),
+        ],
+    );
+    let traits: BTreeSet<String> = traits
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(traits, want);
+    let usages = osc(&srv, &["resource", "provider", "usage", "show", &pf]);
+    assert_eq!(usages[0]["usage"], 0, "{usages}");
 }
 
 #[tokio::test(flavor = "current_thread")]
