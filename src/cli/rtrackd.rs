@@ -218,11 +218,33 @@ fn check_config(loaded: &LoadedConfig) -> anyhow::Result<()> {
         c.aliases.len()
     );
     match placement {
-        Some(p) => println!(
-            "  placement: {} every {} s",
-            p.endpoint,
-            p.report_interval.as_secs()
-        ),
+        Some(p) => {
+            let auth = match &p.auth {
+                crate::upstream::AuthSettings::NoAuth { .. } => "noauth".to_string(),
+                crate::upstream::AuthSettings::Token(_) => "static token".to_string(),
+                crate::upstream::AuthSettings::Keystone(k) => {
+                    format!("Keystone at {} as {}", k.auth_url, k.who())
+                }
+            };
+            println!(
+                "  placement: {} every {} s; auth: {auth}",
+                p.endpoint.as_ref().map_or_else(
+                    || "endpoint from Keystone's catalog".to_string(),
+                    |e| e.to_string()
+                ),
+                p.report_interval.as_secs()
+            );
+            // Where each value came from (never the value: some are secrets).
+            let from: Vec<String> = p
+                .origins
+                .iter()
+                .filter(|(_, o)| !o.starts_with("placement."))
+                .map(|(k, o)| format!("{k} from {o}"))
+                .collect();
+            if !from.is_empty() {
+                println!("  placement values: {}", from.join(", "));
+            }
+        }
         None => println!("  placement: not configured (no upstream reporting)"),
     }
     // What the file names on this host (CPU sets, reserved pages) must exist; a root that

@@ -7,7 +7,11 @@
 use std::collections::BTreeMap;
 
 /// Keys whose values are never shown.
-const SECRET_KEYS: &[&str] = &["placement.password", "placement.token"];
+const SECRET_KEYS: &[&str] = &[
+    "placement.password",
+    "placement.token",
+    "placement.application_credential_secret",
+];
 
 /// One changed key.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -182,30 +182,54 @@ pub struct LogConfig {
     pub level: Option<String>,
 }
 
-/// `[placement]`. `Debug` hides `token` and `password` (a logged config must not leak them).
+/// `[placement]`. `Debug` hides `token`, `password` and `application_credential_secret` (a
+/// logged config must not leak them). Keystone values may also come from a clouds.yaml entry and
+/// `OS_*` variables (`super::placement_sources`); these keys win over both.
 #[derive(Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct PlacementConfig {
-    /// Placement endpoint URL; reporting is off when unset.
+    /// Placement endpoint URL; with Keystone auth, the service catalog's when unset.
     pub endpoint: Option<String>,
-    /// "noauth" (default), "token" or "password".
+    /// "noauth" (default), "token", "password" or "application_credential".
     pub auth: Option<String>,
     /// Static token (auth = "token"), or the noauth user (default "admin").
     pub token: Option<String>,
     /// `X-Roles` sent with noauth.
     pub roles: Option<String>,
-    /// Keystone v3 URL (auth = "password").
+    /// Keystone v3 URL.
     pub auth_url: Option<String>,
-    /// Keystone user.
+    /// Keystone user name.
     pub username: Option<String>,
+    /// Keystone user id (instead of the name and its domain).
+    pub user_id: Option<String>,
     /// Keystone password.
     pub password: Option<String>,
     /// Keystone project.
     pub project_name: Option<String>,
+    /// Keystone project id (instead of the name and its domain).
+    pub project_id: Option<String>,
     /// Keystone user domain. Default "Default".
     pub user_domain_name: Option<String>,
+    /// Keystone user domain id.
+    pub user_domain_id: Option<String>,
     /// Keystone project domain. Default "Default".
     pub project_domain_name: Option<String>,
+    /// Keystone project domain id.
+    pub project_domain_id: Option<String>,
+    /// Application credential id.
+    pub application_credential_id: Option<String>,
+    /// Application credential name (with the user that owns it).
+    pub application_credential_name: Option<String>,
+    /// Application credential secret.
+    pub application_credential_secret: Option<String>,
+    /// The catalog's region to take Placement's endpoint from.
+    pub region_name: Option<String>,
+    /// The catalog interfaces to try, in order ("internal,public" by default, as Nova).
+    pub interface: Option<String>,
+    /// A clouds.yaml entry to read the Keystone values from.
+    pub cloud: Option<String>,
+    /// The clouds.yaml file (default: searched where openstacksdk searches).
+    pub clouds_yaml: Option<std::path::PathBuf>,
     /// Seconds between reports. Default 60.
     pub report_interval_s: Option<u64>,
     /// Seconds after which the cached provider tree is re-read. Default 300.
@@ -226,10 +250,27 @@ impl std::fmt::Debug for PlacementConfig {
             .field("roles", &self.roles)
             .field("auth_url", &self.auth_url)
             .field("username", &self.username)
+            .field("user_id", &self.user_id)
             .field("password", &hidden(&self.password))
             .field("project_name", &self.project_name)
+            .field("project_id", &self.project_id)
             .field("user_domain_name", &self.user_domain_name)
+            .field("user_domain_id", &self.user_domain_id)
             .field("project_domain_name", &self.project_domain_name)
+            .field("project_domain_id", &self.project_domain_id)
+            .field("application_credential_id", &self.application_credential_id)
+            .field(
+                "application_credential_name",
+                &self.application_credential_name,
+            )
+            .field(
+                "application_credential_secret",
+                &hidden(&self.application_credential_secret),
+            )
+            .field("region_name", &self.region_name)
+            .field("interface", &self.interface)
+            .field("cloud", &self.cloud)
+            .field("clouds_yaml", &self.clouds_yaml)
             .field("report_interval_s", &self.report_interval_s)
             .field("refresh_interval_s", &self.refresh_interval_s)
             .field("report_allocations", &self.report_allocations)

@@ -16,6 +16,8 @@ mod error;
 mod file;
 mod numa;
 mod pci;
+mod placement;
+pub mod placement_sources;
 pub mod provider_yaml;
 pub mod upstream;
 
@@ -46,8 +48,18 @@ impl Config {
         toml::from_str(text).map_err(|e| syntax_error(text, file, &e))
     }
 
-    /// Checks every value and builds the typed configuration.
+    /// Checks every value and builds the typed configuration; `[placement]` takes values from
+    /// this process's `OS_*` variables and clouds.yaml too.
     pub fn validate(&self, file: &Path) -> Result<ValidConfig, ConfigError> {
+        self.validate_in(file, &placement_sources::Environment::process())
+    }
+
+    /// [`Config::validate`] with a given environment (tests).
+    pub fn validate_in(
+        &self,
+        file: &Path,
+        env: &placement_sources::Environment,
+    ) -> Result<ValidConfig, ConfigError> {
         let err = |key: &str, value: String, expected: &str| ConfigError::Value {
             file: file.to_path_buf(),
             key: key.to_string(),
@@ -386,7 +398,7 @@ impl Config {
             metrics_listen,
             log_format,
             log_level,
-            placement_settings: upstream::validate_placement(&self.placement)
+            placement_settings: upstream::validate_placement(&self.placement, env)
                 .map_err(|e| key_error(file, e))?,
             http_push: upstream::validate_http_push(self.upstream.http.as_ref())
                 .map_err(|e| key_error(file, e))?,
@@ -398,7 +410,7 @@ impl Config {
 
 fn key_error(file: &Path, e: upstream::KeyError) -> ConfigError {
     ConfigError::Value {
-        file: file.to_path_buf(),
+        file: e.file.unwrap_or_else(|| file.to_path_buf()),
         key: e.key,
         value: e.value,
         expected: e.expected,

@@ -229,7 +229,7 @@ async fn main_loop(
     let placement = cfg.placement_settings.clone();
     let reporter = if placement.is_some() || cfg.http_push.is_some() {
         if let Some(p) = &placement {
-            tracing::info!(target: "rtrack::upstream", endpoint = %p.endpoint, "reporting to Placement");
+            tracing::info!(target: "rtrack::upstream", endpoint = %p.endpoint.as_ref().map_or("(Keystone's catalog)".to_string(), |e| e.to_string()), "reporting to Placement");
         }
         Some(tokio::spawn(super::report::run(
             state.clone(),

@@ -33,7 +33,8 @@ use crate::config::upstream::PlacementSettings;
 #[derive(Debug)]
 pub struct HttpPlacement {
     http: reqwest::Client,
-    endpoint: String,
+    /// Configured, else Keystone's catalog gives it (see [`HttpPlacement::endpoint`]).
+    endpoint: Option<String>,
     auth: Authenticator,
     version: Option<(u32, u32)>,
     counts: RequestCounts,
@@ -106,11 +107,30 @@ impl HttpPlacement {
             })?;
         Ok(HttpPlacement {
             http,
-            endpoint: settings.endpoint.as_str().trim_end_matches('/').to_string(),
-            auth: Authenticator::new(settings.auth.clone()),
+            endpoint: settings
+                .endpoint
+                .as_ref()
+                .map(|e| e.as_str().trim_end_matches('/').to_string()),
+            auth: Authenticator::new(settings.auth.clone(), settings.endpoint.is_some()),
             version: None,
             counts: RequestCounts::default(),
         })
+    }
+
+    /// Placement's base URL: configured, else from the last Keystone token's catalog.
+    pub fn endpoint(&self) -> Result<String, UpstreamError> {
+        match &self.endpoint {
+            Some(e) => Ok(e.clone()),
+            None => self
+                .auth
+                .catalog_endpoint()
+                .map(str::to_string)
+                .ok_or_else(|| {
+                    UpstreamError::Input(
+                        "no Placement endpoint: none is configured and no Keystone token (with its catalog) was issued yet".into(),
+                    )
+                }),
+        }
     }
 
     /// Keystone token requests made so far.
@@ -134,16 +154,6 @@ impl HttpPlacement {
         body: Option<&Value>,
         ok_errors: &[u16],
     ) -> Result<(StatusCode, Value), UpstreamError> {
-        let mut url = reqwest::Url::parse(&format!("{}{}", self.endpoint, path)).map_err(|e| {
-            UpstreamError::Decode {
-                method: method.to_string(),
-                path: path.to_string(),
-                reason: format!("bad URL: {e}"),
-            }
-        })?;
-        if !query.is_empty() {
-            url.query_pairs_mut().extend_pairs(query);
-        }
         let version = match self.version {
             Some((a, b)) => format!("placement {a}.{b}"),
             None => "placement latest".to_string(),
@@ -151,6 +161,17 @@ impl HttpPlacement {
         let mut renewed = false;
         loop {
             let headers = self.auth.headers(&self.http).await?;
+            let base = self.endpoint()?;
+            let mut url = reqwest::Url::parse(&format!("{base}{path}")).map_err(|e| {
+                UpstreamError::Decode {
+                    method: method.to_string(),
+                    path: path.to_string(),
+                    reason: format!("bad URL: {e}"),
+                }
+            })?;
+            if !query.is_empty() {
+                url.query_pairs_mut().extend_pairs(query);
+            }
             let mut req = self
                 .http
                 .request(method.clone(), url.clone())
@@ -164,7 +185,7 @@ impl HttpPlacement {
             tracing::debug!(%method, path, "placement request");
             let resp = req.send().await.map_err(|e| UpstreamError::Transport {
                 method: method.to_string(),
-                url: format!("{}{}", self.endpoint, path),
+                url: format!("{base}{path}"),
                 reason: transport_reason(&e),
             })?;
             let status = resp.status();
@@ -176,7 +197,7 @@ impl HttpPlacement {
             }
             let text = resp.text().await.map_err(|e| UpstreamError::Transport {
                 method: method.to_string(),
-                url: format!("{}{}", self.endpoint, path),
+                url: format!("{base}{path}"),
                 reason: transport_reason(&e),
             })?;
             if status.is_client_error() || status.is_server_error() {
@@ -229,7 +250,7 @@ impl PlacementApi for HttpPlacement {
             }
         };
         let chosen = choose_microversion(min, max).ok_or_else(|| UpstreamError::Microversion {
-            endpoint: self.endpoint.clone(),
+            endpoint: self.endpoint().unwrap_or_else(|_| "(catalog)".into()),
             min: format!("{}.{}", min.0, min.1),
             max: format!("{}.{}", max.0, max.1),
             needed: format!("{}.{}", MIN_MICROVERSION.0, MIN_MICROVERSION.1),

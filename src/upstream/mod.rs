@@ -37,7 +37,9 @@ pub mod transport;
 
 use uuid::Uuid;
 
-pub use crate::config::upstream::{AuthSettings, HttpPushSettings, KeyError, PlacementSettings};
+pub use crate::config::upstream::{
+    AuthSettings, HttpPushSettings, KeyError, KeystoneAuth, KeystoneMethod, PlacementSettings,
+};
 pub use api::{PlacementApi, RequestCounts};
 pub use backoff::Backoff;
 pub use client::HttpPlacement;
@@ -50,6 +52,7 @@ pub use reporter::{ReportOutcome, Reporter, ReporterOptions};
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
     /// A `[placement]` or `[upstream.http]` key has a bad value. Secret values are not echoed.
+    /// `key` may be a clouds.yaml path or an `OS_*` variable, with its file.
     #[error("{key} = {value}: {expected}")]
     Config {
         /// Dotted key, e.g. `placement.endpoint`.
@@ -177,19 +180,25 @@ impl UpstreamError {
 impl From<KeyError> for UpstreamError {
     fn from(e: KeyError) -> UpstreamError {
         UpstreamError::Config {
-            key: e.key,
+            key: match &e.file {
+                Some(f) => format!("{}: {}", f.display(), e.key),
+                None => e.key,
+            },
             value: e.value,
             expected: e.expected,
         }
     }
 }
 
-/// Validates `[placement]` (as [`crate::config::Config::validate`] does). `Ok(None)` when
-/// `endpoint` is unset (reporting off).
+/// Validates `[placement]` as [`crate::config::Config::validate`] does, from the TOML alone
+/// (no `OS_*` variables, no clouds.yaml). `Ok(None)` when reporting is off.
 pub fn validate_placement(
     c: &crate::config::PlacementConfig,
 ) -> Result<Option<PlacementSettings>, UpstreamError> {
-    Ok(crate::config::upstream::validate_placement(c)?)
+    Ok(crate::config::upstream::validate_placement(
+        c,
+        &crate::config::placement_sources::Environment::empty(),
+    )?)
 }
 
 /// Validates `[upstream.http]` (as [`crate::config::Config::validate`] does).
