@@ -107,3 +107,69 @@ fn a_syntax_error_on_a_secret_line_never_shows_the_secret() {
         assert!(!d.log_text().contains(SECRET), "the log has the secret:\n{}", d.log_text());
     }
 }
+
+/// Application credential secrets and clouds.yaml passwords are secrets too: never in
+/// `--check-config`'s summary or errors, the reload diff, or the log.
+#[test]
+fn application_credential_and_clouds_yaml_secrets_are_never_shown() {
+    let (_tmp, root, dir) = setup();
+    let d = Daemon::start_with(Path::new(RTRACKD), &dir, &base_config(&root, &dir), &[]);
+    let good = std::fs::read_to_string(&d.config).unwrap();
+    let clouds = dir.join("clouds.yaml");
+    std::fs::write(
+        &clouds,
+        format!("clouds:\n  c:\n    auth:\n      auth_url: http://127.0.0.1:1/v3\n      username: rtrack\n      password: {SECRET}\n      project_name: service\n"),
+    )
+    .unwrap();
+    let cases = [
+        // Valid: the summary says where the values came from, not what they are.
+        (
+            format!("\n[placement]\nauth = \"application_credential\"\nauth_url = \"http://127.0.0.1:1/v3\"\napplication_credential_id = \"abc\"\napplication_credential_secret = \"{SECRET}\"\n"),
+            Some(0),
+        ),
+        (
+            format!("\n[placement]\ncloud = \"c\"\nclouds_yaml = \"{}\"\n", clouds.display()),
+            Some(0),
+        ),
+        // Invalid: a secret on a line the error is about.
+        (
+            format!("\n[placement]\nendpoint = \"http://127.0.0.1:1/p\"\napplication_credential_secret = \"{SECRET}\"\n"),
+            Some(1),
+        ),
+        (
+            format!("\n[placement]\nauth = \"application_credential\"\nauth_url = \"http://127.0.0.1:1/v3\"\napplication_credential_id = \"abc\"\napplication_credential_secret = \"{SECRET}\nx\"\n"),
+            Some(1),
+        ),
+    ];
+    for (i, (extra, want)) in cases.iter().enumerate() {
+        std::fs::write(&d.config, good.clone() + extra).unwrap();
+        let (code, text) = check_config(&d.config);
+        assert_eq!(code, *want, "case {i}: {text}");
+        assert!(
+            !text.contains(SECRET),
+            "case {i}: --check-config printed the secret: {text}"
+        );
+        if i == 1 {
+            assert!(
+                text.contains("password from") && text.contains("clouds.c.auth.password"),
+                "{text}"
+            );
+        }
+        let before = d.log_text().matches("reload").count();
+        d.signal(Signal::SIGHUP);
+        let start = Instant::now();
+        while d.log_text().matches("reload").count() == before {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{}",
+                d.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            !d.log_text().contains(SECRET),
+            "case {i}: the log has the secret:\n{}",
+            d.log_text()
+        );
+    }
+}

@@ -2,7 +2,7 @@
 # start.sh: run a real OpenStack Placement (openstack-placement, pinned in requirements.txt and
 # constraints.txt beside this script) on 127.0.0.1 for rtrack's tests.
 #
-#   scripts/placement/start.sh [--fresh] [--owner-pid PID] DIR [PORT|auto]
+#   scripts/placement/start.sh [--fresh] [--owner-pid PID] [--keystone AUTH_URL] DIR [PORT|auto]
 #
 # - The venv lives in target/placement-venv (override: PLACEMENT_VENV) and is rebuilt only when
 #   the interpreter or the pin files change (a stamp file holds their hash).
@@ -10,9 +10,14 @@
 #   request: tests count requests from it) and run/ (pid, port, url).
 # - SQLite and noauth2 (X-Auth-Token "admin"); gunicorn with one worker and one thread, because
 #   SQLite under concurrent writers answers 500 "database is locked" instead of waiting.
+# - --keystone AUTH_URL (e.g. what scripts/keystone/start.sh printed) puts keystonemiddleware in
+#   front instead of noauth2: it validates tokens as user "placement" of project "service" (domain
+#   Default), password from PLACEMENT_KEYSTONE_PASSWORD (scripts/keystone/admin.py setup prints
+#   it). No token cache, so a revoked token is refused at its next request; no memcached.
 # - Prints only the URL on stdout; everything else goes to stderr.
-# - Idempotent: when DIR's server runs already, prints its URL (a different PORT is an error).
-#   A pid file left by a crashed run is detected and removed.
+# - Idempotent: when DIR's server runs already, prints its URL (a different PORT, or an auth mode
+#   or Keystone URL other than the running server's, is an error). A pid file left by a crashed
+#   run is detected and removed.
 # - --fresh empties the database first (the server must be stopped).
 # - --owner-pid PID: a watcher stops the server once PID has exited, so a test binary that
 #   panics, aborts or is killed does not leave a server behind.
@@ -28,24 +33,41 @@ fail() { printf 'placement/start: error: %s\n' "$*" >&2; exit 1; }
 
 fresh=0
 owner=
+keystone=
 args=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --fresh) fresh=1 ;;
         --owner-pid) shift; owner=${1:-} ;;
+        --keystone) shift; keystone=${1:-} ;;
         -h|--help) sed -n '2,/^set -E/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 0 ;;
         -*) fail "unknown option $1" ;;
         *) args+=("$1") ;;
     esac
     shift
 done
-[ ${#args[@]} -ge 1 ] && [ ${#args[@]} -le 2 ] || fail "usage: start.sh [--fresh] [--owner-pid PID] DIR [PORT|auto]"
+[ ${#args[@]} -ge 1 ] && [ ${#args[@]} -le 2 ] \
+    || fail "usage: start.sh [--fresh] [--owner-pid PID] [--keystone AUTH_URL] DIR [PORT|auto]"
 port=${args[1]:-auto}
 case "$port" in
     auto|0) port=auto ;;
     *[!0-9]*) fail "PORT must be a number or 'auto', got '$port'" ;;
 esac
 case "$owner" in *[!0-9]*) fail "--owner-pid needs a number, got '$owner'" ;; esac
+auth=noauth2
+if [ -n "$keystone" ]; then
+    case "$keystone" in
+        http://*|https://*) ;;
+        *) fail "--keystone needs an http(s) URL, got '$keystone'" ;;
+    esac
+    # It goes into an oslo.config file, as does the password.
+    case "$keystone" in *[[:space:]\$%\"\'\\\#\;]*) fail "--keystone URL '$keystone' must be plain" ;; esac
+    [ -n "${PLACEMENT_KEYSTONE_PASSWORD:-}" ] \
+        || fail "--keystone needs the placement user's password in PLACEMENT_KEYSTONE_PASSWORD"
+    case "$PLACEMENT_KEYSTONE_PASSWORD" in *[![:alnum:]._~+/=-]*)
+        fail "PLACEMENT_KEYSTONE_PASSWORD must use only letters, digits and ._~+/=-" ;; esac
+    auth="keystone $keystone"
+fi
 
 for tool in setsid flock sha256sum; do
     command -v "$tool" >/dev/null || fail "'$tool' not found (Debian: apt-get install util-linux coreutils)"
@@ -114,6 +136,8 @@ if [ -f "$PIDFILE" ]; then
         oldport=$(cat "$DIR/run/port" 2>/dev/null || true)
         [ "$port" = auto ] || [ "$port" = "$oldport" ] \
             || fail "already running on port $oldport (pid $old), not $port"
+        oldauth=$(cat "$DIR/run/auth" 2>/dev/null || echo noauth2)
+        [ "$auth" = "$oldauth" ] || fail "already running with auth '$oldauth' (pid $old), not '$auth'"
         ready "http://127.0.0.1:$oldport" 30 >/dev/null || fail "pid $old runs but does not answer"
         watch_owner
         echo "http://127.0.0.1:$oldport"
@@ -150,11 +174,30 @@ log_file = $DIR/logs/placement.log
 use_stderr = false
 
 [api]
-auth_strategy = noauth2
+auth_strategy = ${auth%% *}
 
 [placement_database]
 connection = sqlite:///$DIR/data/placement.sqlite
 EOF
+if [ -n "$keystone" ]; then
+    # No memcached_servers: keystonemiddleware then caches in-process, which token_cache_time = -1
+    # turns off, so that every request is validated and a revoked token is refused at once.
+    chmod 600 "$DIR/etc/placement.conf"
+    cat >>"$DIR/etc/placement.conf" <<EOF
+
+[keystone_authtoken]
+www_authenticate_uri = $keystone
+auth_url = $keystone
+auth_type = password
+project_name = service
+project_domain_name = Default
+username = placement
+user_domain_name = Default
+password = $PLACEMENT_KEYSTONE_PASSWORD
+region_name = RegionOne
+token_cache_time = -1
+EOF
+fi
 if [ "$fresh" = 1 ]; then
     rm -f "$DIR/data/placement.sqlite" "$DIR/data/placement.sqlite-journal"
 fi
@@ -184,6 +227,7 @@ if ! versions=$(ready "$url" 60 "$pid"); then
     fail "placement did not come up on $url"
 fi
 echo "$port" >"$DIR/run/port"
+echo "$auth" >"$DIR/run/auth"
 echo "$url" >"$DIR/run/url"
 watch_owner
 say "up at $url (pid $pid, microversions ${versions/ /..})"

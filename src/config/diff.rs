@@ -78,6 +78,8 @@ pub fn applies_live(key: &str) -> bool {
     key.starts_with("resources.")
         || key.starts_with("pci.")
         || key.starts_with("audit.")
+        || key.starts_with("placement.")
+        || key.starts_with("upstream.")
         || key == "log.level"
         || key == "api.socket_group"
 }

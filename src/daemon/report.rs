@@ -22,8 +22,8 @@ use crate::tracker::node_template::without_updated_at;
 use crate::upstream::consumers::consumers;
 use crate::upstream::desired::PciProviderInputs;
 use crate::upstream::{
-    install_crypto_provider, DesiredState, HttpPlacement, HttpPush, PlacementSettings,
-    ReportOutcome, Reporter, ReporterOptions, UpstreamError,
+    install_crypto_provider, DesiredState, HttpPlacement, HttpPush, HttpPushSettings,
+    PlacementSettings, ReportOutcome, Reporter, ReporterOptions, UpstreamError,
 };
 
 /// What one report needs, copied under the tracker lock.
@@ -117,54 +117,84 @@ fn record(state: &DaemonState, outcome: &Result<ReportOutcome, UpstreamError>) {
     }
 }
 
-/// Reports until `stop` turns true: to Placement when `placement` is set, and the ComputeNode
-/// to `[upstream.http]` when that is configured. `kick` asks for a report now (after an audit
-/// or a reload).
-pub async fn run(
-    state: Arc<DaemonState>,
-    placement: Option<PlacementSettings>,
-    kick: Arc<Notify>,
-    mut stop: watch::Receiver<bool>,
-) {
-    install_crypto_provider();
-    let mut reporter = match &placement {
-        None => None,
-        Some(settings) => match HttpPlacement::new(settings) {
-            Ok(api) => Some(Reporter::new(api, settings, ReporterOptions::default())),
+/// The reporter and the push built from one configuration's settings.
+struct Upstreams {
+    settings: (Option<PlacementSettings>, Option<HttpPushSettings>),
+    reporter: Option<Reporter<HttpPlacement>>,
+    push: Option<HttpPush>,
+}
+
+impl Upstreams {
+    fn build(settings: (Option<PlacementSettings>, Option<HttpPushSettings>)) -> Upstreams {
+        let reporter = match &settings.0 {
+            None => None,
+            Some(p) => match HttpPlacement::new(p) {
+                Ok(api) => {
+                    tracing::info!(target: "rtrack::upstream", endpoint = %p.endpoint.as_ref().map_or("(Keystone's catalog)".to_string(), |e| e.to_string()), "reporting to Placement");
+                    Some(Reporter::new(api, p, ReporterOptions::default()))
+                }
+                Err(e) => {
+                    tracing::error!(target: "rtrack::upstream", error = %e, "cannot set up the Placement client; not reporting to Placement");
+                    None
+                }
+            },
+        };
+        let push = match settings.1.clone().map(HttpPush::new).transpose() {
+            Ok(p) => p,
             Err(e) => {
-                tracing::error!(target: "rtrack::upstream", error = %e, "cannot set up the Placement client; not reporting to Placement");
+                tracing::error!(target: "rtrack::upstream", error = %e, "cannot set up [upstream.http]; not pushing");
                 None
             }
-        },
-    };
-    let mut push_version = None;
-    let mut push = match state
-        .config()
-        .http_push
-        .clone()
-        .map(|p| {
-            push_version = p.object_version;
-            HttpPush::new(p)
-        })
-        .transpose()
-    {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::error!(target: "rtrack::upstream", error = %e, "cannot set up [upstream.http]; not pushing");
-            None
+        };
+        Upstreams {
+            settings,
+            reporter,
+            push,
         }
-    };
-    if reporter.is_none() && push.is_none() {
-        return;
     }
-    // Without Placement, the ComputeNode is checked for changes every minute.
-    let interval = placement
-        .as_ref()
-        .map_or(Duration::from_secs(60), |p| p.report_interval);
-    let allocations = placement.as_ref().is_some_and(|p| p.report_allocations);
+}
+
+/// Reports until `stop` turns true: to Placement when `[placement]` is set, and the ComputeNode
+/// to `[upstream.http]` when that is configured, each with the settings in force: a reload
+/// that changes them (new credentials, say) starts the reporter over with the new ones. `kick`
+/// asks for a report now (after an audit or a reload).
+pub async fn run(state: Arc<DaemonState>, kick: Arc<Notify>, mut stop: watch::Receiver<bool>) {
+    install_crypto_provider();
+    let mut up: Option<Upstreams> = None;
     let mut last_pushed: Option<Value> = None;
     let mut cycle: u64 = 0;
     loop {
+        let cfg = state.config();
+        let wanted = (cfg.placement_settings.clone(), cfg.http_push.clone());
+        if up.as_ref().map(|u| &u.settings) != Some(&wanted) {
+            if up.is_some() {
+                tracing::info!(target: "rtrack::upstream", "upstream settings changed: reporting starts over with the new ones");
+                last_pushed = None;
+            }
+            up = Some(Upstreams::build(wanted));
+        }
+        let Some(u) = up.as_mut() else { return };
+        if u.reporter.is_none() && u.push.is_none() {
+            // Nothing to report to; a reload may change that.
+            tokio::select! {
+                _ = kick.notified() => {}
+                _ = tokio::time::sleep(Duration::from_secs(60)) => {}
+                _ = stop.changed() => return,
+            }
+            if *stop.borrow() {
+                return;
+            }
+            continue;
+        }
+        let placement = u.settings.0.clone();
+        let push_version = u.settings.1.as_ref().and_then(|p| p.object_version);
+        let reporter = &mut u.reporter;
+        let push = &mut u.push;
+        // Without Placement, the ComputeNode is checked for changes every minute.
+        let interval = placement
+            .as_ref()
+            .map_or(Duration::from_secs(60), |p| p.report_interval);
+        let allocations = placement.as_ref().is_some_and(|p| p.report_allocations);
         cycle += 1;
         // One span per cycle: every line the report logs says which cycle it belongs to.
         let span = tracing::info_span!("report", cycle);

@@ -225,21 +225,12 @@ async fn main_loop(
     };
 
     let kick = Arc::new(Notify::new());
-    // Validated with the rest of the file (Config::validate).
-    let placement = cfg.placement_settings.clone();
-    let reporter = if placement.is_some() || cfg.http_push.is_some() {
-        if let Some(p) = &placement {
-            tracing::info!(target: "rtrack::upstream", endpoint = %p.endpoint.as_ref().map_or("(Keystone's catalog)".to_string(), |e| e.to_string()), "reporting to Placement");
-        }
-        Some(tokio::spawn(super::report::run(
-            state.clone(),
-            placement,
-            kick.clone(),
-            stop_rx.clone(),
-        )))
-    } else {
-        None
-    };
+    // Runs even with nothing to report to: a reload may configure Placement.
+    let reporter = Some(tokio::spawn(super::report::run(
+        state.clone(),
+        kick.clone(),
+        stop_rx.clone(),
+    )));
 
     let ready_status = format!(
         "serving on {}; {} instances, {} PCI devices tracked",
@@ -387,9 +378,20 @@ fn reload(
         );
     }
     let changes = diff::diff(&current.raw, &next.raw);
-    if changes.is_empty() {
+    // A clouds.yaml or secure.yaml may have changed under an unchanged file.
+    let upstream_changed = {
+        let old = state.config();
+        old.placement_settings != next.valid.placement_settings
+            || old.http_push != next.valid.http_push
+    };
+    if changes.is_empty() && !upstream_changed {
         tracing::info!("configuration reloaded: nothing changed");
         return Ok(next);
+    }
+    if upstream_changed && changes.iter().all(|c| !c.key.starts_with("placement.")) {
+        tracing::info!(
+            "the Placement settings changed (clouds.yaml); the reporter starts over with them"
+        );
     }
     let (live, restart): (Vec<_>, Vec<_>) =
         changes.iter().partition(|c| diff::applies_live(&c.key));

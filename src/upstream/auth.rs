@@ -201,12 +201,13 @@ async fn issue_token(
         url: url.clone(),
         reason,
     };
-    let resp = http
-        .post(&url)
-        .json(&body)
-        .send()
-        .await
-        .map_err(|e| err(super::transport::transport_reason(&e)))?;
+    // A token request may be sent twice: a second token is harmless, and a kept-alive
+    // connection the server closed under the first is the usual cause of its failure.
+    let resp = match http.post(&url).json(&body).send().await {
+        Err(e) if !e.is_connect() && !e.is_timeout() => http.post(&url).json(&body).send().await,
+        other => other,
+    }
+    .map_err(|e| err(super::transport::transport_reason(&e)))?;
     let status = resp.status();
     if !status.is_success() {
         // Keystone's message says which part was wrong; it does not contain the secret.
@@ -215,8 +216,14 @@ async fn issue_token(
             .ok()
             .and_then(|v| v["error"]["message"].as_str().map(crate::echo::bounded))
             .unwrap_or_default();
+        // A deleted application credential is 404 by id, 401 by name; a wrong password 401.
+        let hint = if matches!(status.as_u16(), 401 | 404) {
+            "; the credentials are wrong, revoked or deleted: configure valid ones and reload (SIGHUP)"
+        } else {
+            ""
+        };
         return Err(err(format!(
-            "token request for {} answered {status}{}",
+            "token request for {} answered {status}{}{hint}",
             k.who(),
             if msg.is_empty() {
                 String::new()

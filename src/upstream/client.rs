@@ -96,6 +96,10 @@ impl HttpPlacement {
             // elsewhere; Placement is reached directly.
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
+            // Reports come a minute apart and their requests back to back: a connection kept
+            // longer than servers keep theirs (gunicorn 2 s, Apache 5 s) would be closed under
+            // the next request ("connection closed before message completed").
+            .pool_idle_timeout(std::time::Duration::from_millis(900))
             .timeout(settings.timeout)
             .connect_timeout(settings.timeout)
             .user_agent(concat!("rtrack/", env!("CARGO_PKG_VERSION")))
