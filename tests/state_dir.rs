@@ -81,25 +81,55 @@ fn a_second_daemon_on_the_same_state_directory_is_refused_naming_the_holder() {
 }
 
 #[test]
-fn once_that_must_create_the_identity_refuses_a_held_directory() {
+fn once_never_chooses_the_identity_and_report_needs_the_directory_and_placement() {
     let e = env();
     let state = e.dir.join("state");
     std::fs::create_dir_all(&state).unwrap();
     let cfg = e.dir.join("rtrack.toml");
-    std::fs::write(&cfg, base_config(&e.root, &e.dir)).unwrap();
+    std::fs::write(
+        &cfg,
+        base_config(&e.root, &e.dir)
+            + "[placement]\nendpoint = \"http://127.0.0.1:1/placement\"\ntimeout_s = 1\n",
+    )
+    .unwrap();
     let held = rtrack::store::lock::StateDirLock::acquire(&state).unwrap();
-    let out = run(&["--once"], &cfg);
+    // A look at the inventory runs beside a daemon and chooses nothing: the identity is derived
+    // from the name until the daemon's first start chooses it.
+    let out = run(&["--once", "--format", "nova"], &cfg);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let node: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        node["nova_object.data"]["uuid"],
+        rtrack::store::node_id::derived("cmp1")
+    );
+    assert!(!state.join("compute_id").exists());
+    // --report must choose it: it needs the directory's lock...
+    let out = run(&["--once", "--report"], &cfg);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
         err.contains(&format!("pid {}", std::process::id())),
         "{err}"
     );
-    assert!(!state.join("compute_id").exists());
     drop(held);
-    let out = run(&["--once"], &cfg);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // ...and Placement's answer (is this host registered already?): none, none chosen.
+    let out = run(&["--once", "--report"], &cfg);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("must ask Placement whether nova-compute registered this host"),
+        "{err}"
+    );
+    assert!(!state.join("compute_id").exists());
+    // Without Placement, the daemon's first start chooses a new one.
+    let d = Daemon::start_with(
+        Path::new(RTRACKD),
+        &e.dir,
+        &base_config(&e.root, &e.dir),
+        &[],
+    );
     assert!(state.join("compute_id").exists());
+    drop(d);
 }
 
 #[test]

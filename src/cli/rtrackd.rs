@@ -299,18 +299,43 @@ fn once(cli: &Cli, loaded: &LoadedConfig) -> anyhow::Result<()> {
         instances_path,
         include_virtual_disks: cli.include_virtual_disks,
     };
-    // `--once` only reads the state directory, unless it has to create the node's identity:
+    // `--once` only reads the state directory. `--report` at the first start of one chooses
+    // the node's identity as the daemon does (nova-compute's provider for this host, if any);
     // that write takes the daemon's lock, so it never races a daemon on the same directory.
-    let _state_lock = if opts.state_dir.join("compute_id").exists() {
-        None
-    } else {
-        match std::fs::create_dir_all(&opts.state_dir) {
-            Ok(()) => Some(crate::store::lock::StateDirLock::acquire(&opts.state_dir)?),
-            // Not writable: the report says so and uses an identity derived from the name.
-            Err(_) => None,
-        }
-    };
     let mut result = run_once(cfg, &opts, time::OffsetDateTime::now_utc())?;
+    let _state_lock = if cli.report && !opts.state_dir.join("compute_id").exists() {
+        std::fs::create_dir_all(&opts.state_dir).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: cannot create the state directory: {e}",
+                opts.state_dir.display()
+            )
+        })?;
+        let lock = crate::store::lock::StateDirLock::acquire(&opts.state_dir)?;
+        let probed = result.view.host.host.hostname.as_deref();
+        let names = crate::tracker::model::HostNames {
+            host: crate::daemon::once::node_name(cfg.host.as_deref(), probed),
+            node: crate::daemon::once::node_name(cfg.hypervisor_hostname.as_deref(), probed),
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (id, chosen) = runtime.block_on(crate::daemon::identity::resolve(
+            &opts.state_dir,
+            cfg,
+            &names,
+        ))?;
+        if let crate::daemon::identity::Chosen::Adopted { name } = &chosen {
+            eprintln!(
+                "rtrackd: taking over the compute node provider {name:?} ({}) nova-compute registered",
+                id.uuid
+            );
+        }
+        // Probed again with the identity now stored.
+        result = run_once(cfg, &opts, time::OffsetDateTime::now_utc())?;
+        Some(lock)
+    } else {
+        None
+    };
     let full_node = result.report.compute_node.clone();
     if let Some(t) = target {
         let node = result

@@ -73,6 +73,10 @@ pub struct HostConfig {
     pub hypervisor_type: Option<String>,
     /// ComputeNode `host_ip` (Nova's `my_ip`).
     pub host_ip: Option<String>,
+    /// The compute node's uuid, when it must be this one (a host taken over from nova-compute:
+    /// the uuid in Nova's `compute_id` file). Default: the state directory's, chosen at the
+    /// first start.
+    pub compute_node_uuid: Option<String>,
 }
 
 /// `[resources]`

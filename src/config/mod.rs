@@ -239,6 +239,21 @@ impl Config {
                 )
             })?),
         };
+        let compute_node_uuid = match &h.compute_node_uuid {
+            None => None,
+            Some(s) => Some(
+                uuid::Uuid::parse_str(s.trim())
+                    .map_err(|_| {
+                        err(
+                            "host.compute_node_uuid",
+                            crate::echo::quoted(s),
+                            "must be a UUID (the compute node's, e.g. from nova-compute's compute_id file)",
+                        )
+                    })?
+                    .hyphenated()
+                    .to_string(),
+            ),
+        };
         let mut probe_root = match &h.root {
             Some(r) => crate::probes::HostRoot::under(r),
             None => crate::probes::HostRoot::system(),
@@ -372,6 +387,7 @@ impl Config {
                 .clone()
                 .unwrap_or_else(|| "rtrack".to_string()),
             host_ip,
+            compute_node_uuid,
             resources,
             device_specs,
             aliases,
@@ -501,6 +517,9 @@ pub struct ValidConfig {
     pub hypervisor_type: String,
     /// ComputeNode host_ip.
     pub host_ip: Option<std::net::IpAddr>,
+    /// `[host] compute_node_uuid`: the identity the state directory must have (lower-case,
+    /// hyphenated).
+    pub compute_node_uuid: Option<String>,
     /// Reserved amounts and ratios.
     pub resources: Resources,
     /// PCI device specs, in file order (first match wins).

@@ -8,6 +8,7 @@
 
 pub mod audit;
 pub mod config_file;
+pub mod identity;
 pub mod logging;
 pub mod once;
 pub mod report;

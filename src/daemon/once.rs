@@ -77,18 +77,26 @@ pub fn run_once(
     let hostname = inventory.host.hostname.clone();
     let hypervisor_hostname = node_name(cfg.hypervisor_hostname.as_deref(), hostname.as_deref());
     let host = node_name(cfg.host.as_deref(), hostname.as_deref());
-    let identity = match node_id::load_or_create(&opts.state_dir) {
-        Ok(id) => NodeIdentity {
+    // Read, never written: the daemon's first start chooses the identity (nova-compute's
+    // provider for this host, if any), and a look at the inventory must not choose it first.
+    let identity = match node_id::load(&opts.state_dir) {
+        Ok(Some(id)) => NodeIdentity {
             uuid: id.uuid,
             hypervisor_hostname,
             host,
             created_at: id.created_at,
         },
+        Ok(None) => NodeIdentity {
+            uuid: node_id::derived(&hypervisor_hostname),
+            hypervisor_hostname,
+            host,
+            created_at: now,
+        },
         Err(e) => {
             inventory.warnings.push(Warning {
                 path: opts.state_dir.join("compute_id").display().to_string(),
                 message: format!(
-                    "compute node uuid not persisted ({e}); using one derived from the node name"
+                    "cannot read the compute node uuid ({e}); using one derived from the node name"
                 ),
             });
             NodeIdentity {

@@ -68,17 +68,21 @@ pub fn run(opts: DaemonOptions, loaded: LoadedConfig, log: LogHandle) -> anyhow:
     result
 }
 
+fn host_names(cfg: &crate::config::ValidConfig, host: &crate::probes::HostInventory) -> HostNames {
+    let probed = host.host.hostname.as_deref();
+    HostNames {
+        host: super::once::node_name(cfg.host.as_deref(), probed),
+        node: super::once::node_name(cfg.hypervisor_hostname.as_deref(), probed),
+    }
+}
+
 fn settings_for(
     cfg: &crate::config::ValidConfig,
     id: &node_id::NodeId,
-    host: &crate::probes::HostInventory,
+    names: HostNames,
 ) -> TrackerSettings {
-    let probed = host.host.hostname.as_deref();
     TrackerSettings {
-        names: HostNames {
-            host: super::once::node_name(cfg.host.as_deref(), probed),
-            node: super::once::node_name(cfg.hypervisor_hostname.as_deref(), probed),
-        },
+        names,
         node_uuid: id.uuid.clone(),
         node_created_at: id.created_at,
         policy: cfg.into(),
@@ -102,8 +106,6 @@ async fn main_loop(
     // Held until the daemon exits: a second daemon on this directory would hand out the same
     // devices twice.
     let _state_lock = StateDirLock::acquire(&state_dir)?;
-    let id = node_id::load_or_create(&state_dir)
-        .map_err(|e| anyhow::anyhow!("compute node identity: {e}"))?;
 
     // Signals are ours from here on: SIGTERM during startup ends it cleanly, even while the
     // first probe hangs.
@@ -142,7 +144,27 @@ async fn main_loop(
         }
     };
     config_file::check_against_host(&loaded, &host).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let settings = settings_for(&cfg, &id, &host);
+    let names = host_names(&cfg, &host);
+    // At the first start of a state directory, nova-compute's provider for this host (if any)
+    // gives the uuid; SIGTERM meanwhile ends the start.
+    let (id, chosen) = tokio::select! {
+        r = super::identity::resolve(&state_dir, &cfg, &names) => r?,
+        _ = sigterm.recv() => return Ok(()),
+        _ = sigint.recv() => return Ok(()),
+    };
+    match &chosen {
+        super::identity::Chosen::Stored => {}
+        super::identity::Chosen::Configured => {
+            tracing::info!(node_uuid = %id.uuid, "compute node uuid from [host] compute_node_uuid")
+        }
+        super::identity::Chosen::Adopted { name } => {
+            tracing::info!(node_uuid = %id.uuid, provider = %name, "taking over the compute node provider nova-compute registered for this host: its uuid is kept as this node's")
+        }
+        super::identity::Chosen::New => {
+            tracing::info!(node_uuid = %id.uuid, "new compute node uuid")
+        }
+    }
+    let settings = settings_for(&cfg, &id, names);
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         config = %loaded.path.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "(built-in defaults)".into()),

@@ -41,8 +41,16 @@ pub struct NodeId {
 }
 
 /// Reads `<state_dir>/compute_id`, creating it (and the directory) with a new random uuid when
-/// missing. The write is atomic (temporary file, fsync, rename, fsync of the directory).
+/// missing.
 pub fn load_or_create(state_dir: &Path) -> Result<NodeId, NodeIdError> {
+    match load(state_dir)? {
+        Some(id) => Ok(id),
+        None => create(state_dir, &uuid::Uuid::new_v4().hyphenated().to_string()),
+    }
+}
+
+/// Reads `<state_dir>/compute_id`: `None` when there is none yet.
+pub fn load(state_dir: &Path) -> Result<Option<NodeId>, NodeIdError> {
     let path = state_dir.join("compute_id");
     let io = |path: &Path| {
         let path = path.to_path_buf();
@@ -59,29 +67,40 @@ pub fn load_or_create(state_dir: &Path) -> Result<NodeId, NodeIdError> {
                 .and_then(|m| m.modified())
                 .map(time::OffsetDateTime::from)
                 .map_err(io(&path))?;
-            Ok(NodeId {
+            Ok(Some(NodeId {
                 uuid: uuid.hyphenated().to_string(),
                 created_at,
-            })
+            }))
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(state_dir).map_err(io(state_dir))?;
-            let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
-            let tmp = state_dir.join(".compute_id.tmp");
-            {
-                let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
-                f.write_all(format!("{uuid}\n").as_bytes())
-                    .map_err(io(&tmp))?;
-                f.sync_all().map_err(io(&tmp))?;
-            }
-            std::fs::rename(&tmp, &path).map_err(io(&path))?;
-            std::fs::File::open(state_dir)
-                .and_then(|d| d.sync_all())
-                .map_err(io(state_dir))?;
-            load_or_create(state_dir)
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(NodeIdError::Io { path, source: e }),
     }
+}
+
+/// Writes `<state_dir>/compute_id` (and the directory) with `uuid`, atomically: a temporary
+/// file, fsync, rename, fsync of the directory. The caller makes sure there is none yet.
+pub fn create(state_dir: &Path, uuid: &str) -> Result<NodeId, NodeIdError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| NodeIdError::Io { path, source }
+    };
+    let path = state_dir.join("compute_id");
+    std::fs::create_dir_all(state_dir).map_err(io(state_dir))?;
+    let tmp = state_dir.join(".compute_id.tmp");
+    {
+        let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+        f.write_all(format!("{uuid}\n").as_bytes())
+            .map_err(io(&tmp))?;
+        f.sync_all().map_err(io(&tmp))?;
+    }
+    std::fs::rename(&tmp, &path).map_err(io(&path))?;
+    std::fs::File::open(state_dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(state_dir))?;
+    load(state_dir)?.ok_or_else(|| NodeIdError::Io {
+        path,
+        source: std::io::Error::other("written, then not found"),
+    })
 }
 
 /// A uuid derived from the node name, for runs that cannot keep state (`--once` without a

@@ -133,8 +133,11 @@ pub trait PlacementApi {
     ) -> Result<u64, UpstreamError>;
     /// `GET .../usages`.
     async fn get_usages(&mut self, uuid: Uuid) -> Result<BTreeMap<String, u64>, UpstreamError>;
-    /// `GET .../allocations`: the consumers holding allocations on the provider.
-    async fn provider_consumers(&mut self, uuid: Uuid) -> Result<BTreeSet<Uuid>, UpstreamError>;
+    /// `GET .../allocations`: consumer -> class -> amount, on this provider.
+    async fn provider_allocations(
+        &mut self,
+        uuid: Uuid,
+    ) -> Result<BTreeMap<Uuid, BTreeMap<String, u64>>, UpstreamError>;
     /// `GET /allocations/{consumer}`.
     async fn get_consumer(&mut self, consumer: Uuid) -> Result<ConsumerAllocations, UpstreamError>;
     /// `PUT /allocations/{consumer}`; `None` allocation = remove all (safe delete with the

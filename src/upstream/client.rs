@@ -70,7 +70,7 @@ struct Usages {
 
 #[derive(Deserialize)]
 struct ProviderAllocations {
-    allocations: BTreeMap<Uuid, Value>,
+    allocations: BTreeMap<Uuid, ConsumerEntry>,
 }
 
 #[derive(Deserialize)]
@@ -435,7 +435,10 @@ impl PlacementApi for HttpPlacement {
         Ok(decode::<Usages>("GET", &path, v)?.usages)
     }
 
-    async fn provider_consumers(&mut self, uuid: Uuid) -> Result<BTreeSet<Uuid>, UpstreamError> {
+    async fn provider_allocations(
+        &mut self,
+        uuid: Uuid,
+    ) -> Result<BTreeMap<Uuid, BTreeMap<String, u64>>, UpstreamError> {
         let path = format!("/resource_providers/{uuid}/allocations");
         let (_, v) = self
             .call(
@@ -449,7 +452,8 @@ impl PlacementApi for HttpPlacement {
             .await?;
         Ok(decode::<ProviderAllocations>("GET", &path, v)?
             .allocations
-            .into_keys()
+            .into_iter()
+            .map(|(c, e)| (c, e.resources))
             .collect())
     }
 

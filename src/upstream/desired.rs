@@ -155,6 +155,9 @@ pub struct DesiredState {
     pub providers: Vec<DesiredProvider>,
     /// Allocations by consumer; `None` when rtrack does not manage allocations.
     pub allocations: Option<BTreeMap<Uuid, DesiredAllocation>>,
+    /// What the local claims should hold in Placement, whoever writes it (rtrack with
+    /// `report_allocations`, else Nova's scheduler): reconciliation compares it with Placement.
+    pub expected: BTreeMap<Uuid, DesiredAllocation>,
     /// Things left out and why (logged by the reporter when they change).
     pub warnings: Vec<String>,
 }
@@ -430,8 +433,8 @@ impl DesiredState {
             }
         }
 
-        // ---- allocations
-        let allocations = if config.placement.report_allocations.unwrap_or(false) {
+        // ---- allocations (what the claims hold; written only with report_allocations)
+        let expected = {
             let mut out = BTreeMap::new();
             for c in consumers {
                 let mut resources: BTreeMap<Uuid, BTreeMap<String, u64>> = BTreeMap::new();
@@ -457,6 +460,8 @@ impl DesiredState {
                                 continue;
                             }
                         },
+                        // Without PCI in Placement, devices are not allocated there (Nova's).
+                        ResourceKey::PciDevice(_) if !config.report_pci_in_placement => continue,
                         ResourceKey::PciDevice(a) => match device_provider.get(a) {
                             Some((rp, class)) => (*rp, class.clone()),
                             None => {
@@ -483,15 +488,19 @@ impl DesiredState {
                     },
                 );
             }
-            Some(out)
-        } else {
-            None
+            out
         };
+        let allocations = config
+            .placement
+            .report_allocations
+            .unwrap_or(false)
+            .then(|| expected.clone());
 
         Ok(DesiredState {
             root: node_uuid,
             providers,
             allocations,
+            expected,
             warnings,
         })
     }

@@ -88,6 +88,9 @@ pub struct ProviderCache {
     pub classes: BTreeSet<String>,
     /// Custom traits known to exist.
     pub custom_traits: BTreeSet<String>,
+    /// Placement's allocations on our tree as last read (consumer -> provider -> class ->
+    /// amount), for reconciliation; read at every refresh, whatever `report_allocations`.
+    pub placement_allocations: BTreeMap<Uuid, BTreeMap<Uuid, BTreeMap<String, u64>>>,
 }
 
 /// One change to send.
@@ -482,6 +485,7 @@ mod tests {
 
     fn state(providers: Vec<DesiredProvider>) -> DesiredState {
         DesiredState {
+            expected: Default::default(),
             root: providers[0].uuid,
             providers,
             allocations: None,

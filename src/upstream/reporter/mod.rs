@@ -270,7 +270,7 @@ impl<P: PlacementApi> Reporter<P> {
     ) -> Result<(), UpstreamError> {
         let root = desired.root;
         let mut consumers = BTreeMap::new();
-        for c in self.api.provider_consumers(root).await? {
+        for c in self.api.provider_allocations(root).await?.into_keys() {
             consumers.insert(c, self.api.get_consumer(c).await?);
         }
         let moved = match reshape::moved_allocations(desired, &self.cache, classes, &consumers) {

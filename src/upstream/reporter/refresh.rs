@@ -64,16 +64,31 @@ impl<P: PlacementApi> Reporter<P> {
             }
             cache.providers.insert(p.uuid, p);
         }
-        if desired.allocations.is_some() {
-            // Consumers on our tree only: the sharing provider also carries other hosts'.
-            let mut consumers = BTreeSet::new();
-            for p in cache.providers.values().filter(|p| {
+        // Allocations on our tree only: the sharing provider also carries other hosts'. Read
+        // at every refresh: reconciliation compares them with the local claims.
+        let tree: Vec<Uuid> = cache
+            .providers
+            .values()
+            .filter(|p| {
                 desired
                     .provider(p.uuid)
                     .is_none_or(|d| d.role != ProviderRole::Sharing)
-            }) {
-                consumers.extend(self.api.provider_consumers(p.uuid).await?);
+            })
+            .map(|p| p.uuid)
+            .collect();
+        for rp in tree {
+            for (consumer, resources) in self.api.provider_allocations(rp).await? {
+                if !resources.is_empty() {
+                    cache
+                        .placement_allocations
+                        .entry(consumer)
+                        .or_default()
+                        .insert(rp, resources);
+                }
             }
+        }
+        if desired.allocations.is_some() {
+            let consumers: BTreeSet<Uuid> = cache.placement_allocations.keys().copied().collect();
             for c in consumers {
                 let a = self.api.get_consumer(c).await?;
                 cache.consumers.insert(

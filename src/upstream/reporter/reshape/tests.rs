@@ -87,6 +87,7 @@ fn units_move_to_children_with_room_and_to_where_rtracks_claim_holds_them() {
             provider(g2, ProviderRole::Nested, Some(("VGPU", 4)), &[]),
         ],
         allocations: None,
+        expected: Default::default(),
         warnings: vec![],
     };
     let cache = ProviderCache {
@@ -141,6 +142,7 @@ fn nothing_to_reshape_without_usage_or_children() {
             provider(g1, ProviderRole::Nested, Some(("VGPU", 2)), &[]),
         ],
         allocations: None,
+        expected: Default::default(),
         warnings: vec![],
     };
     let unused = ProviderCache {
