@@ -98,6 +98,7 @@ fn child(db: &str, host_dir: &str, round: u32) {
                                 numa_policy: NumaPolicy::Legacy,
                                 requester_id: None,
                                 rp_uuids: Vec::new(),
+                                devices: Vec::new(),
                             }]
                         } else {
                             vec![]

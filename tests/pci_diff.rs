@@ -436,6 +436,7 @@ impl Run<'_> {
                     .unwrap_or(NumaPolicy::Legacy),
                 requester_id: requester_id.clone(),
                 rp_uuids: rp.clone(),
+                devices: Vec::new(),
             });
             let mut spec: serde_json::Map<String, Value> =
                 q.spec.iter().map(|(k, v)| (k.clone(), json!(v))).collect();

@@ -204,6 +204,7 @@ fn pci(n: u8, kind: &str, count: u32, policy: NumaPolicy) -> PciRequest {
         numa_policy: policy,
         requester_id: None,
         rp_uuids: Vec::new(),
+        devices: Vec::new(),
     }
 }
 

@@ -63,6 +63,8 @@ pub struct Metrics {
     pub upstream_requests: Family<Labels, Counter>,
     /// Upstream report cycles by outcome.
     pub upstream_reports: Family<Labels, Counter>,
+    /// Drift between local claims, Placement and the host by kind (last reconciliation).
+    pub placement_drift: Family<Labels, Gauge>,
     /// API requests refused because the peer is not allowed.
     pub forbidden_peers: Counter,
     /// API requests by route and status.
@@ -111,6 +113,7 @@ impl Metrics {
             commit_latency: latency_histogram(),
             upstream_requests: Family::default(),
             upstream_reports: Family::default(),
+            placement_drift: Family::default(),
             forbidden_peers: Counter::default(),
             api_requests: Family::default(),
             api_request_seconds: Family::new_with_constructor(latency_histogram),
@@ -226,6 +229,11 @@ impl Metrics {
             "upstream_reports",
             "Placement report cycles by outcome",
             m.upstream_reports.clone(),
+        );
+        registry.register(
+            "placement_drift",
+            "Drift between the local claims, Placement's allocations and the host's inventory, by kind, at the last reconciliation",
+            m.placement_drift.clone(),
         );
         registry.register(
             "api_forbidden_peers",

@@ -81,6 +81,8 @@ route_table! {
     "DELETE" delete "/v1/instances/{uuid}/pci-requests/{request_id}" => routes::detach_pci,
     "GET" get "/v1/pci-devices" => routes::list_pci_devices,
     "POST" post "/v1/pci-devices/{address}/release" => routes::release_pci_device,
+    "POST" post "/v1/reconcile" => routes::reconcile,
+    "POST" post "/v1/adopt" => routes::adopt,
 }
 
 /// The socket API.

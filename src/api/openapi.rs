@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::bodies::{ClaimBody, MigrationBody};
 use super::error::ErrorCode;
-use super::routes::AttachBody;
+use super::routes::{AdoptBody, AttachBody, ReconcileBody};
 use crate::objects::compute_node::ComputeNode;
 use crate::objects::NovaObject;
 use crate::tracker::state::InstanceUpdate;
@@ -108,6 +108,23 @@ pub fn document() -> Value {
         "numa_cells": {"type": "array", "items": {"type": "integer"}, "description": "host NUMA cells the guest's cells are on, in guest order"},
         "numa_topology": {"type": "object", "nullable": true, "description": "the fitted InstanceNUMATopology primitive (Nova's): per guest cell the host cell (id), cpuset, pcpuset, cpu_pinning_raw, cpuset_reserved, memory, pagesize, policies"},
         "claimed_at": {"type": "string"}});
+    let reconciled = json!({"type": "object", "required": ["drift", "counts", "fixed"], "properties": {
+        "drift": schema_ref("Drift"), "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "fixed": {"type": "boolean"}, "found": schema_ref("Drift"), "found_counts": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "report_allocations": {"type": "boolean"},
+        "not_touched": {"type": "array", "items": {"type": "object", "properties": {"consumer": {"type": "string"}, "provider": {"type": "string"}, "kind": {"type": "string"}, "class": {"type": "string"}, "why": {"type": "string"}}}}}});
+    let drift_schema = json!({"type": "object", "required": ["consumers", "inventories"], "properties": {
+        "consumers": {"type": "array", "items": {"type": "object", "required": ["consumer", "kind", "local", "placement"], "properties": {
+            "consumer": {"type": "string"}, "kind": {"type": "string", "enum": ["orphan", "missing", "different"]},
+            "local": {"type": "object", "description": "provider uuid -> class -> amount"}, "placement": {"type": "object", "description": "provider uuid -> class -> amount"}}}},
+        "inventories": {"type": "array", "items": {"type": "object", "properties": {
+            "provider": {"type": "string"}, "provider_name": {"type": "string"}, "class": {"type": "string"},
+            "placement_total": {"type": "integer"}, "host_total": {"type": "integer"}, "used": {"type": "integer", "nullable": true}}}}}});
+    let adoption_plan = json!({"type": "object", "required": ["applied", "claims", "existing", "problems", "notes"], "properties": {
+        "applied": {"type": "boolean"}, "claims": {"type": "array", "items": schema_ref("Claim")},
+        "existing": {"type": "array", "items": {"type": "string"}},
+        "problems": {"type": "array", "items": {"type": "object", "properties": {"consumer": {"type": "string"}, "reason": {"type": "string"}}}},
+        "notes": {"type": "array", "items": {"type": "object", "properties": {"consumer": {"type": "string"}, "note": {"type": "string"}}}}}});
     json!({
         "openapi": "3.0.3",
         "info": {
@@ -189,15 +206,26 @@ pub fn document() -> Value {
                 "parameters": [path_param("address", json!({"type": "string", "pattern": "^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\\.[0-7]$"}), "PCI address")],
                 "post": {"operationId": "releasePciDevice", "summary": "Releases a one-time-use device reserved after use: available again, its provider's inventory unreserved",
                     "responses": responses(&[("200", ok("released", json!({"type": "object", "properties": {"address": {"type": "string"}, "status": {"type": "string"}}})))], &[400, 403, 404, 409, 500, 503])}},
+            "/v1/reconcile": {"post": {"operationId": "reconcile", "summary": "Reads Placement now and compares the local claims, Placement's allocations on this host's tree and the host's inventory (orphan, missing, different, inventory_gone); with fix, writes what rtrack owns and reads again",
+                "requestBody": {"required": false, "content": {"application/json": {"schema": schema_ref("ReconcileRequest")}}},
+                "responses": responses(&[("200", ok("the drift", reconciled))],
+                    &[400, 403, 409, 413, 415, 500, 503])}},
+            "/v1/adopt": {"post": {"operationId": "adopt", "summary": "The instances Placement's allocations say this host runs (a host taken over from nova-compute), as local claims: the plan, committed in one transaction with apply when every consumer fits",
+                "requestBody": {"required": false, "content": {"application/json": {"schema": schema_ref("AdoptRequest")}}},
+                "responses": responses(&[("200", ok("the plan (applied when asked and possible)", schema_ref("AdoptionPlan")))],
+                    &[400, 403, 409, 413, 415, 500, 503])}},
         },
         "components": {"schemas": schemas_with_bodies(json!({
             "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "object", "required": ["code", "message", "details"], "properties": {
                 "code": {"type": "string", "enum": error_codes},
                 "message": {"type": "string"},
                 "details": {"description": "claim_refused: {instance_uuid, resources: [{class, requested, used, capacity, max_unit}], pci: {request_id, alias_name, requested, usable, pools: [{pool, count, rejected}]}}; others: the field or id"}}}}},
+            "Drift": drift_schema,
+            "AdoptionPlan": adoption_plan,
             "Health": {"type": "object", "properties": {"status": {"type": "string", "enum": ["ok", "degraded", "stopping"]}, "version": {"type": "string"},
                 "audits_succeeded": {"type": "integer"}, "audits_failing_in_a_row": {"type": "integer"}, "last_audit_at": {"type": "string", "nullable": true},
                 "last_audit_seconds": {"type": "number", "nullable": true}, "last_audit_error": {"type": "string", "nullable": true},
+                "placement_drift": {"type": "object", "nullable": true, "description": "the last reconciliation's drift counts by kind (orphan, missing, different, inventory_gone) and when (at); null before the first or without Placement"},
                 "store_unavailable": {"type": "string", "nullable": true, "description": "why changes are refused (503 store_unavailable), while they are"}}},
             "Claim": {"type": "object", "description": "A claim held", "properties": claim.clone()},
             "ClaimAnswer": {"type": "object", "description": "A claim as a claim request is answered",
@@ -280,7 +308,14 @@ fn with_properties(base: &Value, more: Value) -> Value {
 /// from the body types (utoipa), so the document describes exactly what the server decodes.
 fn schemas_with_bodies(mut answers: Value) -> Value {
     #[derive(utoipa::OpenApi)]
-    #[openapi(components(schemas(ClaimBody, MigrationBody, InstanceUpdate, AttachBody)))]
+    #[openapi(components(schemas(
+        ClaimBody,
+        MigrationBody,
+        InstanceUpdate,
+        AttachBody,
+        ReconcileBody,
+        AdoptBody
+    )))]
     struct Bodies;
     let components = <Bodies as utoipa::OpenApi>::openapi().components;
     let mut bodies = components

@@ -17,6 +17,46 @@ use super::metrics::Metrics;
 use super::peer::Access;
 use crate::config::ValidConfig;
 use crate::service::TrackerService;
+use crate::upstream::reconcile::Drift;
+use crate::upstream::reporter::drift::FixReport;
+
+/// What the API asks of the report loop, which holds the Placement client.
+#[derive(Debug)]
+pub enum UpstreamCommand {
+    /// Read Placement now and compare with the local claims; with `fix`, write what rtrack
+    /// owns and read again.
+    Reconcile {
+        /// Write what rtrack owns.
+        fix: bool,
+        /// The answer (an error in words).
+        reply: tokio::sync::oneshot::Sender<Result<ReconcileAnswer, String>>,
+    },
+    /// Read the provider tree and every allocation on it, with each consumer's owner (adoption).
+    ReadAllocations {
+        /// The answer (an error in words).
+        reply: tokio::sync::oneshot::Sender<
+            Result<crate::upstream::reporter::holdings::HoldingsRead, String>,
+        >,
+    },
+}
+
+/// The answer to [`UpstreamCommand::Reconcile`].
+#[derive(Debug, Clone)]
+pub enum ReconcileAnswer {
+    /// Read and compared.
+    Inspected(Drift),
+    /// Read, fixed, read again.
+    Fixed(FixReport),
+}
+
+/// The last reconciliation's result, for `/healthz`.
+#[derive(Debug, Clone, Default)]
+pub struct DriftHealth {
+    /// Confirmed drift counts by kind.
+    pub counts: std::collections::BTreeMap<&'static str, usize>,
+    /// When it was judged, `YYYY-MM-DDTHH:MM:SSZ`.
+    pub at: Option<String>,
+}
 
 /// How the audits have been going.
 #[derive(Debug, Clone, Default)]
@@ -46,6 +86,8 @@ pub struct DaemonState {
     health: RwLock<AuditHealth>,
     access: RwLock<Access>,
     stopping: AtomicBool,
+    upstream: parking_lot::Mutex<Option<tokio::sync::mpsc::Sender<UpstreamCommand>>>,
+    drift: RwLock<Option<DriftHealth>>,
 }
 
 impl DaemonState {
@@ -64,6 +106,8 @@ impl DaemonState {
             health: RwLock::new(AuditHealth::default()),
             access: RwLock::new(access),
             stopping: AtomicBool::new(false),
+            upstream: parking_lot::Mutex::new(None),
+            drift: RwLock::new(None),
         }
     }
 
@@ -115,6 +159,26 @@ impl DaemonState {
     /// Changes who may use the API (a reloaded socket group).
     pub fn set_access(&self, access: Access) {
         *self.access.write() = access;
+    }
+
+    /// The report loop's command queue (set while it reports to Placement).
+    pub fn set_upstream(&self, tx: Option<tokio::sync::mpsc::Sender<UpstreamCommand>>) {
+        *self.upstream.lock() = tx;
+    }
+
+    /// Where to send commands to the report loop; `None` when Placement is not configured.
+    pub fn upstream(&self) -> Option<tokio::sync::mpsc::Sender<UpstreamCommand>> {
+        self.upstream.lock().clone()
+    }
+
+    /// Records the last reconciliation's confirmed drift.
+    pub fn set_drift(&self, d: Option<DriftHealth>) {
+        *self.drift.write() = d;
+    }
+
+    /// The last reconciliation's drift (`None` before the first, or without Placement).
+    pub fn drift(&self) -> Option<DriftHealth> {
+        self.drift.read().clone()
     }
 
     /// The daemon is shutting down: new requests are refused.

@@ -15,3 +15,4 @@ pub mod report;
 pub mod run;
 pub mod socket;
 pub mod systemd;
+mod upstream_commands;

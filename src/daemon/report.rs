@@ -27,20 +27,21 @@ use crate::upstream::{
 };
 
 /// What one report needs, copied under the tracker lock.
-struct Snapshot {
-    desired: Result<DesiredState, UpstreamError>,
+pub(super) struct Snapshot {
+    pub(super) desired: Result<DesiredState, UpstreamError>,
     compute_node: Value,
 }
 
-fn snapshot(
+pub(super) fn snapshot(
     state: &DaemonState,
-    with_allocations: bool,
+    with_consumers: bool,
     push_version: Option<crate::objects::ObjVersion>,
 ) -> Snapshot {
     let config = state.config();
     // Under the lock: only what changes with claims. The view is shared, not copied.
     let (consumers, view, node_uuid, node_name, node, pci) = state.service.read(|t| {
-        let consumers = if with_allocations {
+        // Reconciliation compares them with Placement's allocations, whoever writes those.
+        let consumers = if with_consumers {
             consumers(t)
         } else {
             Vec::new()
@@ -79,6 +80,53 @@ fn snapshot(
         desired,
         compute_node,
     }
+}
+
+/// Publishes a refresh's drift (metric, `/healthz`) and logs each drift once: when it is
+/// confirmed, when it is gone, and what this cycle's writes fixed.
+fn note_drift(
+    state: &DaemonState,
+    d: &crate::upstream::reporter::drift::DriftReport,
+    logged: &mut std::collections::BTreeSet<String>,
+) {
+    for (kind, n) in d.confirmed.counts() {
+        state
+            .metrics
+            .placement_drift
+            .get_or_create(&vec![("kind", kind.to_string())])
+            .set(n as i64);
+    }
+    state.set_drift(Some(crate::api::shared::DriftHealth {
+        counts: d.confirmed.counts(),
+        at: Some(crate::inventory::format_utc(time::OffsetDateTime::now_utc())),
+    }));
+    let remaining = d.remaining.keys();
+    for c in &d.found.consumers {
+        let key = format!("{}:{}", c.kind.as_str(), c.consumer);
+        if !remaining.contains(&key) {
+            tracing::info!(target: "rtrack::upstream", consumer = %c.consumer, kind = c.kind.as_str(), local = ?c.local, placement = ?c.placement, "drift found and fixed (report_allocations): Placement now holds what the local claims hold");
+        }
+    }
+    let confirmed = d.confirmed.keys();
+    for c in &d.confirmed.consumers {
+        let key = format!("{}:{}", c.kind.as_str(), c.consumer);
+        if logged.insert(key) {
+            tracing::warn!(target: "rtrack::upstream", consumer = %c.consumer, kind = c.kind.as_str(), local = ?c.local, placement = ?c.placement, "drift between the local claims and Placement (rtrackctl reconcile shows it; --fix repairs what rtrack owns)");
+        }
+    }
+    for i in &d.confirmed.inventories {
+        let key = format!("inventory:{}:{}", i.provider, i.class);
+        if logged.insert(key) {
+            tracing::warn!(target: "rtrack::upstream", provider = %i.provider, name = %i.provider_name, class = %i.class, placement_total = i.placement_total, host_total = i.host_total, used = ?i.used, "Placement holds inventory the host no longer has (kept while allocations use it)");
+        }
+    }
+    logged.retain(|k| {
+        let keep = confirmed.contains(k);
+        if !keep {
+            tracing::info!(target: "rtrack::upstream", drift = %k, "drift gone");
+        }
+        keep
+    });
 }
 
 fn record(state: &DaemonState, outcome: &Result<ReportOutcome, UpstreamError>) {
@@ -160,6 +208,9 @@ impl Upstreams {
 /// asks for a report now (after an audit or a reload).
 pub async fn run(state: Arc<DaemonState>, kick: Arc<Notify>, mut stop: watch::Receiver<bool>) {
     install_crypto_provider();
+    let (tx, mut commands) = tokio::sync::mpsc::channel(4);
+    state.set_upstream(Some(tx));
+    let mut logged_drift = std::collections::BTreeSet::new();
     let mut up: Option<Upstreams> = None;
     let mut last_pushed: Option<Value> = None;
     let mut cycle: u64 = 0;
@@ -179,6 +230,9 @@ pub async fn run(state: Arc<DaemonState>, kick: Arc<Notify>, mut stop: watch::Re
             tokio::select! {
                 _ = kick.notified() => {}
                 _ = tokio::time::sleep(Duration::from_secs(60)) => {}
+                Some(cmd) = commands.recv() => {
+                    super::upstream_commands::handle(&state, None, false, cmd).await;
+                }
                 _ = stop.changed() => return,
             }
             if *stop.borrow() {
@@ -194,14 +248,14 @@ pub async fn run(state: Arc<DaemonState>, kick: Arc<Notify>, mut stop: watch::Re
         let interval = placement
             .as_ref()
             .map_or(Duration::from_secs(60), |p| p.report_interval);
-        let allocations = placement.as_ref().is_some_and(|p| p.report_allocations);
+        let with_consumers = placement.is_some();
         cycle += 1;
         // One span per cycle: every line the report logs says which cycle it belongs to.
         let span = tracing::info_span!("report", cycle);
         let wait = async {
             let st = state.clone();
             let snap =
-                match tokio::task::spawn_blocking(move || snapshot(&st, allocations, push_version))
+                match tokio::task::spawn_blocking(move || snapshot(&st, with_consumers, push_version))
                     .await
                 {
                     Ok(s) => s,
@@ -217,6 +271,9 @@ pub async fn run(state: Arc<DaemonState>, kick: Arc<Notify>, mut stop: watch::Re
                     Err(e) => Err(e),
                 };
                 record(&state, &outcome);
+                if let Some(d) = outcome.as_ref().ok().and_then(|o| o.drift.as_ref()) {
+                    note_drift(&state, d, &mut logged_drift);
+                }
                 if let Ok(o) = &outcome {
                     state
                         .service
@@ -262,6 +319,11 @@ pub async fn run(state: Arc<DaemonState>, kick: Arc<Notify>, mut stop: watch::Re
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = kick.notified() => {}
+            Some(cmd) = commands.recv() => {
+                let placement = up.as_ref().and_then(|u| u.settings.0.clone());
+                let reporter = up.as_mut().and_then(|u| u.reporter.as_mut());
+                super::upstream_commands::handle(&state, reporter, placement.is_some(), cmd).await;
+            }
             _ = stop.changed() => return,
         }
         if *stop.borrow() {

@@ -68,6 +68,8 @@ enum Subject<'a> {
     Audit,
     /// The host's own records (PCI providers, a device released): no one instance.
     Host,
+    /// Several instances (an adoption).
+    Instances(&'a [String]),
 }
 
 /// Whether the store answered the last read-back.
@@ -166,6 +168,7 @@ impl TrackerService {
                     .get(&id)
                     .map(|m| [m.instance_uuid.clone()].into())
                     .unwrap_or_default(),
+                Subject::Instances(list) => list.iter().cloned().collect(),
                 Subject::Audit | Subject::Host => BTreeSet::new(),
             };
             if !self.in_flight.any(&keys) {
@@ -379,6 +382,21 @@ impl TrackerService {
     pub fn detach_pci(&self, uuid: &str, request_id: &str) -> Result<(), ServiceError> {
         self.mutate(Subject::Instance(uuid), |t| {
             t.detach_pci(uuid, request_id).map(|c| ((), c))
+        })
+    }
+
+    /// Plans the adoption of instances a host runs (see [`Tracker::adopt`]); with `apply`,
+    /// commits it in one transaction when nothing stands in the way.
+    pub fn adopt(
+        &self,
+        adoptees: &[crate::tracker::ops::adopt::Adoptee],
+        problems: Vec<crate::tracker::ops::adopt::AdoptProblem>,
+        apply: bool,
+    ) -> Result<crate::tracker::ops::adopt::AdoptionPlan, ServiceError> {
+        let now = now_secs();
+        let uuids: Vec<String> = adoptees.iter().map(|a| a.info.uuid.clone()).collect();
+        self.mutate(Subject::Instances(&uuids), |t| {
+            t.adopt(adoptees, problems, now, apply)
         })
     }
 

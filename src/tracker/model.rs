@@ -142,6 +142,10 @@ pub struct PciRequest {
     /// then taken from those providers only. Empty: any provider.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rp_uuids: Vec<uuid::Uuid>,
+    /// Only these devices may be taken (an adopted instance's devices, as the operator named
+    /// them). Empty: any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<crate::probes::pci::PciAddress>,
 }
 
 /// What an instance asks of a host, from a RequestSpec (or legacy dicts) and the instance.

@@ -222,6 +222,7 @@ pub fn alias_requests_with_policy(
             numa_policy: override_policy.unwrap_or(alias.numa_policy),
             requester_id: None,
             rp_uuids: Vec::new(),
+            devices: Vec::new(),
         });
     }
     Ok(out)
@@ -301,6 +302,7 @@ pub fn pci_requests_from_object(
             numa_policy: policy,
             requester_id: r.requester_id.get().cloned(),
             rp_uuids,
+            devices: Vec::new(),
         });
     }
     Ok(out)

@@ -83,6 +83,7 @@ fn port_req(n: u32, physnet: &str, policy: NumaPolicy) -> PciRequest {
         numa_policy: policy,
         requester_id: Some(format!("port-{n}")),
         rp_uuids: Vec::new(),
+        devices: Vec::new(),
     }
 }
 
@@ -168,6 +169,7 @@ fn pci(alias: &str, count: u32, policy: NumaPolicy) -> PciRequest {
         numa_policy: policy,
         requester_id: None,
         rp_uuids: Vec::new(),
+        devices: Vec::new(),
     }
 }
 

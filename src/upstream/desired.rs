@@ -158,6 +158,8 @@ pub struct DesiredState {
     /// What the local claims should hold in Placement, whoever writes it (rtrack with
     /// `report_allocations`, else Nova's scheduler): reconciliation compares it with Placement.
     pub expected: BTreeMap<Uuid, DesiredAllocation>,
+    /// The PCI provider and class each reported device is counted under.
+    pub device_providers: BTreeMap<PciAddress, (Uuid, String)>,
     /// Things left out and why (logged by the reporter when they change).
     pub warnings: Vec<String>,
 }
@@ -501,6 +503,7 @@ impl DesiredState {
             providers,
             allocations,
             expected,
+            device_providers: device_provider,
             warnings,
         })
     }

@@ -22,6 +22,7 @@
 //! [`report_once`] does all of that once, for `rtrackd --once --report`. The wire format and
 //! behaviour are described in `docs/upstream.md`.
 
+pub mod adoption;
 pub mod api;
 pub mod auth;
 pub mod backoff;

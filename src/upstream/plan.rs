@@ -486,6 +486,7 @@ mod tests {
     fn state(providers: Vec<DesiredProvider>) -> DesiredState {
         DesiredState {
             expected: Default::default(),
+            device_providers: Default::default(),
             root: providers[0].uuid,
             providers,
             allocations: None,

@@ -2,6 +2,8 @@
 //! socket in a temporary directory, a fixture root, the daemon's log kept in a file.
 #![allow(dead_code)]
 
+pub mod placement_server;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};

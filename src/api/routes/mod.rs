@@ -7,10 +7,12 @@
 //! answer, or an [`ApiError`] with its status and stable code.
 
 mod pci;
+mod placement;
 mod reads;
 mod writes;
 
 pub use pci::*;
+pub use placement::*;
 pub use reads::*;
 pub use writes::*;
 
@@ -189,6 +191,11 @@ pub async fn healthz(State(state): St) -> Response {
             "last_audit_seconds": h.last_duration.map(|d| d.as_secs_f64()),
             "last_audit_error": h.last_error,
             "store_unavailable": store_unavailable,
+            "placement_drift": state.drift().map(|d| {
+                let mut v = json!(d.counts);
+                v["at"] = json!(d.at);
+                v
+            }),
         })),
     )
         .into_response()

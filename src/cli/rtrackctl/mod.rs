@@ -6,7 +6,8 @@
 //! (rtrackd's JSON with `--json`), and the exit code below.
 //!
 //! Exit codes: 0 done; 3 claim refused (or would be, with `--dry-run`): the reason on stderr,
-//! or the error document on stdout with `--json`; 2 usage error (bad flags, an unreadable
+//! or the error document on stdout with `--json`; also 3 for `reconcile` while drift remains and
+//! for `adopt` when consumers cannot be adopted; 2 usage error (bad flags, an unreadable
 //! `--file`, or rtrackd found the request malformed); 1 any other error (rtrackd unreachable,
 //! not found, store failure...).
 
@@ -20,6 +21,7 @@ use serde_json::Value;
 mod body;
 mod numa;
 mod pci;
+mod placement;
 mod tables;
 
 use super::client::{self, Response};
@@ -109,6 +111,12 @@ pub enum Command {
         #[command(subcommand)]
         command: pci::PciCommand,
     },
+    /// Compare the local claims, Placement's allocations on this host's tree and the host's
+    /// inventory (exit 3 while they differ); --fix writes what rtrack owns.
+    Reconcile(placement::ReconcileArgs),
+    /// Turn the instances Placement's allocations say this host runs (a host taken over from
+    /// nova-compute) into local claims: the plan, or with --apply, the claims in one transaction.
+    Adopt(placement::AdoptArgs),
     /// rtrackd's health.
     Health,
 }
@@ -535,6 +543,8 @@ pub fn run(cli: &Cli) -> Result<String, Failure> {
             ))
         }
         Command::Pci { command } => pci::run(&ctx, command),
+        Command::Reconcile(a) => placement::reconcile(&ctx, a),
+        Command::Adopt(a) => placement::adopt(&ctx, a),
         Command::Health => {
             let v = ctx.call("GET", "/healthz", None)?;
             if cli.json {

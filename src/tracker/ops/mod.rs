@@ -16,6 +16,7 @@
 //!
 //! [`Changes`]: super::state::Changes
 
+pub mod adopt;
 pub mod attach;
 pub mod audit;
 pub mod claim;

@@ -410,6 +410,9 @@ pub fn claim_devices(
                 if sim.status[i] != DeviceStatus::Available {
                     continue;
                 }
+                if !req.devices.is_empty() && !req.devices.contains(&index.addresses[i]) {
+                    continue;
+                }
                 sim.allocate(i);
                 assigned.push((i, req.request_id.clone()));
                 left -= 1;

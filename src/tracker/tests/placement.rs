@@ -68,6 +68,7 @@ fn nvme() -> PciRequest {
         numa_policy: NumaPolicy::Legacy,
         requester_id: None,
         rp_uuids: Vec::new(),
+        devices: Vec::new(),
     }
 }
 

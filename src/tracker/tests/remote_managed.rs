@@ -42,6 +42,7 @@ fn port(n: u32, remote_managed: Option<&str>) -> PciRequest {
         numa_policy: NumaPolicy::Legacy,
         requester_id: Some(format!("port-{n}")),
         rp_uuids: Vec::new(),
+        devices: Vec::new(),
     }
 }
 

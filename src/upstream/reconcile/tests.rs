@@ -106,6 +106,7 @@ fn setup() -> (DesiredState, ProviderCache) {
         ],
         allocations: None,
         expected: BTreeMap::new(),
+        device_providers: BTreeMap::new(),
         warnings: Vec::new(),
     };
     let mut cache = ProviderCache::default();

@@ -78,13 +78,20 @@ pub fn with_adopted(
             p.uuid = theirs;
         }
     }
-    if let Some(allocations) = out.allocations.as_mut() {
-        for a in allocations.values_mut() {
-            a.resources = std::mem::take(&mut a.resources)
-                .into_iter()
-                .map(|(rp, r)| (renamed.get(&rp).copied().unwrap_or(rp), r))
-                .collect();
-        }
+    let rename = |rp: Uuid| renamed.get(&rp).copied().unwrap_or(rp);
+    for a in out
+        .allocations
+        .iter_mut()
+        .flat_map(|m| m.values_mut())
+        .chain(out.expected.values_mut())
+    {
+        a.resources = std::mem::take(&mut a.resources)
+            .into_iter()
+            .map(|(rp, r)| (rename(rp), r))
+            .collect();
+    }
+    for (rp, _) in out.device_providers.values_mut() {
+        *rp = rename(*rp);
     }
     out
 }

@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 mod adopt;
+pub mod drift;
+pub mod holdings;
 mod refresh;
 pub mod reshape;
 
@@ -82,6 +84,8 @@ pub struct ReportOutcome {
     pub adopted_nested_providers: std::collections::BTreeMap<Uuid, Uuid>,
     /// Classes moved from the compute node to its children with the reshaper this cycle.
     pub reshaped: Vec<String>,
+    /// What reconciliation found, when this report read Placement again (a refresh).
+    pub drift: Option<drift::DriftReport>,
 }
 
 /// Why applying a plan stopped.
@@ -114,6 +118,8 @@ pub struct Reporter<P: PlacementApi> {
     backoff: Backoff,
     opts: ReporterOptions,
     last_warnings: Vec<String>,
+    /// Drift keys seen at the last refresh (a drift counts once seen at two refreshes running).
+    suspects: std::collections::BTreeSet<String>,
 }
 
 impl<P: PlacementApi> Reporter<P> {
@@ -128,6 +134,7 @@ impl<P: PlacementApi> Reporter<P> {
             backoff: Backoff::new(opts.backoff_base, opts.backoff_cap),
             opts,
             last_warnings: Vec::new(),
+            suspects: Default::default(),
         }
     }
 
@@ -208,20 +215,12 @@ impl<P: PlacementApi> Reporter<P> {
             self.refresh(desired).await?;
             outcome.refreshed = true;
         }
-        let adopted = adopt::adoptions(desired, &self.cache);
-        let nested = adopt::nested_adoptions(desired, &self.cache);
-        let owned;
-        let desired = if adopted.is_empty() && nested.is_empty() {
-            desired
-        } else {
-            if !adopted.is_empty() {
-                tracing::info!(providers = ?adopted, "reporting the PCI providers nova-compute created under their uuids");
-            }
-            owned = adopt::with_adopted(desired, &adopted, &nested);
-            outcome.adopted_pci_providers = adopted;
-            outcome.adopted_nested_providers = nested;
-            &owned
-        };
+        let owned = self.with_adoptions(desired, outcome);
+        let desired = owned.as_ref().unwrap_or(desired);
+        // Reconciliation: what differs as read, before this cycle's writes.
+        let found = outcome
+            .refreshed
+            .then(|| crate::upstream::reconcile::compare(desired, &self.cache));
         let tries = self.opts.conflict_tries.max(1);
         for attempt in 1..=tries {
             let actions = plan(desired, &self.cache);
@@ -252,6 +251,9 @@ impl<P: PlacementApi> Reporter<P> {
                     tokio::time::sleep(conflict_pause(attempt)).await;
                 }
             }
+        }
+        if let Some(found) = found {
+            outcome.drift = Some(self.judge_drift(desired, found));
         }
         let classes = reshape::classes_to_reshape(desired, &self.cache);
         if !classes.is_empty() {
@@ -393,6 +395,7 @@ impl<P: PlacementApi> Reporter<P> {
                     {
                         Ok(()) => {
                             self.cache.consumers.remove(&consumer);
+                            self.cache.placement_allocations.remove(&consumer);
                             self.mark_generations_stale(cached.resources.keys().copied());
                         }
                         Err(e) => {
@@ -509,9 +512,12 @@ impl<P: PlacementApi> Reporter<P> {
                                         allocation.user_id.clone(),
                                         allocation.consumer_type.clone(),
                                     )),
-                                    resources: allocation.resources,
+                                    resources: allocation.resources.clone(),
                                 },
                             );
+                            self.cache
+                                .placement_allocations
+                                .insert(consumer, allocation.resources);
                             self.mark_generations_stale(touched.into_iter());
                         }
                         Err(e) if e.is_concurrent_update() => {

@@ -88,6 +88,7 @@ fn units_move_to_children_with_room_and_to_where_rtracks_claim_holds_them() {
         ],
         allocations: None,
         expected: Default::default(),
+        device_providers: Default::default(),
         warnings: vec![],
     };
     let cache = ProviderCache {
@@ -143,6 +144,7 @@ fn nothing_to_reshape_without_usage_or_children() {
         ],
         allocations: None,
         expected: Default::default(),
+        device_providers: Default::default(),
         warnings: vec![],
     };
     let unused = ProviderCache {

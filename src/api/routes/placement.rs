@@ -1,0 +1,228 @@
+//! Routes that talk to Placement through the report loop: reconciliation (`POST
+//! /v1/reconcile`) and adoption of the instances a host runs when rtrack takes it over from
+//! nova-compute (`POST /v1/adopt`).
+//!
+//! In: `{"fix": bool}`; `{"apply": bool, "devices": {instance uuid: [PCI address]}}`. Out: the
+//! drift (and with `fix`, what stays and what rtrack will not touch and why); the adoption plan
+//! (claims, instances held already, problems, notes), committed in one transaction with
+//! `apply` when nothing stands in the way (else `409 conflict` with the plan); `409` when
+//! Placement is not configured, `503` when it does not answer.
+
+use std::collections::BTreeMap;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::response::IntoResponse;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::super::error::{ApiError, ErrorCode};
+use super::super::shared::{ReconcileAnswer, UpstreamCommand};
+use super::*;
+use crate::probes::pci::PciAddress;
+use crate::upstream::adoption::{adoptees, DeviceFacts};
+use crate::upstream::reconcile::{Drift, DriftKind};
+
+/// `POST /v1/reconcile`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = ReconcileRequest)]
+pub struct ReconcileBody {
+    /// Write what rtrack owns (its inventories; with `report_allocations`, the allocations),
+    /// then read Placement again. Default false: read and compare only.
+    #[serde(default)]
+    pub fix: bool,
+}
+
+/// `POST /v1/adopt`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = AdoptRequest)]
+pub struct AdoptBody {
+    /// Commit the plan (one transaction). Default false: the plan only.
+    #[serde(default)]
+    pub apply: bool,
+    /// Which PCI devices each instance has (instance uuid -> addresses), when the operator
+    /// knows; an instance not named gets the lowest free devices of the providers it holds.
+    #[serde(default)]
+    pub devices: BTreeMap<String, Vec<String>>,
+}
+
+/// Sends `make(reply)` to the report loop and waits for the answer.
+async fn ask<T>(
+    state: &St2,
+    make: impl FnOnce(tokio::sync::oneshot::Sender<Result<T, String>>) -> UpstreamCommand,
+) -> Result<T, ApiError> {
+    let not_configured = || {
+        ApiError::new(
+            ErrorCode::Conflict,
+            "Placement is not configured ([placement] endpoint, cloud or auth)",
+        )
+    };
+    let tx = state.upstream().ok_or_else(not_configured)?;
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    tx.send(make(reply)).await.map_err(|_| not_configured())?;
+    match answer.await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) if e.starts_with("Placement is not configured") => {
+            Err(ApiError::new(ErrorCode::Conflict, e))
+        }
+        Ok(Err(e)) => Err(ApiError::new(
+            ErrorCode::NotReady,
+            format!("Placement could not be read: {e}"),
+        )),
+        Err(_) => Err(ApiError::new(
+            ErrorCode::ShuttingDown,
+            "the report loop stopped (shutting down)",
+        )),
+    }
+}
+
+type St2 = std::sync::Arc<crate::api::shared::DaemonState>;
+
+/// Why rtrack leaves a drift as it is.
+fn not_touched(d: &Drift, report_allocations: bool) -> Vec<Value> {
+    let mut out = Vec::new();
+    for c in &d.consumers {
+        let why = if !report_allocations {
+            "allocations here are written by Nova's scheduler and conductor ([placement] report_allocations = false): nova-manage placement heal_allocations and audit repair them"
+        } else if c.kind == DriftKind::Orphan {
+            "Placement refused to remove it (see rtrackd's log)"
+        } else {
+            "Placement refused the allocation (see rtrackd's log: over capacity, a class it lacks)"
+        };
+        out.push(json!({"consumer": c.consumer, "kind": c.kind, "why": why}));
+    }
+    for i in &d.inventories {
+        let why = if i.used.unwrap_or(0) > 0 {
+            "allocations still use it: Placement refuses to remove inventory in use; it goes once they do"
+        } else {
+            "rtrack removes it at its next report (or Placement refused: see rtrackd's log)"
+        };
+        out.push(json!({"provider": i.provider, "class": i.class, "why": why}));
+    }
+    out
+}
+
+/// `POST /v1/reconcile`: Placement read now and compared with the local claims and the host.
+pub async fn reconcile(
+    State(state): St,
+    headers: axum::http::HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult {
+    let body: ReconcileBody = if body.as_ref().is_ok_and(|b| b.is_empty()) {
+        ReconcileBody::default()
+    } else {
+        json_body(&state, &headers, body, "a reconcile request")?
+    };
+    let fix = body.fix;
+    let answer = ask(&state, |reply| UpstreamCommand::Reconcile { fix, reply }).await?;
+    let v = match answer {
+        ReconcileAnswer::Inspected(d) => {
+            tracing::info!(target: "rtrack::upstream", counts = ?d.counts(), "reconciliation asked for");
+            json!({"drift": d, "counts": d.counts(), "fixed": false})
+        }
+        ReconcileAnswer::Fixed(f) => {
+            tracing::info!(target: "rtrack::upstream", found = ?f.found.counts(), remaining = ?f.remaining.counts(), "reconciliation with --fix");
+            json!({
+                "drift": f.remaining,
+                "counts": f.remaining.counts(),
+                "found": f.found,
+                "found_counts": f.found.counts(),
+                "fixed": true,
+                "report_allocations": f.report_allocations,
+                "not_touched": not_touched(&f.remaining, f.report_allocations),
+            })
+        }
+    };
+    Ok(Json(v).into_response())
+}
+
+/// `POST /v1/adopt`: the instances Placement says this host runs, as local claims.
+pub async fn adopt(
+    State(state): St,
+    headers: axum::http::HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult {
+    let body: AdoptBody = if body.as_ref().is_ok_and(|b| b.is_empty()) {
+        AdoptBody::default()
+    } else {
+        json_body(&state, &headers, body, "an adopt request")?
+    };
+    let mut map: BTreeMap<uuid::Uuid, Vec<PciAddress>> = BTreeMap::new();
+    for (instance, addresses) in &body.devices {
+        let u = check_uuid(instance, "devices")?;
+        let u = uuid::Uuid::parse_str(&u)
+            .map_err(|_| ApiError::invalid("devices", "keys are instance uuids"))?;
+        for a in addresses {
+            let addr = PciAddress::parse(a).ok_or_else(|| {
+                ApiError::invalid(
+                    &format!("devices.{u}"),
+                    format!(
+                        "{} is not a PCI address (dddd:bb:ss.f)",
+                        crate::echo::quoted(a)
+                    ),
+                )
+            })?;
+            map.entry(u).or_default().push(addr);
+        }
+    }
+    let read = ask(&state, |reply| UpstreamCommand::ReadAllocations { reply }).await?;
+    if let Some(p) = &read.root_problem {
+        return Err(ApiError::new(ErrorCode::Conflict, p.clone()));
+    }
+    let apply = body.apply;
+    let st = state.clone();
+    let (plan, notes) = blocking(move || {
+        // nova-compute's PCI and nested providers: claims follow allocations against them.
+        if !read.adopted_pci.is_empty() {
+            st.service.adopt_pci_providers(&read.adopted_pci)?;
+        }
+        st.service.adopt_nested_providers(&read.adopted_nested);
+        let (facts, legacy) = st.service.read(|t| {
+            let facts: Vec<DeviceFacts> = t
+                .state()
+                .devices
+                .values()
+                .map(|d| DeviceFacts {
+                    address: d.address,
+                    vendor_id: d.vendor_id.clone(),
+                    product_id: d.product_id.clone(),
+                    dev_type: d.dev_type,
+                    available: d.status == crate::tracker::pci::devices::DeviceStatus::Available,
+                })
+                .collect();
+            (facts, t.numa_host().legacy_cpus)
+        });
+        let tr = adoptees(&read.holdings, &read.desired, &facts, &map, legacy);
+        let plan = st.service.adopt(&tr.adoptees, tr.problems, apply)?;
+        Ok((plan, tr.notes))
+    })
+    .await?;
+    let notes: Vec<Value> = notes
+        .iter()
+        .map(|(c, n)| json!({"consumer": c, "note": n}))
+        .collect();
+    let claims: Vec<Value> = plan.claims.iter().map(claim_view).collect();
+    let v = json!({
+        "applied": plan.applied,
+        "claims": claims,
+        "existing": plan.existing,
+        "problems": plan.problems,
+        "notes": notes,
+    });
+    tracing::info!(target: "rtrack::claims", operation = "adopt", apply, applied = plan.applied, claims = plan.claims.len(), existing = plan.existing.len(), problems = plan.problems.len(), "adoption");
+    if apply && !plan.applied && !plan.problems.is_empty() {
+        return Err(ApiError::new(
+            ErrorCode::Conflict,
+            format!(
+                "nothing adopted: {} consumer(s) cannot be adopted (a running instance left out would count as free room); see details.problems",
+                plan.problems.len()
+            ),
+        )
+        .with_details(v));
+    }
+    Ok(Json(v).into_response())
+}

@@ -1,0 +1,64 @@
+//! What the API asks of the report loop, which owns the Placement client: reconcile now (and
+//! fix), or read the tree's allocations for an adoption. Handled between report cycles, so
+//! they never race the loop's own writes.
+//!
+//! In: an [`UpstreamCommand`] and the loop's reporter. Out: the answer on the command's reply
+//! channel (an error in words when Placement is not configured or does not answer).
+
+use std::sync::Arc;
+
+use crate::api::shared::{DaemonState, ReconcileAnswer, UpstreamCommand};
+use crate::upstream::{HttpPlacement, Reporter};
+
+/// Answers one command.
+pub async fn handle(
+    state: &Arc<DaemonState>,
+    reporter: Option<&mut Reporter<HttpPlacement>>,
+    configured: bool,
+    cmd: UpstreamCommand,
+) {
+    let not_configured = || {
+        if configured {
+            "the Placement client could not be set up (see the log)".to_string()
+        } else {
+            "Placement is not configured ([placement] endpoint, cloud or auth)".to_string()
+        }
+    };
+    let desired = {
+        let st = state.clone();
+        match tokio::task::spawn_blocking(move || super::report::snapshot(&st, true, None).desired)
+            .await
+        {
+            Ok(Ok(d)) => Ok(d),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(e) => Err(format!("building the desired state failed: {e}")),
+        }
+    };
+    match cmd {
+        UpstreamCommand::Reconcile { fix, reply } => {
+            let answer = match (reporter, desired) {
+                (None, _) => Err(not_configured()),
+                (_, Err(e)) => Err(e),
+                (Some(r), Ok(d)) if fix => r
+                    .fix(&d)
+                    .await
+                    .map(ReconcileAnswer::Fixed)
+                    .map_err(|e| e.to_string()),
+                (Some(r), Ok(d)) => r
+                    .inspect(&d)
+                    .await
+                    .map(ReconcileAnswer::Inspected)
+                    .map_err(|e| e.to_string()),
+            };
+            let _ = reply.send(answer);
+        }
+        UpstreamCommand::ReadAllocations { reply } => {
+            let answer = match (reporter, desired) {
+                (None, _) => Err(not_configured()),
+                (_, Err(e)) => Err(e),
+                (Some(r), Ok(d)) => r.read_holdings(&d).await.map_err(|e| e.to_string()),
+            };
+            let _ = reply.send(answer);
+        }
+    }
+}
