@@ -80,6 +80,7 @@ fn request(vfs: u32, id: &str) -> InstanceRequest {
                 numa_policy: NumaPolicy::Legacy,
                 requester_id: None,
                 rp_uuids: Vec::new(),
+                devices: Vec::new(),
             }]
         },
         numa: None,

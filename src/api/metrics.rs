@@ -230,6 +230,12 @@ impl Metrics {
             "Placement report cycles by outcome",
             m.upstream_reports.clone(),
         );
+        // Every kind from the start, so that an alert's series exists before the first drift.
+        for kind in ["orphan", "missing", "different", "inventory_gone"] {
+            m.placement_drift
+                .get_or_create(&vec![("kind", kind.to_string())])
+                .set(0);
+        }
         registry.register(
             "placement_drift",
             "Drift between the local claims, Placement's allocations and the host's inventory, by kind, at the last reconciliation",
