@@ -221,6 +221,64 @@ async fn registers_then_sends_nothing_while_unchanged() {
     );
 }
 
+/// A periodic refresh of an unchanged tree costs `GET /` and `GET ?in_tree`; a provider
+/// someone else changed (its generation moved) is read again, and only that one.
+#[tokio::test(flavor = "current_thread")]
+async fn a_refresh_reads_only_the_providers_whose_generation_moved() {
+    let Some(srv) = server("light-refresh") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let inv = probe(&SyntheticHost::small(), &tmp.path().join("host"));
+    let cfg = config(&srv.url, &format!("refresh_interval_s = 1\n{PCI}"));
+    let node = Uuid::new_v4();
+    let d = DesiredState::build(&view(&inv, &cfg), &cfg, node, "cmp-light", false, &[]).unwrap();
+    let mut r = reporter(&cfg);
+    r.report(&d).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let o = r.report(&d).await.unwrap();
+    assert!(o.refreshed);
+    assert_eq!(
+        (
+            o.requests.total(),
+            o.requests.get("get_versions"),
+            o.requests.get("get_tree")
+        ),
+        (2, 1, 1),
+        "{}",
+        o.requests
+    );
+    // Someone adds a trait to the compute node: its generation moves; rtrack reads it again
+    // (and keeps the foreign trait), the children are not read.
+    let raw = srv.client();
+    let t = raw.get(&format!("/resource_providers/{node}/traits")).await;
+    let mut traits: Vec<Value> = t["traits"].as_array().unwrap().clone();
+    traits.push(json!("CUSTOM_SOMEONE_ELSES"));
+    let (s, v) = raw.put("/traits/CUSTOM_SOMEONE_ELSES", json!(null)).await;
+    assert!(s == 201 || s == 204, "{s} {v}");
+    let (s, v) = raw
+        .put(
+            &format!("/resource_providers/{node}/traits"),
+            json!({"resource_provider_generation": t["resource_provider_generation"], "traits": traits}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let o = r.report(&d).await.unwrap();
+    assert_eq!(o.requests.get("get_inventories"), 1, "{}", o.requests);
+    assert_eq!(o.requests.get("get_traits"), 1, "{}", o.requests);
+    assert_eq!(
+        o.requests.total(),
+        2 + 4,
+        "tree, then the node's inventories, traits, aggregates and allocations: {}",
+        o.requests
+    );
+    assert!(r.cache().providers[&node]
+        .traits
+        .contains("CUSTOM_SOMEONE_ELSES"));
+    assert_placement_matches(&raw, &d).await;
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn inventory_follows_memory_and_hot_plugged_pci() {
     let Some(srv) = server("changes") else { return };

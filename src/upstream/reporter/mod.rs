@@ -34,7 +34,7 @@ use crate::upstream::plan::{plan, Action, CachedConsumer, CachedProvider, Provid
 use crate::upstream::UpstreamError;
 
 /// Marks a cached generation that an allocation write made stale.
-const STALE_GENERATION: u64 = u64::MAX;
+pub(super) const STALE_GENERATION: u64 = u64::MAX;
 
 /// Tuning that tests and the daemon may change.
 #[derive(Debug, Clone)]
@@ -113,6 +113,9 @@ pub struct Reporter<P: PlacementApi> {
     api: P,
     cache: ProviderCache,
     cache_valid: bool,
+    /// The cache was read from Placement once: a refresh re-reads only providers whose
+    /// generation changed (see `refresh`).
+    cache_known: bool,
     refreshed_at: Option<Instant>,
     refresh_interval: Option<Duration>,
     backoff: Backoff,
@@ -129,6 +132,7 @@ impl<P: PlacementApi> Reporter<P> {
             api,
             cache: ProviderCache::default(),
             cache_valid: false,
+            cache_known: false,
             refreshed_at: None,
             refresh_interval: settings.refresh_interval,
             backoff: Backoff::new(opts.backoff_base, opts.backoff_cap),
@@ -148,9 +152,10 @@ impl<P: PlacementApi> Reporter<P> {
         &self.cache
     }
 
-    /// Drops the cache: the next report re-reads Placement first.
+    /// Drops the cache: the next report re-reads all of Placement first.
     pub fn invalidate(&mut self) {
         self.cache_valid = false;
+        self.cache_known = false;
     }
 
     /// Time before the next report will make an attempt (zero unless backing off).

@@ -4,7 +4,7 @@
 //! In: what the desired state names (root, sharing provider, consumers). Out: the
 //! [`ProviderCache`] the planner compares against.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use uuid::Uuid;
@@ -17,10 +17,29 @@ use crate::upstream::traits::COMPUTE_MANAGED_PCI_DEVICE;
 use crate::upstream::UpstreamError;
 
 impl<P: PlacementApi> Reporter<P> {
-    /// Re-reads everything rtrack manages: our tree, the sharing provider, and (with
-    /// allocations) the consumers on our tree.
+    /// Re-reads everything rtrack manages: our tree, the sharing provider, the allocations on
+    /// our tree, and (with `report_allocations`) their consumers. Once the cache has been read,
+    /// a provider whose generation Placement lists unchanged is not read again: every write to a
+    /// provider (inventories, traits, aggregates, allocations against it) bumps its generation,
+    /// so an unchanged tree costs two requests (`GET /`, `GET ?in_tree`).
     pub(super) async fn refresh(&mut self, desired: &DesiredState) -> Result<(), UpstreamError> {
         self.api.negotiate().await?;
+        let old = self.cache_known.then(|| std::mem::take(&mut self.cache));
+        let result = self.refresh_from(desired, old.as_ref()).await;
+        if result.is_err() {
+            // Keep what was known: the next refresh compares generations with it again.
+            if let Some(old) = old {
+                self.cache = old;
+            }
+        }
+        result
+    }
+
+    async fn refresh_from(
+        &mut self,
+        desired: &DesiredState,
+        old: Option<&ProviderCache>,
+    ) -> Result<(), UpstreamError> {
         let mut cache = ProviderCache::default();
         let mut infos = self.api.providers_in_tree(desired.root).await?;
         for p in desired
@@ -45,7 +64,18 @@ impl<P: PlacementApi> Reporter<P> {
             .flat_map(|p| p.inventories.keys())
             .filter(|c| !root_classes.contains(c))
             .collect();
+        let mut unchanged: BTreeSet<Uuid> = BTreeSet::new();
         for info in infos {
+            if let Some(known) = old.and_then(|o| o.providers.get(&info.uuid)).filter(|c| {
+                c.generation == info.generation && c.generation != super::STALE_GENERATION
+            }) {
+                let mut p = known.clone();
+                p.name = info.name;
+                p.parent = info.parent_provider_uuid;
+                unchanged.insert(p.uuid);
+                cache.providers.insert(p.uuid, p);
+                continue;
+            }
             let mut p = CachedProvider {
                 uuid: info.uuid,
                 name: info.name,
@@ -77,7 +107,20 @@ impl<P: PlacementApi> Reporter<P> {
             .map(|p| p.uuid)
             .collect();
         for rp in tree {
-            for (consumer, resources) in self.api.provider_allocations(rp).await? {
+            let held: Vec<(Uuid, BTreeMap<String, u64>)> = match old {
+                Some(o) if unchanged.contains(&rp) => o
+                    .placement_allocations
+                    .iter()
+                    .filter_map(|(c, by_rp)| by_rp.get(&rp).map(|r| (*c, r.clone())))
+                    .collect(),
+                _ => self
+                    .api
+                    .provider_allocations(rp)
+                    .await?
+                    .into_iter()
+                    .collect(),
+            };
+            for (consumer, resources) in held {
                 if !resources.is_empty() {
                     cache
                         .placement_allocations
@@ -90,6 +133,17 @@ impl<P: PlacementApi> Reporter<P> {
         if desired.allocations.is_some() {
             let consumers: BTreeSet<Uuid> = cache.placement_allocations.keys().copied().collect();
             for c in consumers {
+                // Known, and on unchanged providers only: its generation is unchanged too.
+                let known = old.and_then(|o| o.consumers.get(&c)).filter(|k| {
+                    cache.placement_allocations[&c]
+                        .keys()
+                        .chain(k.resources.keys())
+                        .all(|rp| unchanged.contains(rp))
+                });
+                if let Some(k) = known {
+                    cache.consumers.insert(c, k.clone());
+                    continue;
+                }
                 let a = self.api.get_consumer(c).await?;
                 cache.consumers.insert(
                     c,
@@ -120,6 +174,7 @@ impl<P: PlacementApi> Reporter<P> {
         }
         self.cache = cache;
         self.cache_valid = true;
+        self.cache_known = true;
         self.refreshed_at = Some(Instant::now());
         Ok(())
     }
