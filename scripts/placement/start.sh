@@ -7,7 +7,8 @@
 # - The venv lives in target/placement-venv (override: PLACEMENT_VENV) and is rebuilt only when
 #   the interpreter or the pin files change (a stamp file holds their hash).
 # - DIR holds etc/placement.conf, data/placement.sqlite, logs/ (placement.log has one line per
-#   request: tests count requests from it) and run/ (pid, port, url).
+#   request: tests count requests from it; access.log has each request's time, method, path,
+#   status and duration in microseconds: the fleet benchmark reads it) and run/ (pid, port, url).
 # - SQLite and noauth2 (X-Auth-Token "admin"); gunicorn with one worker and one thread, because
 #   SQLite under concurrent writers answers 500 "database is locked" instead of waiting.
 # - --keystone AUTH_URL (e.g. what scripts/keystone/start.sh printed) puts keystonemiddleware in
@@ -216,6 +217,8 @@ url="http://127.0.0.1:$port"
     exec setsid "$VENV/bin/python" "$VENV/bin/gunicorn" --bind "127.0.0.1:$port" \
         --worker-class gthread --workers 1 --threads 1 --timeout 60 --graceful-timeout 3 \
         --pid "$GPIDFILE" --error-logfile "$DIR/logs/gunicorn.log" --capture-output \
+        --access-logfile "$DIR/logs/access.log" \
+        --access-logformat '%(t)s %(m)s %(U)s %(s)s %(D)s' \
         placement.wsgi.api:application
 ) </dev/null >>"$DIR/logs/server.out" 2>&1 &
 pid=$!

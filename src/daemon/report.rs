@@ -249,6 +249,13 @@ pub async fn run(state: Arc<DaemonState>, kick: Arc<Notify>, mut stop: watch::Re
             .as_ref()
             .map_or(Duration::from_secs(60), |p| p.report_interval);
         let with_consumers = placement.is_some();
+        if cycle == 0 && placement.is_some() {
+            // Hosts started together do not all register in the same second.
+            tokio::select! {
+                _ = tokio::time::sleep(crate::upstream::backoff::first_report_delay(interval)) => {}
+                _ = stop.changed() => return,
+            }
+        }
         cycle += 1;
         // One span per cycle: every line the report logs says which cycle it belongs to.
         let span = tracing::info_span!("report", cycle);
@@ -293,7 +300,10 @@ pub async fn run(state: Arc<DaemonState>, kick: Arc<Notify>, mut stop: watch::Re
                     }
                 }
                 wait = match &outcome {
-                    Ok(o) => o.backing_off.unwrap_or(interval).min(interval),
+                    Ok(o) => match o.backing_off {
+                        Some(b) => b.min(interval),
+                        None => crate::upstream::backoff::cycle_wait(interval),
+                    },
                     Err(_) => r
                         .backoff_remaining()
                         .max(Duration::from_secs(1))

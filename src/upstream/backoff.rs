@@ -72,6 +72,18 @@ pub fn jitter(d: Duration, spread: f64) -> Duration {
     d.mul_f64(f.max(0.0))
 }
 
+/// The wait between two reports: the interval +-10 %, so that hosts started together (a rack
+/// powered on, a fleet upgraded) drift apart instead of reporting in step.
+pub fn cycle_wait(interval: Duration) -> Duration {
+    jitter(interval, 0.1)
+}
+
+/// The wait before a daemon's first report: up to a tenth of the interval (6 s by default), so
+/// that hosts started at once do not all register in the same second.
+pub fn first_report_delay(interval: Duration) -> Duration {
+    interval.mul_f64(0.1 * fastrand::f64())
+}
+
 /// The pause before generation-conflict retry `attempt` (1-based): a few tens of ms, random, so
 /// two writers that collided do not collide again.
 pub fn conflict_pause(attempt: u32) -> Duration {

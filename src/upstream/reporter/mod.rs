@@ -152,6 +152,12 @@ impl<P: PlacementApi> Reporter<P> {
         &self.cache
     }
 
+    /// The refresh interval is up: the next report reads Placement again (the tree, and the
+    /// providers whose generation moved), as it does every `refresh_interval`.
+    pub fn expire(&mut self) {
+        self.refreshed_at = None;
+    }
+
     /// Drops the cache: the next report re-reads all of Placement first.
     pub fn invalidate(&mut self) {
         self.cache_valid = false;
