@@ -113,6 +113,23 @@ fn schema_ref(name: &str) -> Value {
     json!({"$ref": format!("#/components/schemas/{name}")})
 }
 
+/// A request body with an example (what Nova sends, trimmed to what rtrack reads).
+fn with_example(mut body: Value, example: Value) -> Value {
+    body["content"]["application/json"]["example"] = example;
+    body
+}
+
+/// A RequestSpec primitive for one small instance.
+fn example_spec(instance_uuid: &str) -> Value {
+    let flavor = json!({"nova_object.name": "Flavor", "nova_object.namespace": "nova",
+        "nova_object.version": "1.2", "nova_object.data": {"id": 1, "flavorid": "m1.tiny",
+            "name": "m1.tiny", "vcpus": 1, "memory_mb": 512, "root_gb": 1, "ephemeral_gb": 0,
+            "swap": 0, "extra_specs": {}}});
+    json!({"nova_object.name": "RequestSpec", "nova_object.namespace": "nova",
+        "nova_object.version": "1.14", "nova_object.data": {"instance_uuid": instance_uuid,
+            "project_id": "p1", "user_id": "u1", "num_instances": 1, "flavor": flavor}})
+}
+
 fn body(name: &str) -> Value {
     json!({"required": true, "content": {"application/json": {"schema": schema_ref(name)}}})
 }
@@ -178,7 +195,9 @@ pub fn document() -> Value {
                 "get": {"operationId": "listClaims", "summary": "Every claim held (instance claims, then move claims)",
                     "responses": responses(&[("200", ok("claims", json!({"type": "array", "items": schema_ref("Claim")})))], &std_errors)},
                 "post": {"operationId": "createClaim", "summary": "Claim resources for an instance (Nova's instance_claim); idempotent for the same request",
-                    "parameters": [dry_run_param()], "requestBody": body("ClaimRequest"),
+                    "parameters": [dry_run_param()], "requestBody": with_example(body("ClaimRequest"), json!({
+                        "instance": {"project_id": "p1", "user_id": "u1", "vm_state": "building"},
+                        "request_spec": example_spec("6f8b1f5e-3c6a-4e0b-9a57-2b1f1d0c0a11")})),
                     "responses": responses(&[("201", linked(ok("claimed", schema_ref("ClaimAnswer")), claim_links())), ("200", ok("already held (same request), or a dry run that fits", json!({"oneOf": [schema_ref("ClaimAnswer"), schema_ref("DryRun")]})))], &[400, 403, 409, 413, 415, 500, 503, 507])}},
             "/v1/claims/{instance_uuid}": {
                 "parameters": [path_param("instance_uuid", uuid.clone(), "Instance")],
@@ -190,7 +209,10 @@ pub fn document() -> Value {
                 "get": {"operationId": "listMigrations", "summary": "Migrations known to this host",
                     "responses": responses(&[("200", ok("migrations", json!({"type": "array", "items": schema_ref("Migration")})))], &std_errors)},
                 "post": {"operationId": "createMigration", "summary": "Resize, migrate, live-migrate or evacuate: the destination claims, the source records the outgoing move",
-                    "parameters": [dry_run_param()], "requestBody": body("MigrationRequest"),
+                    "parameters": [dry_run_param()], "requestBody": with_example(body("MigrationRequest"), json!({
+                        "instance": {"host": "cmp0", "node": "cmp0", "vm_state": "active"},
+                        "request_spec": example_spec("0b7c3e52-9d0e-4f1a-8c2b-6a5d4e3f2a10"),
+                        "move_type": "migration", "source_compute": "cmp0", "source_node": "cmp0"})),
                     "responses": responses(&[("201", linked(ok("claimed", schema_ref("MoveClaim")), migration_links())), ("200", ok("already held, or a dry run that fits", json!({"oneOf": [schema_ref("MoveClaim"), schema_ref("MoveDryRun")]})))], &[400, 403, 409, 413, 415, 500, 503, 507])}},
             "/v1/migrations/{id}": {
                 "parameters": [path_param("id", id.clone(), "Migration id")],
