@@ -8,6 +8,10 @@
 #   when the interpreter or the pin files change (a stamp file holds their hash); one installer
 #   at a time (flock on the venv's .lock file). The install's output goes to the venv's
 #   .install.log beside it and its tail to stderr when it fails.
+# - schemathesis.toml beside this script holds the settings every run shares (no schemathesis.toml
+#   found above the working directory is read).
+# - hooks.py beside this script is loaded (SCHEMATHESIS_HOOKS): the valid cases follow the
+#   document's propertyNames (map keys), which OpenAPI 3.0 cannot state and schemathesis ignores.
 # - Requests to loopback never go through a proxy set in the environment.
 # - Exits with schemathesis's own status (0: no failure).
 #
@@ -58,4 +62,6 @@ exec 8>&-
 # Loopback only: never through a proxy from the environment.
 export NO_PROXY="127.0.0.1,localhost,::1${NO_PROXY:+,$NO_PROXY}"
 export no_proxy="$NO_PROXY"
-exec "$VENV/bin/schemathesis" run "$@"
+# hooks.py: valid cases follow the document's propertyNames, which OpenAPI 3.0 readers ignore.
+export SCHEMATHESIS_HOOKS="$HERE/hooks.py"
+exec "$VENV/bin/schemathesis" --config-file "$HERE/schemathesis.toml" run "$@"
