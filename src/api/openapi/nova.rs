@@ -122,7 +122,7 @@ fn uuid_once() -> Value {
                     "properties": {"uuid": {"type": "string"}}}}}}}}}]});
     let in_instance = json!({"required": ["instance"], "properties": {"instance": {
         "type": "object", "required": ["uuid"], "properties": {"uuid": {"type": "string"}}}}});
-    json!({"oneOf": [in_spec, in_instance]})
+    json!({"oneOf": [in_spec, in_instance], "description": "The instance uuid in one place: the spec (instance_uuid, or the legacy instance_properties.uuid) or instance.uuid. Both are taken too when they are the same uuid; different ones are refused (400)."})
 }
 
 /// The port requests attached to a running instance (`tracker::request::pci_requests_from_object`
