@@ -45,6 +45,10 @@ pub struct PciAddress {
 }
 
 impl PciAddress {
+    /// What [`PciAddress::parse`] accepts, as a regular expression (the API document's pattern):
+    /// a device number below 32 is `00` to `1f`.
+    pub const PATTERN: &'static str = "^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[01][0-9a-fA-F]\\.[0-7]$";
+
     /// Parses `dddd:bb:ss.f` (domain of 4 to 8 hex digits).
     pub fn parse(s: &str) -> Option<PciAddress> {
         let (domain, rest) = s.split_once(':')?;

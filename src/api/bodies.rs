@@ -267,7 +267,7 @@ fn check_len(field: &str, value: Option<&str>, max: usize) -> Result<(), ApiErro
 }
 
 /// Refuses any string longer than [`MAX_SPEC_STRING`] inside `value`, naming its path.
-fn check_spec_strings(value: &Value, path: &str) -> Result<(), ApiError> {
+pub fn check_spec_strings(value: &Value, path: &str) -> Result<(), ApiError> {
     match value {
         Value::String(s) => check_len(path, Some(s), MAX_SPEC_STRING),
         Value::Array(items) => items
@@ -309,6 +309,17 @@ impl InstanceBody {
             ("node", &self.node),
         ] {
             check_len(&format!("{prefix}{name}"), value.as_deref(), MAX_NAME)?;
+        }
+        // Checked wherever it is sent, though only a move reads it.
+        if let Some(v) = self.numa_topology.as_ref().filter(|v| !v.is_null()) {
+            let field = format!("{prefix}numa_topology");
+            check_spec_strings(v, &field)?;
+            Versioned::<InstanceNUMATopology>::from_primitive(v).map_err(|e| {
+                ApiError::invalid(
+                    &field,
+                    format!("{}: {}", bounded(&e.path), bounded_message(&e.message)),
+                )
+            })?;
         }
         Ok(())
     }

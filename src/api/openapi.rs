@@ -7,6 +7,8 @@
 
 use serde_json::{json, Value};
 
+mod nova;
+
 use super::bodies::{ClaimBody, MigrationBody};
 use super::error::ErrorCode;
 use super::routes::{AdoptBody, AttachBody, ReconcileBody};
@@ -72,8 +74,60 @@ fn responses(pairs: &[(&str, Value)], codes: &[u16]) -> Value {
     with_errors(m, codes)
 }
 
+/// `response` with OpenAPI links to the operations that take what it returns.
+fn linked(mut response: Value, links: Value) -> Value {
+    response["links"] = links;
+    response
+}
+
+/// From a new claim to the operations on the instance it names.
+fn claim_links() -> Value {
+    let to = |op: &str, what: &str| {
+        json!({"operationId": op, "description": what,
+        "parameters": {if op.starts_with("get") || op.starts_with("abort") { "instance_uuid" } else { "uuid" }: "$response.body#/instance_uuid"}})
+    };
+    json!({
+        "getClaim": to("getClaim", "The claim just made"),
+        "abortClaim": to("abortClaim", "Abort the claim just made"),
+        "updateInstance": to("updateInstance", "Change the claimed instance's state"),
+        "attachPci": to("attachPci", "Attach a port's devices to the claimed instance"),
+    })
+}
+
+/// From a new move claim to the operations on its migration.
+fn migration_links() -> Value {
+    let to = |op: &str, what: &str| {
+        json!({"operationId": op, "description": what,
+        "parameters": {"id": "$response.body#/migration/id"}})
+    };
+    json!({
+        "getMigration": to("getMigration", "The migration just recorded"),
+        "confirmMigration": to("confirmMigration", "Confirm the move"),
+        "revertMigration": to("revertMigration", "Revert the move"),
+        "getClaim": {"operationId": "getClaim", "description": "The move claim",
+            "parameters": {"instance_uuid": "$response.body#/claim/instance_uuid"}},
+    })
+}
+
 fn schema_ref(name: &str) -> Value {
     json!({"$ref": format!("#/components/schemas/{name}")})
+}
+
+/// A request body with an example (what Nova sends, trimmed to what rtrack reads).
+fn with_example(mut body: Value, example: Value) -> Value {
+    body["content"]["application/json"]["example"] = example;
+    body
+}
+
+/// A RequestSpec primitive for one small instance.
+fn example_spec(instance_uuid: &str) -> Value {
+    let flavor = json!({"nova_object.name": "Flavor", "nova_object.namespace": "nova",
+        "nova_object.version": "1.2", "nova_object.data": {"id": 1, "flavorid": "m1.tiny",
+            "name": "m1.tiny", "vcpus": 1, "memory_mb": 512, "root_gb": 1, "ephemeral_gb": 0,
+            "swap": 0, "extra_specs": {}}});
+    json!({"nova_object.name": "RequestSpec", "nova_object.namespace": "nova",
+        "nova_object.version": "1.14", "nova_object.data": {"instance_uuid": instance_uuid,
+            "project_id": "p1", "user_id": "u1", "num_instances": 1, "flavor": flavor}})
 }
 
 fn body(name: &str) -> Value {
@@ -85,8 +139,10 @@ fn path_param(name: &str, schema: Value, description: &str) -> Value {
 }
 
 fn dry_run_param() -> Value {
-    json!({"name": "dry_run", "in": "query", "required": false, "schema": {"type": "boolean"},
-           "description": "Answer whether it fits (200, or 409 with the reason) without claiming"})
+    // As `DryRunQuery::flag` reads it: a bare `?dry_run` (empty) asks for a dry run too.
+    json!({"name": "dry_run", "in": "query", "required": false, "allowEmptyValue": true,
+           "schema": {"type": "string", "enum": ["true", "1", "", "false", "0"]},
+           "description": "true, 1 or empty: answer whether it fits (200, or 409 with the reason) without claiming; false or 0: claim"})
 }
 
 /// The document.
@@ -97,7 +153,7 @@ pub fn document() -> Value {
     let error_codes: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
     // A claim's fields, as every answer that shows one has them (`claim_view`).
     let claim = json!({
-        "instance_uuid": {"type": "string"}, "migration_id": {"type": "integer", "nullable": true},
+        "instance_uuid": {"type": "string", "format": "uuid"}, "migration_id": {"type": "integer", "minimum": 1, "nullable": true},
         "resources": {"type": "object", "additionalProperties": {"type": "integer"}},
         "pci_devices": {"type": "array", "items": {"type": "object", "properties": {"address": {"type": "string"}, "request_id": {"type": "string"}}}},
         "flavor": {"type": "object"}, "is_bfv": {"type": "boolean"}, "mdevs": {"type": "array", "description": "mediated devices given, one per vGPU", "items": {"type": "object", "properties": {
@@ -156,8 +212,10 @@ pub fn document() -> Value {
                 "get": {"operationId": "listClaims", "summary": "Every claim held (instance claims, then move claims)",
                     "responses": responses(&[("200", ok("claims", json!({"type": "array", "items": schema_ref("Claim")})))], &std_errors)},
                 "post": {"operationId": "createClaim", "summary": "Claim resources for an instance (Nova's instance_claim); idempotent for the same request",
-                    "parameters": [dry_run_param()], "requestBody": body("ClaimRequest"),
-                    "responses": responses(&[("201", ok("claimed", schema_ref("ClaimAnswer"))), ("200", ok("already held (same request), or a dry run that fits", json!({"oneOf": [schema_ref("ClaimAnswer"), schema_ref("DryRun")]})))], &[400, 403, 409, 413, 415, 500, 503, 507])}},
+                    "parameters": [dry_run_param()], "requestBody": with_example(body("ClaimRequest"), json!({
+                        "instance": {"project_id": "p1", "user_id": "u1", "vm_state": "building"},
+                        "request_spec": example_spec("6f8b1f5e-3c6a-4e0b-9a57-2b1f1d0c0a11")})),
+                    "responses": responses(&[("201", linked(ok("claimed", schema_ref("ClaimAnswer")), claim_links())), ("200", ok("already held (same request), or a dry run that fits", json!({"oneOf": [schema_ref("ClaimAnswer"), schema_ref("DryRun")]})))], &[400, 403, 409, 413, 415, 500, 503, 507])}},
             "/v1/claims/{instance_uuid}": {
                 "parameters": [path_param("instance_uuid", uuid.clone(), "Instance")],
                 "get": {"operationId": "getClaim", "summary": "The instance's claim (or its move claim here)",
@@ -168,8 +226,11 @@ pub fn document() -> Value {
                 "get": {"operationId": "listMigrations", "summary": "Migrations known to this host",
                     "responses": responses(&[("200", ok("migrations", json!({"type": "array", "items": schema_ref("Migration")})))], &std_errors)},
                 "post": {"operationId": "createMigration", "summary": "Resize, migrate, live-migrate or evacuate: the destination claims, the source records the outgoing move",
-                    "parameters": [dry_run_param()], "requestBody": body("MigrationRequest"),
-                    "responses": responses(&[("201", ok("claimed", schema_ref("MoveClaim"))), ("200", ok("already held, or a dry run that fits", json!({"oneOf": [schema_ref("MoveClaim"), schema_ref("MoveDryRun")]})))], &[400, 403, 409, 413, 415, 500, 503, 507])}},
+                    "parameters": [dry_run_param()], "requestBody": with_example(body("MigrationRequest"), json!({
+                        "instance": {"host": "cmp0", "node": "cmp0", "vm_state": "active"},
+                        "request_spec": example_spec("0b7c3e52-9d0e-4f1a-8c2b-6a5d4e3f2a10"),
+                        "move_type": "migration", "source_compute": "cmp0", "source_node": "cmp0"})),
+                    "responses": responses(&[("201", linked(ok("claimed", schema_ref("MoveClaim")), migration_links())), ("200", ok("already held, or a dry run that fits", json!({"oneOf": [schema_ref("MoveClaim"), schema_ref("MoveDryRun")]})))], &[400, 403, 409, 413, 415, 500, 503, 507])}},
             "/v1/migrations/{id}": {
                 "parameters": [path_param("id", id.clone(), "Migration id")],
                 "get": {"operationId": "getMigration", "summary": "One migration",
@@ -186,13 +247,16 @@ pub fn document() -> Value {
                 "parameters": [path_param("uuid", uuid.clone(), "Instance")],
                 "post": {"operationId": "updateInstance", "summary": "Change an instance's vm/task state or host (Nova's update_usage)",
                     "requestBody": body("InstanceUpdate"),
-                    "responses": responses(&[("200", ok("updated", json!({"type": "object", "properties": {"instance": {"type": "object"}}})))], &[400, 403, 404, 409, 413, 415, 500, 503])}},
+                    "responses": responses(&[("200", ok("updated", json!({"type": "object", "required": ["instance"], "properties": {"instance": {"type": "object", "nullable": true,
+                        "description": "the instance as now tracked; null when the change leaves it no longer tracked here"}}})))], &[400, 403, 404, 409, 413, 415, 500, 503])}},
             "/v1/instances/{uuid}/pci-requests": {
                 "parameters": [path_param("uuid", uuid.clone(), "Instance (running here, holding a claim)")],
                 "post": {"operationId": "attachPci", "summary": "Devices for ports attached to a running instance (Nova's interface attach): the port's requests are claimed on the instance's NUMA cells and added to the instance; the same requests again answer what they hold",
                     "requestBody": body("AttachRequest"),
                     "responses": responses(&[
-                        ("201", ok("attached", schema_ref("Attached"))),
+                        ("201", linked(ok("attached", schema_ref("Attached")), json!({"detachPci": {"operationId": "detachPci",
+                            "description": "Detach the port's devices again",
+                            "parameters": {"uuid": "$response.body#/instance_uuid", "request_id": "$response.body#/pci_devices/0/request_id"}}}))),
                         ("200", ok("already attached: nothing changed", schema_ref("Attached")))],
                         &[400, 403, 404, 409, 413, 415, 500, 503])}},
             "/v1/instances/{uuid}/pci-requests/{request_id}": {
@@ -203,7 +267,7 @@ pub fn document() -> Value {
             "/v1/pci-devices": {"get": {"operationId": "listPciDevices", "summary": "Every tracked PCI device: state (available, claimed, allocated, unavailable, unclaimable, reserved), holder, one-time use, Placement provider",
                 "responses": responses(&[("200", ok("devices", json!({"type": "object", "properties": {"pci_devices": {"type": "array", "items": schema_ref("PciDevice")}}})))], &std_errors)}},
             "/v1/pci-devices/{address}/release": {
-                "parameters": [path_param("address", json!({"type": "string", "pattern": "^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\\.[0-7]$"}), "PCI address")],
+                "parameters": [path_param("address", json!({"type": "string", "pattern": crate::probes::pci::PciAddress::PATTERN}), "PCI address")],
                 "post": {"operationId": "releasePciDevice", "summary": "Releases a one-time-use device reserved after use: available again, its provider's inventory unreserved",
                     "responses": responses(&[("200", ok("released", json!({"type": "object", "properties": {"address": {"type": "string"}, "status": {"type": "string"}}})))], &[400, 403, 404, 409, 500, 503])}},
             "/v1/reconcile": {"post": {"operationId": "reconcile", "summary": "Reads Placement now and compares the local claims, Placement's allocations on this host's tree and the host's inventory (orphan, missing, different, inventory_gone); with fix, writes what rtrack owns and reads again",
@@ -228,15 +292,16 @@ pub fn document() -> Value {
                 "placement_drift": {"type": "object", "nullable": true, "description": "the last reconciliation's drift counts by kind (orphan, missing, different, inventory_gone) and when (at); null before the first or without Placement"},
                 "store_unavailable": {"type": "string", "nullable": true, "description": "why changes are refused (503 store_unavailable), while they are"}}},
             "Claim": {"type": "object", "description": "A claim held", "properties": claim.clone()},
-            "ClaimAnswer": {"type": "object", "description": "A claim as a claim request is answered",
-                "properties": with_properties(&claim, json!({"existing": {"type": "boolean", "description": "already held: this answer is a retry's"}, "dry_run": {"type": "boolean"}}))},
+            "ClaimAnswer": exact(json!({"type": "object", "description": "A claim as a claim request is answered",
+                "properties": with_properties(&claim, json!({"existing": {"type": "boolean", "description": "already held: this answer is a retry's"}, "dry_run": {"type": "boolean"}}))})),
             "ClaimShown": {"type": "object", "description": "A claim with its instance's state",
                 "properties": with_properties(&claim, json!({"instance": {"type": "object", "nullable": true, "properties": {
                     "vm_state": {"type": "string"}, "task_state": {"type": "string", "nullable": true},
                     "host": {"type": "string", "nullable": true}, "node": {"type": "string", "nullable": true}}}}))},
-            "DryRun": {"type": "object", "properties": {"fits": {"type": "boolean"}, "claim": schema_ref("ClaimAnswer")}},
-            "MoveClaim": {"type": "object", "properties": {"migration": schema_ref("Migration"), "claim": schema_ref("ClaimAnswer")}},
-            "MoveDryRun": {"type": "object", "properties": {"migration": schema_ref("Migration"), "claim": schema_ref("ClaimAnswer"), "fits": {"type": "boolean"}}},
+            "DryRun": exact(json!({"type": "object", "properties": {"fits": {"type": "boolean"}, "claim": schema_ref("ClaimAnswer")}})),
+            "MoveClaim": exact(json!({"type": "object", "properties": {"migration": schema_ref("Migration"), "claim": schema_ref("ClaimAnswer")}})),
+            "MoveDryRun": exact(json!({"type": "object", "properties": {"migration": {"allOf": [schema_ref("Migration")], "nullable": true, "description": "null: a dry run records no migration"},
+                "claim": schema_ref("ClaimAnswer"), "fits": {"type": "boolean"}}})),
             "Migration": {"type": "object", "properties": {
                 "id": {"type": "integer"}, "uuid": {"type": "string"}, "instance_uuid": {"type": "string"},
                 "source_compute": {"type": "string", "nullable": true}, "source_node": {"type": "string", "nullable": true},
@@ -295,6 +360,18 @@ fn inventory_report_schema() -> Value {
                 "compute_node": {"type": "object"}}})
 }
 
+/// `schema` with every property required and no other: the answers a client must tell apart
+/// (a claim, a dry run, a move) are each exactly one of the alternatives documented.
+fn exact(mut schema: Value) -> Value {
+    let keys: Vec<Value> = schema["properties"]
+        .as_object()
+        .map(|p| p.keys().cloned().map(Value::String).collect())
+        .unwrap_or_default();
+    schema["required"] = Value::Array(keys);
+    schema["additionalProperties"] = Value::Bool(false);
+    schema
+}
+
 /// `base` with `more` properties.
 fn with_properties(base: &Value, more: Value) -> Value {
     let mut all = base.clone();
@@ -322,16 +399,7 @@ fn schemas_with_bodies(mut answers: Value) -> Value {
         .and_then(|c| serde_json::to_value(c.schemas).ok())
         .unwrap_or_else(|| json!({}));
     to_openapi_30(&mut bodies);
-    // One of request_spec and legacy, not both: the server answers 400 to both or neither,
-    // which serde's types cannot say.
-    for name in ["ClaimRequest", "MigrationRequest", "CurrentRequest"] {
-        if let Some(schema) = bodies.get_mut(name).and_then(Value::as_object_mut) {
-            schema.insert(
-                "oneOf".into(),
-                json!([{"required": ["request_spec"]}, {"required": ["legacy"]}]),
-            );
-        }
-    }
+    nova::describe_bodies(&mut bodies);
     if let (Some(all), Some(bodies)) = (answers.as_object_mut(), bodies.as_object()) {
         all.extend(bodies.iter().map(|(k, v)| (k.clone(), v.clone())));
     }
@@ -443,8 +511,10 @@ mod tests {
         // One of request_spec and legacy, not both (the server answers 400 to both).
         for name in ["ClaimRequest", "MigrationRequest"] {
             assert_eq!(
-                schemas[name]["oneOf"],
-                json!([{"required": ["request_spec"]}, {"required": ["legacy"]}]),
+                schemas[name]["allOf"][0]["oneOf"],
+                json!([
+                    {"required": ["request_spec"], "properties": {"request_spec": {"type": "object"}}},
+                    {"required": ["legacy"], "properties": {"legacy": {"type": "object"}}}]),
                 "{name}"
             );
         }
@@ -476,7 +546,7 @@ mod tests {
         );
         assert_eq!(
             instance["vm_state"]["enum"].as_array().unwrap().len(),
-            VM_STATES.len()
+            VM_STATES.len() + 1
         );
         assert_eq!(
             schemas["MigrationRequest"]["properties"]["source_compute"]["maxLength"],
@@ -556,6 +626,63 @@ mod tests {
                 "status {status} of {} is in no operation",
                 c.as_str()
             );
+        }
+    }
+
+    /// The document's patterns accept exactly what the server's parsers accept.
+    #[test]
+    fn patterns_are_the_parsers() {
+        use crate::objects::base::Envelope;
+        use crate::objects::request_spec::RequestSpec;
+        use crate::probes::pci::PciAddress;
+        let address = regex::Regex::new(PciAddress::PATTERN).unwrap();
+        for a in [
+            "0000:3b:01.0",
+            "0000:3b:1f.7",
+            "0000:3b:20.0",
+            "B472:9E:2f.2",
+            "10000:00:00.0",
+            "000:00:00.0",
+            "0000:00:00.8",
+            "0000:0:00.0",
+            "0000:00:00",
+            "0000:00:00.0 ",
+            "123456789:00:00.0",
+            "+000:00:00.0",
+        ] {
+            assert_eq!(address.is_match(a), PciAddress::parse(a).is_some(), "{a}");
+        }
+        let spec = nova::primitive_schema::<RequestSpec>("", json!({}));
+        let version = regex::Regex::new(
+            spec["properties"]["nova_object.version"]["pattern"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        for v in [
+            "1.0",
+            "1.15",
+            "1.16",
+            "01.015",
+            "00001.00015",
+            "000001.0",
+            "1.000000",
+            "2.0",
+            "0.1",
+            "1.",
+            ".1",
+            "1.1a",
+            "1.-1",
+            "1.99999",
+            "1.100",
+        ] {
+            let primitive = json!({"nova_object.name": "RequestSpec", "nova_object.namespace": "nova",
+                "nova_object.version": v, "nova_object.data": {}});
+            let accepted = Envelope::parse(&primitive, "x").is_ok_and(|e| {
+                e.version.major == RequestSpec::VERSION.major
+                    && e.version.minor <= RequestSpec::VERSION.minor
+            });
+            assert_eq!(version.is_match(v), accepted, "{v}");
         }
     }
 

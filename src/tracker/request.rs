@@ -26,11 +26,14 @@ use crate::objects::pci_request::InstancePCIRequests;
 use crate::objects::request_spec::RequestSpec;
 use crate::objects::Versioned;
 
-/// Largest sizes accepted: far above any real flavor, low enough that sums cannot overflow.
-const MAX_VCPUS: i64 = 1 << 16;
-const MAX_MEMORY_MB: i64 = 1 << 40;
-const MAX_DISK_GB: i64 = 1 << 40;
-const MAX_PCI_COUNT: u32 = 4096;
+/// Largest VCPU count accepted: far above any real flavor, low enough that sums cannot overflow.
+pub const MAX_VCPUS: i64 = 1 << 16;
+/// Largest memory accepted, MiB.
+pub const MAX_MEMORY_MB: i64 = 1 << 40;
+/// Largest disk (root, ephemeral) or swap size accepted, GiB or MiB.
+pub const MAX_DISK_GB: i64 = 1 << 40;
+/// Most devices one PCI request may ask for.
+pub const MAX_PCI_COUNT: u32 = 4096;
 
 fn invalid(field: &str, message: impl Into<String>) -> ClaimError {
     ClaimError::Invalid {

@@ -161,9 +161,15 @@ fn state_schema<'a>(
     values: impl Iterator<Item = &'a str>,
     description: &str,
 ) -> utoipa::openapi::Object {
+    use utoipa::openapi::schema::{SchemaType, Type};
+    // The fields are optional: null is taken as not given (and OpenAPI 3.0 wants it listed).
     utoipa::openapi::ObjectBuilder::new()
-        .schema_type(utoipa::openapi::schema::Type::String)
-        .enum_values(Some(values.map(str::to_string)))
+        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+        .enum_values(Some(
+            values
+                .map(serde_json::Value::from)
+                .chain(std::iter::once(serde_json::Value::Null)),
+        ))
         .description(Some(description))
         .build()
 }

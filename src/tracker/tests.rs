@@ -912,3 +912,46 @@ mod live_pci;
 mod placement;
 mod remote_managed;
 mod vgpu;
+
+/// Well-formed requests that the tracked state does not allow are conflicts (409), not
+/// malformed requests: a flavor switch with no resize in progress, a move not involving this host.
+#[test]
+fn requests_the_state_does_not_allow_are_conflicts() {
+    let mut t = tracker();
+    claim(&mut t, 1, req(flavor(1, 2, 1024, 10, &[]), vec![])).unwrap();
+    let e = t
+        .update_instance(
+            &uuid(1),
+            &InstanceUpdate {
+                apply_new_flavor: true,
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+    assert!(
+        matches!(&e, ClaimError::Conflict { message, .. } if message.contains("no resize in progress")),
+        "{e:?}"
+    );
+    let mv = MoveRequest {
+        current_numa: None,
+        instance: InstanceInfo {
+            host: Some("cmp7".into()),
+            node: Some("cmp7".into()),
+            ..info(2)
+        },
+        current: None,
+        new: req(flavor(2, 1, 512, 1, &[]), vec![]),
+        move_type: None,
+        migration_id: Some(9),
+        migration_uuid: None,
+        source_compute: None,
+        source_node: None,
+        dest_compute: Some("cmp8".into()),
+        dest_node: Some("cmp8".into()),
+    };
+    let e = t.move_claim(&mv, 10, false).unwrap_err();
+    assert!(
+        matches!(&e, ClaimError::Conflict { message, .. } if message.contains("neither source")),
+        "{e:?}"
+    );
+}

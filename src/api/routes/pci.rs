@@ -103,6 +103,8 @@ pub async fn attach_pci(
     let Path(raw) = p.map_err(path_error)?;
     let uuid = check_uuid(&raw, "uuid")?;
     let body: AttachBody = json_body(&state, &headers, body, "an attach request")?;
+    // Strings bounded as inside a claim's request spec, where the same requests come.
+    super::super::bodies::check_spec_strings(&body.pci_requests, "pci_requests")?;
     let reqs =
         Versioned::<InstancePCIRequests>::from_primitive(&body.pci_requests).map_err(|e| {
             ApiError::invalid(

@@ -71,9 +71,10 @@ impl Tracker {
         }
         if up.apply_new_flavor {
             let Some(new) = inst.new_flavor.clone() else {
-                return Err(ClaimError::Invalid {
-                    field: "apply_new_flavor".into(),
-                    message: format!("instance {uuid} has no new flavor (no resize in progress)"),
+                // A well-formed request that the instance's state does not allow.
+                return Err(ClaimError::Conflict {
+                    id: uuid.to_string(),
+                    message: format!("apply_new_flavor: instance {uuid} has no new flavor (no resize in progress)"),
                 });
             };
             std::sync::Arc::make_mut(&mut inst.request).flavor = new;

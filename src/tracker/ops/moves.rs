@@ -112,8 +112,9 @@ impl Tracker {
         let outgoing = source_compute.as_deref() == Some(names.host.as_str())
             && source_node.as_deref() == Some(names.node.as_str());
         if !incoming && !outgoing {
-            return Err(ClaimError::Invalid {
-                field: "migration".into(),
+            // Well formed, but sent to a host the move does not involve.
+            return Err(ClaimError::Conflict {
+                id: uuid.clone(),
                 message: format!(
                     "neither source ({}/{}) nor destination ({dest_compute}/{dest_node}) is this host ({}/{})",
                     source_compute.as_deref().unwrap_or("?"),

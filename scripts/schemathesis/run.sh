@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# run.sh: runs `schemathesis run ARGS...` (schemathesis, pinned in requirements.txt and
+# constraints.txt beside this script) for rtrack's API test (tests/schemathesis.rs).
+#
+#   scripts/schemathesis/run.sh [SCHEMATHESIS RUN ARGS...] LOCATION
+#
+# - The venv lives in target/schemathesis-venv (override: SCHEMATHESIS_VENV) and is rebuilt only
+#   when the interpreter or the pin files change (a stamp file holds their hash); one installer
+#   at a time (flock on the venv's .lock file). The install's output goes to the venv's
+#   .install.log beside it and its tail to stderr when it fails.
+# - schemathesis.toml beside this script holds the settings every run shares (no schemathesis.toml
+#   found above the working directory is read).
+# - hooks.py beside this script is loaded (SCHEMATHESIS_HOOKS): the valid cases follow the
+#   document's propertyNames (map keys), which OpenAPI 3.0 cannot state and schemathesis ignores.
+# - Requests to loopback never go through a proxy set in the environment.
+# - Exits with schemathesis's own status (0: no failure).
+#
+# Needs bash, python3 >= 3.11 with the venv module (Debian: apt-get install python3-venv), flock
+# and sha256sum (util-linux, coreutils), and PyPI for the first install.
+set -Eeuo pipefail
+
+HERE=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd -- "$HERE/../.." && pwd)
+fail() { printf 'schemathesis/run: error: %s\n' "$*" >&2; exit 2; }
+
+case "${1:-}" in
+    -h|--help) sed -n '2,/^set -E/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 0 ;;
+esac
+[ $# -ge 1 ] || fail "usage: run.sh [SCHEMATHESIS RUN ARGS...] LOCATION (see: run.sh --help)"
+
+for tool in flock sha256sum; do
+    command -v "$tool" >/dev/null || fail "'$tool' not found (Debian: apt-get install util-linux coreutils)"
+done
+PY=${SCHEMATHESIS_PYTHON:-python3}
+command -v "$PY" >/dev/null \
+    || fail "'$PY' not found: install python3 >= 3.11 with its venv module (Debian: apt-get install python3 python3-venv)"
+"$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+    || fail "$("$PY" -V 2>&1) is too old: rtrack's schemathesis venv needs Python >= 3.11 (Debian: apt-get install python3)"
+"$PY" -c 'import venv, ensurepip' 2>/dev/null \
+    || fail "$PY has no venv/ensurepip module (Debian: apt-get install python3-venv)"
+
+# ---- venv (one installer at a time)
+VENV=${SCHEMATHESIS_VENV:-$REPO/target/schemathesis-venv}
+mkdir -p "$(dirname -- "$VENV")"
+stamp=$({ "$PY" -c 'import sys, platform; print(sys.version, platform.machine())'
+          cat "$HERE/requirements.txt" "$HERE/constraints.txt"; } | sha256sum | cut -d' ' -f1)
+exec 8>"$VENV.lock"
+flock -w 900 8 || fail "another install into $VENV takes too long ($VENV.lock)"
+if [ "$(cat "$VENV/.rtrack-stamp" 2>/dev/null)" != "$stamp" ] \
+    || ! "$VENV/bin/python" -c 'import schemathesis' >/dev/null 2>&1; then
+    printf 'schemathesis/run: installing schemathesis into %s (log: %s.install.log)\n' "$VENV" "$VENV" >&2
+    rm -rf -- "$VENV"
+    { "$PY" -m venv "$VENV" \
+        && "$VENV/bin/python" -m pip install --disable-pip-version-check --no-input \
+            -r "$HERE/requirements.txt" -c "$HERE/constraints.txt"; } >"$VENV.install.log" 2>&1 \
+        || { tail -n 20 "$VENV.install.log" >&2; rm -rf -- "$VENV"; fail "venv install failed (PyPI reachable? log: $VENV.install.log)"; }
+    echo "$stamp" >"$VENV/.rtrack-stamp"
+fi
+flock -u 8
+exec 8>&-
+
+# Loopback only: never through a proxy from the environment.
+export NO_PROXY="127.0.0.1,localhost,::1${NO_PROXY:+,$NO_PROXY}"
+export no_proxy="$NO_PROXY"
+# hooks.py: valid cases follow the document's propertyNames, which OpenAPI 3.0 readers ignore.
+export SCHEMATHESIS_HOOKS="$HERE/hooks.py"
+exec "$VENV/bin/schemathesis" --config-file "$HERE/schemathesis.toml" run "$@"
