@@ -11,7 +11,7 @@ mod nova;
 
 use super::bodies::{ClaimBody, MigrationBody};
 use super::error::ErrorCode;
-use super::routes::{AdoptBody, AttachBody, ReconcileBody};
+use super::routes::{AdoptBody, AttachBody, DeviceMapEntry, ReconcileBody};
 use crate::objects::compute_node::ComputeNode;
 use crate::objects::NovaObject;
 use crate::tracker::state::InstanceUpdate;
@@ -391,7 +391,8 @@ fn schemas_with_bodies(mut answers: Value) -> Value {
         InstanceUpdate,
         AttachBody,
         ReconcileBody,
-        AdoptBody
+        AdoptBody,
+        DeviceMapEntry
     )))]
     struct Bodies;
     let components = <Bodies as utoipa::OpenApi>::openapi().components;

@@ -78,10 +78,12 @@ pub fn cycle_wait(interval: Duration) -> Duration {
     jitter(interval, 0.1)
 }
 
-/// The wait before a daemon's first report: up to a tenth of the interval (6 s by default), so
-/// that hosts started at once do not all register in the same second.
+/// The wait before a daemon's first report: up to a tenth of the interval (6 s by default, 10 s
+/// at most), so that hosts started at once do not all register in the same second.
 pub fn first_report_delay(interval: Duration) -> Duration {
-    interval.mul_f64(0.1 * fastrand::f64())
+    interval
+        .min(Duration::from_secs(100))
+        .mul_f64(0.1 * fastrand::f64())
 }
 
 /// The pause before generation-conflict retry `attempt` (1-based): a few tens of ms, random, so

@@ -44,10 +44,34 @@ pub struct AdoptBody {
     /// Commit the plan (one transaction). Default false: the plan only.
     #[serde(default)]
     pub apply: bool,
-    /// Which PCI devices each instance has (instance uuid -> addresses), when the operator
-    /// knows; an instance not named gets the lowest free devices of the providers it holds.
+    /// Which PCI devices instances have, when the operator knows; an instance not named gets
+    /// the lowest free devices of the providers it holds.
     #[serde(default)]
-    pub devices: BTreeMap<String, Vec<String>>,
+    pub devices: Vec<DeviceMapEntry>,
+}
+
+/// One instance's devices in an adoption's device map.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceMapEntry {
+    /// The instance.
+    #[schema(format = "uuid")]
+    pub instance_uuid: String,
+    /// Its devices' PCI addresses (`dddd:bb:ss.f`).
+    #[schema(schema_with = address_list_schema)]
+    pub addresses: Vec<String>,
+}
+
+/// An array of PCI addresses, each matching [`PciAddress::PATTERN`] (what the parser takes).
+fn address_list_schema() -> utoipa::openapi::schema::Array {
+    use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Type};
+    ArrayBuilder::new()
+        .items(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some(PciAddress::PATTERN)),
+        )
+        .build()
 }
 
 /// Sends `make(reply)` to the report loop and waits for the answer.
@@ -152,14 +176,15 @@ pub async fn adopt(
         json_body(&state, &headers, body, "an adopt request")?
     };
     let mut map: BTreeMap<uuid::Uuid, Vec<PciAddress>> = BTreeMap::new();
-    for (instance, addresses) in &body.devices {
-        let u = check_uuid(instance, "devices")?;
-        let u = uuid::Uuid::parse_str(&u)
-            .map_err(|_| ApiError::invalid("devices", "keys are instance uuids"))?;
-        for a in addresses {
+    for (i, entry) in body.devices.iter().enumerate() {
+        let u = check_uuid(&entry.instance_uuid, &format!("devices[{i}].instance_uuid"))?;
+        let u = uuid::Uuid::parse_str(&u).map_err(|_| {
+            ApiError::invalid(&format!("devices[{i}].instance_uuid"), "is not a uuid")
+        })?;
+        for a in &entry.addresses {
             let addr = PciAddress::parse(a).ok_or_else(|| {
                 ApiError::invalid(
-                    &format!("devices.{u}"),
+                    &format!("devices[{i}].addresses"),
                     format!(
                         "{} is not a PCI address (dddd:bb:ss.f)",
                         crate::echo::quoted(a)

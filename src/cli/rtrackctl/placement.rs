@@ -241,6 +241,10 @@ pub(super) fn adopt(ctx: &Ctx<'_>, a: &AdoptArgs) -> Result<String, Failure> {
         Some(p) => device_map(p)?,
         None => BTreeMap::new(),
     };
+    let devices: Vec<serde_json::Value> = devices
+        .into_iter()
+        .map(|(instance, addresses)| json!({"instance_uuid": instance, "addresses": addresses}))
+        .collect();
     let body = json!({"apply": a.apply, "devices": devices});
     let bytes = body.to_string().into_bytes();
     let r = client::request(&ctx.socket, "POST", "/v1/adopt", Some(&bytes), ctx.timeout)
