@@ -650,3 +650,107 @@ fn a_claim_killed_before_its_allocation_is_written_is_found_after_the_restart() 
     );
     d.kill();
 }
+
+/// The first start refuses to guess: two compute node providers that could be this host's, or a
+/// provider of its name that is not a compute node, stop it with both named; nothing is chosen.
+#[test]
+fn an_ambiguous_or_wrong_provider_stops_the_first_start_naming_it() {
+    let Some(srv) = server("identity") else {
+        return;
+    };
+    let rt = rt();
+    let raw = srv.client();
+    use reqwest::Method;
+    let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+    rt.block_on(must(
+        &raw,
+        Method::POST,
+        "/resource_providers",
+        json!({"uuid": a, "name": "cmp1"}),
+    ));
+    rt.block_on(must(
+        &raw,
+        Method::POST,
+        "/resource_providers",
+        json!({"uuid": b, "name": "svc1"}),
+    ));
+    let s = setup();
+    let cfg =
+        config(&s.root, &s.dir, &srv.url, "").replace("host = \"cmp1\"\n", "host = \"svc1\"\n");
+    assert!(
+        cfg.contains("hypervisor_hostname = \"cmp1\"") && cfg.contains("\nhost = \"svc1\""),
+        "{cfg}"
+    );
+    let path = s.dir.join("rtrack.toml");
+    std::fs::write(&path, &cfg).unwrap();
+    let start = || {
+        Command::new(RTRACKD)
+            .arg("--config")
+            .arg(&path)
+            .env_remove("NOTIFY_SOCKET")
+            .output()
+            .unwrap()
+    };
+    let out = start();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&a.to_string())
+            && err.contains(&b.to_string())
+            && err.contains("compute_node_uuid"),
+        "{err}"
+    );
+    assert!(!s.dir.join("state/compute_id").exists());
+
+    // A provider of the node's name that is a child elsewhere: not a compute node.
+    let raw2 = raw;
+    rt.block_on(async {
+        let (st, v) = raw2
+            .send(Method::DELETE, &format!("/resource_providers/{b}"), None)
+            .await;
+        assert_eq!(st, 204, "{v}");
+        let (st, v) = raw2
+            .send(Method::DELETE, &format!("/resource_providers/{a}"), None)
+            .await;
+        assert_eq!(st, 204, "{v}");
+    });
+    let other = Uuid::new_v4();
+    rt.block_on(must(
+        &raw2,
+        Method::POST,
+        "/resource_providers",
+        json!({"uuid": other, "name": "other-host"}),
+    ));
+    rt.block_on(must(
+        &raw2,
+        Method::POST,
+        "/resource_providers",
+        json!({"uuid": a, "name": "cmp1", "parent_provider_uuid": other}),
+    ));
+    let out = start();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("is not a compute node") && err.contains(&other.to_string()),
+        "{err}"
+    );
+
+    // Told which one: [host] compute_node_uuid is taken as it is.
+    std::fs::write(
+        &path,
+        cfg.replace(
+            "[host]\n",
+            &format!("[host]\ncompute_node_uuid = \"{b}\"\n"),
+        ),
+    )
+    .unwrap();
+    let mut d = support::Daemon::start_with(
+        Path::new(RTRACKD),
+        &s.dir,
+        &std::fs::read_to_string(&path).unwrap(),
+        &[],
+    );
+    let node = std::fs::read_to_string(s.dir.join("state/compute_id")).unwrap();
+    assert_eq!(node.trim(), b.to_string());
+    d.kill();
+}

@@ -39,7 +39,7 @@ fn the_alerting_rules_are_valid_and_their_unit_test_passes() {
         return;
     };
     assert!(ok, "{text}");
-    assert!(text.contains("8 rules found"), "{text}");
+    assert!(text.contains("9 rules found"), "{text}");
     let Some((ok, text)) = promtool(&["test", "rules", "rtrack-alerts.test.yml"]) else {
         return;
     };

@@ -550,8 +550,23 @@ pub fn run(cli: &Cli) -> Result<String, Failure> {
             if cli.json {
                 return json_out(&v);
             }
+            let drift = v["placement_drift"]
+                .as_object()
+                .map(|d| {
+                    let kinds: Vec<String> = d
+                        .iter()
+                        .filter(|(k, n)| *k != "at" && n.as_u64().is_some_and(|n| n > 0))
+                        .map(|(k, n)| format!("{n} {k}"))
+                        .collect();
+                    if kinds.is_empty() {
+                        "; Placement in step".to_string()
+                    } else {
+                        format!("; drift with Placement: {}", kinds.join(", "))
+                    }
+                })
+                .unwrap_or_default();
             Ok(format!(
-                "{} (rtrackd {}; {} audits, last at {}{})\n",
+                "{} (rtrackd {}; {} audits, last at {}{}{drift})\n",
                 v["status"].as_str().unwrap_or("?"),
                 v["version"].as_str().unwrap_or("?"),
                 v["audits_succeeded"],
