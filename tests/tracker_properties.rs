@@ -30,6 +30,10 @@ use rtrack::tracker::{
 use rtrack_fixtures::real::scratch_dir;
 use rtrack_fixtures::synthetic::{SyntheticHost, SyntheticPf};
 
+/// The operator's licences (provider.yaml on the compute node).
+const LICENCES: i64 = 2;
+const LICENCE_YAML: &str = "meta:\n  schema_version: '1.0'\nproviders:\n  - identification:\n      uuid: $COMPUTE_NODE\n    inventories:\n      additional:\n        - CUSTOM_LICENCE: {total: 2}\n";
+
 const CONFIG: &str = r#"
 [resources]
 cpu_allocation_ratio = 1.5
@@ -164,10 +168,25 @@ fn flavor(id: i64, vcpus: i64, mem: i64, disk: i64) -> FlavorUsage {
     }
 }
 
-/// `flavor` asking `vgpus` VGPU and, for `sev` 1 or 2, an SEV or SEV-ES context.
-fn flavor_with(id: i64, vcpus: i64, mem: i64, disk: i64, vgpus: i64, sev: u8) -> FlavorUsage {
+/// `flavor` asking `vgpus` VGPU, for `sev` 1 or 2 an SEV or SEV-ES context, and `licences` of
+/// the operator's class.
+fn flavor_with(
+    id: i64,
+    vcpus: i64,
+    mem: i64,
+    disk: i64,
+    vgpus: i64,
+    sev: u8,
+    licences: i64,
+) -> FlavorUsage {
     use rtrack::tracker::nested::EncryptionModel;
     let mut f = flavor(id, vcpus, mem, disk);
+    if licences > 0 {
+        f.extra_resources.insert(
+            ResourceClass::from_name("CUSTOM_LICENCE").unwrap(),
+            licences,
+        );
+    }
     if vgpus > 0 {
         f.extra_resources.insert(ResourceClass::Vgpu, vgpus);
     }
@@ -208,8 +227,9 @@ fn pci(n: u8, kind: &str, count: u32, policy: NumaPolicy) -> PciRequest {
     }
 }
 
-/// What one instance counts: vcpus, memory, disk, vGPUs, encryption contexts.
-type Counted = (i64, i64, i64, i64, i64);
+/// What one instance counts: vcpus, memory, disk, vGPUs, encryption contexts, and the
+/// operator's provider.yaml class (CUSTOM_LICENCE).
+type Counted = (i64, i64, i64, i64, i64, i64);
 
 /// The naive model: what should be counted, per instance.
 #[derive(Debug, Default, Clone)]
@@ -220,7 +240,7 @@ struct Model {
 
 impl Model {
     fn used(&self) -> Counted {
-        let mut t = (0, 0, 0, 0, 0);
+        let mut t = (0, 0, 0, 0, 0, 0);
         for v in self
             .here
             .values()
@@ -231,6 +251,7 @@ impl Model {
             t.2 += v.2;
             t.3 += v.3;
             t.4 += v.4;
+            t.5 += v.5;
         }
         t
     }
@@ -238,7 +259,7 @@ impl Model {
 
 fn check_invariants(t: &Tracker, model: &Model) {
     let usage = t.usage();
-    let (v, m, d, g, e) = model.used();
+    let (v, m, d, g, e, l) = model.used();
     assert_eq!(usage.used(ResourceClass::Vcpu), v, "VCPU usage");
     assert_eq!(usage.used(ResourceClass::MemoryMb), m, "MEMORY_MB usage");
     assert_eq!(usage.used(ResourceClass::DiskGb), d, "DISK_GB usage");
@@ -247,6 +268,12 @@ fn check_invariants(t: &Tracker, model: &Model) {
         usage.used(ResourceClass::MemEncryptionContext),
         e,
         "MEM_ENCRYPTION_CONTEXT usage"
+    );
+    let licence = ResourceClass::from_name("CUSTOM_LICENCE").unwrap();
+    assert_eq!(usage.used(licence.clone()), l, "CUSTOM_LICENCE usage");
+    assert!(
+        l <= LICENCES,
+        "CUSTOM_LICENCE over its total: {l} of {LICENCES}"
     );
     // Per provider below the compute node: within its total; each consumer holds what it
     // asked; no mdev given twice.
@@ -378,12 +405,12 @@ fn check_invariants(t: &Tracker, model: &Model) {
 
 fn run(ops: Vec<Op>, hosts: &[HostInventory]) {
     let f = std::path::Path::new("props.toml");
+    let mut cfg = Config::parse(CONFIG, f).unwrap().validate(f).unwrap();
+    cfg.provider_configs =
+        rtrack::config::provider_yaml::parse(LICENCE_YAML, std::path::Path::new("licence.yaml"))
+            .unwrap();
     let settings = TrackerSettings {
-        policy: Config::parse(CONFIG, f)
-            .unwrap()
-            .validate(f)
-            .unwrap()
-            .into(),
+        policy: cfg.into(),
         names: HostNames {
             host: "cmp1".into(),
             node: "cmp1".into(),
@@ -427,8 +454,10 @@ fn run(ops: Vec<Op>, hosts: &[HostInventory]) {
                 if vfs > 0 {
                     pci_reqs.push(pci(n, "vf", vfs, policy));
                 }
+                // Every third instance holds one of the operator's licences.
+                let licences = i64::from(n % 3 == 0);
                 let req = InstanceRequest {
-                    flavor: flavor_with(1, vcpus, mem, disk, vgpus, sev),
+                    flavor: flavor_with(1, vcpus, mem, disk, vgpus, sev, licences),
                     is_bfv: false,
                     pci_requests: pci_reqs,
                     numa: None,
@@ -440,9 +469,10 @@ fn run(ops: Vec<Op>, hosts: &[HostInventory]) {
                 };
                 t.instance_claim(&info, &req, now, false).map(|(o, c)| {
                     if !o.existing {
-                        model
-                            .here
-                            .insert(uuid(n), (vcpus, mem, disk, vgpus, i64::from(sev > 0)));
+                        model.here.insert(
+                            uuid(n),
+                            (vcpus, mem, disk, vgpus, i64::from(sev > 0), licences),
+                        );
                     }
                     c
                 })
@@ -469,6 +499,7 @@ fn run(ops: Vec<Op>, hosts: &[HostInventory]) {
                 vgpus,
             } => {
                 let id = next_migration;
+                let licences = i64::from(n % 2 == 0);
                 next_migration += 1;
                 let current = InstanceRequest {
                     flavor: flavor(1, 1, 512, 10),
@@ -477,7 +508,7 @@ fn run(ops: Vec<Op>, hosts: &[HostInventory]) {
                     numa: None,
                 };
                 let new = InstanceRequest {
-                    flavor: flavor_with(2, vcpus, 1024, 20, vgpus, 0),
+                    flavor: flavor_with(2, vcpus, 1024, 20, vgpus, 0, licences),
                     is_bfv: false,
                     pci_requests: if vfs > 0 {
                         vec![pci(n, "vf", vfs, NumaPolicy::Legacy)]
@@ -508,7 +539,7 @@ fn run(ops: Vec<Op>, hosts: &[HostInventory]) {
                 t.move_claim(&mv, now, false).map(|(_, c)| {
                     model
                         .incoming
-                        .insert(id, (uuid(n), (vcpus, 1024, 20, vgpus, 0)));
+                        .insert(id, (uuid(n), (vcpus, 1024, 20, vgpus, 0, licences)));
                     c
                 })
             }

@@ -55,6 +55,33 @@ fn claim_body(instance: &str, extra: &[(&str, &str)]) -> Value {
     json!({"request_spec": spec})
 }
 
+/// `rtrackctl claim` of a small instance with these extra specs: exit code and output.
+fn ctl_claim(d: &Daemon, instance: &str, extra: &[(&str, &str)]) -> (i32, String) {
+    let mut args = vec![
+        "claim".to_string(),
+        "--instance".into(),
+        instance.into(),
+        "--vcpus".into(),
+        "1".into(),
+        "--memory-mb".into(),
+        "256".into(),
+    ];
+    for (k, v) in extra {
+        args.push("--extra-spec".into());
+        args.push(format!("{k}={v}"));
+    }
+    let out = Command::new(RTRACKCTL)
+        .arg("--socket")
+        .arg(&d.socket)
+        .args(&args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
 fn used(d: &Daemon, class: &str) -> (i64, i64) {
     let (s, u) = d.call("GET", "/v1/usage", None);
     assert_eq!(s, 200, "{u}");
@@ -174,11 +201,21 @@ fn vgpus_contexts_and_custom_classes_are_claimed_refused_and_freed() {
     let (s, v) = d.call("POST", "/v1/claims", Some(&claim_body(&uuid(13), &es)));
     assert_eq!(s, 201, "{v}");
     assert_eq!(used(&d, "MEM_ENCRYPTION_CONTEXT"), (3, 101));
+    // With rtrackctl too: one more SEV-ES context.
+    let (code, text) = ctl_claim(&d, &uuid(14), &es);
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(used(&d, "MEM_ENCRYPTION_CONTEXT"), (4, 101));
 
-    // The operator's licence: one, then refused.
+    // The operator's licence: one, then refused (rtrackctl exits 3 naming the class).
     let lic = [("resources:CUSTOM_LICENCE", "1")];
-    let (s, v) = d.call("POST", "/v1/claims", Some(&claim_body(&uuid(20), &lic)));
-    assert_eq!(s, 201, "{v}");
+    let (code, text) = ctl_claim(&d, &uuid(20), &lic);
+    assert_eq!(code, 0, "{text}");
+    let (code, text) = ctl_claim(&d, &uuid(21), &lic);
+    assert_eq!(code, 3, "{text}");
+    assert!(
+        text.contains("CUSTOM_LICENCE requested 1, used 1 of capacity 1"),
+        "{text}"
+    );
     let (s, v) = d.call("POST", "/v1/claims", Some(&claim_body(&uuid(21), &lic)));
     assert_eq!(s, 409, "{v}");
     assert_eq!(
