@@ -32,7 +32,9 @@ if command -v hyperfine >/dev/null; then
 import json, sys
 r = json.load(open(sys.argv[1]))["results"]
 a, b = r[0]["mean"], r[1]["mean"]
+am, bm = r[0]["median"], r[1]["median"]
 print(f"rtrackd --once: {a*1000:.1f} ms   lspci: {b*1000:.1f} ms   ratio rtrackd/lspci = {a/b:.2f} (target <= 0.50)")
+print(f"medians: rtrackd --once {am*1000:.1f} ms   lspci {bm*1000:.1f} ms   ratio {am/bm:.2f}")
 PY
 else
     # Interleave the two so machine noise hits both alike.

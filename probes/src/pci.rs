@@ -9,7 +9,9 @@
 //! only when there is no `revision` file. Out: [`PciDevice`]s sorted by
 //! address.
 //!
-//! Each device directory is listed once, so only files that exist are opened. `config`,
+//! A device directory is opened once and its files are opened relative to it; it is listed
+//! only for a PF's `virtfn<N>` links (and for `net/` when the tree has no `sys/class/net`): for
+//! a VF, a missing optional attribute costs one failed `openat`, less than a listing. `config`,
 //! `resource<N>`, `rom`, `vpd`, `reset`, `remove` and `rescan` are never read: they can block,
 //! need root, or act on the device. `vendor`, `device` and `class` are mandatory; a device
 //! missing one is skipped with a warning. Ids always come from the attribute files, never from

@@ -108,6 +108,15 @@ pub fn load_dir(dir: &Path) -> Result<ProviderConfigs, ConfigError> {
             file: file.clone(),
             source,
         })?;
+        // A FIFO or a device named *.yaml would block the read or never end.
+        if !meta.is_file() {
+            return Err(value_error(
+                &file,
+                "(file)",
+                "(not a regular file)".into(),
+                "a regular file (a provider config file)",
+            ));
+        }
         if meta.len() > MAX_FILE_BYTES {
             return Err(value_error(
                 &file,

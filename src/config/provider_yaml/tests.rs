@@ -139,3 +139,15 @@ fn a_directory_is_read_in_name_order_and_a_provider_twice_names_both_files() {
         .providers
         .is_empty());
 }
+
+#[test]
+fn a_fifo_named_yaml_is_refused_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("blocking.yaml");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let e = super::load_dir(dir.path()).unwrap_err().to_string();
+    assert!(
+        e.contains("blocking.yaml") && e.contains("regular file"),
+        "{e}"
+    );
+}
