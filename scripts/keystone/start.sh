@@ -80,18 +80,11 @@ case "$DIR" in *[[:space:]\$%\"\'\\\#\;]*) fail "DIR '$DIR' must be a plain path
 mkdir -p "$DIR/etc" "$DIR/data" "$DIR/logs" "$DIR/run"
 PIDFILE=$DIR/run/keystone.pid
 GPIDFILE=$DIR/run/gunicorn.pid
+# shellcheck source=../lib/gunicorn.sh
+. "$(dirname -- "${BASH_SOURCE[0]}")/../lib/gunicorn.sh"
 
 exec 9>"$DIR/run/lock"
 flock -w 600 9 || fail "another start/stop holds $DIR/run/lock"
-
-# Is $1 the gunicorn master started for this DIR (and not a zombie)?
-ours() {
-    local pid=$1
-    case "$pid" in ''|*[!0-9]*) return 1 ;; esac
-    [ -r "/proc/$pid/cmdline" ] || return 1
-    [ "$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)" != Z ] || return 1
-    tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qxF -- "$GPIDFILE"
-}
 
 # GET /v3 until it answers: prints the API version. Never through a proxy.
 ready() {  # url timeout [pid]
@@ -114,12 +107,6 @@ while True:
         sys.exit("no answer from %s in %ss: %s" % (url, limit, last))
     time.sleep(0.1)
 PY
-}
-
-watch_owner() {  # stop the server when the owner process is gone
-    [ -n "$owner" ] || return 0
-    setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; exec "$2/stop.sh" "$3"' \
-        watcher "$owner" "$HERE" "$DIR" </dev/null >>"$DIR/logs/watcher.log" 2>&1 8>&- 9>&- &
 }
 
 if [ -f "$PIDFILE" ]; then

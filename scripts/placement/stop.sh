@@ -16,33 +16,15 @@ if [ "${1:-}" = --purge ]; then purge=1; shift; fi
 DIR=$(cd -- "$1" && pwd -P)
 PIDFILE=$DIR/run/placement.pid
 GPIDFILE=$DIR/run/gunicorn.pid
+# shellcheck source=../lib/gunicorn.sh
+. "$(dirname -- "${BASH_SOURCE[0]}")/../lib/gunicorn.sh"
 
 if [ -d "$DIR/run" ]; then
     exec 9>"$DIR/run/lock"
     flock -w 600 9 || { say "another start/stop holds $DIR/run/lock"; exit 1; }
 fi
 
-ours() {
-    local pid=$1
-    case "$pid" in ''|*[!0-9]*) return 1 ;; esac
-    [ -r "/proc/$pid/cmdline" ] || return 1
-    [ "$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)" != Z ] || return 1
-    tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qxF -- "$GPIDFILE"
-}
-
-pid=$(cat "$PIDFILE" 2>/dev/null || true)
-if ours "$pid"; then
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do ours "$pid" || break; sleep 0.1; done
-    if ours "$pid"; then
-        say "pid $pid still running after 10 s: SIGKILL to its process group"
-        kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-        for _ in $(seq 1 50); do ours "$pid" || break; sleep 0.1; done
-    fi
-    say "stopped pid $pid ($DIR)"
-elif [ -n "$pid" ]; then
-    say "stale pid file ($pid is not a server for $DIR): removed"
-fi
+stop_ours "$PIDFILE"
 rm -f "$PIDFILE" "$GPIDFILE" "$DIR/run/url" "$DIR/run/port"
 if [ "$purge" = 1 ]; then
     rm -rf -- "$DIR/data" "$DIR/logs"
