@@ -563,6 +563,15 @@ fn drift_is_found_left_alone_without_report_allocations_and_repaired_with_it() {
         2,
         "{a}"
     );
+
+    // Someone deletes a running instance's allocation (DELETE bumps no provider's generation):
+    // the next refresh still sees it gone, and rtrack writes it again.
+    let (st, v) = rt.block_on(raw.send(Method::DELETE, &format!("/allocations/{missing}"), None));
+    assert_eq!(st, 204, "{v}");
+    wait("the deleted allocation written again", &mut || {
+        let a = rt.block_on(raw.get(&format!("/allocations/{missing}")));
+        a["allocations"][nova.root.to_string()]["resources"]["VCPU"] == 1
+    });
     d.kill();
 }
 

@@ -222,7 +222,8 @@ async fn registers_then_sends_nothing_while_unchanged() {
 }
 
 /// A periodic refresh of an unchanged tree costs `GET /` and `GET ?in_tree`; a provider
-/// someone else changed (its generation moved) is read again, and only that one.
+/// someone else changed (its generation moved) is read again, and only that one. The
+/// allocations are read every time (removing them bumps no generation).
 #[tokio::test(flavor = "current_thread")]
 async fn a_refresh_reads_only_the_providers_whose_generation_moved() {
     let Some(srv) = server("light-refresh") else {
@@ -238,13 +239,15 @@ async fn a_refresh_reads_only_the_providers_whose_generation_moved() {
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let o = r.report(&d).await.unwrap();
     assert!(o.refreshed);
+    let providers = d.providers.len() as u64;
     assert_eq!(
         (
             o.requests.total(),
             o.requests.get("get_versions"),
-            o.requests.get("get_tree")
+            o.requests.get("get_tree"),
+            o.requests.get("get_provider_allocations")
         ),
-        (2, 1, 1),
+        (2 + providers, 1, 1, providers),
         "{}",
         o.requests
     );
@@ -269,8 +272,8 @@ async fn a_refresh_reads_only_the_providers_whose_generation_moved() {
     assert_eq!(o.requests.get("get_traits"), 1, "{}", o.requests);
     assert_eq!(
         o.requests.total(),
-        2 + 4,
-        "tree, then the node's inventories, traits, aggregates and allocations: {}",
+        2 + providers + 3,
+        "tree, the allocations, then the node's inventories, traits and aggregates: {}",
         o.requests
     );
     assert!(r.cache().providers[&node]

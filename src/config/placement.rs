@@ -255,7 +255,12 @@ fn url(g: &Given) -> Result<Url, KeyError> {
 /// The auth method the sources name, or the one their values imply.
 fn auth_kind(m: &Merged) -> Result<&'static str, KeyError> {
     let Some(g) = m.get("auth") else {
-        let has = |f: &str| m.get(f).is_some();
+        // Only the first source with credentials decides: an application credential in the
+        // environment does not turn the TOML's password setup into something else.
+        let has = |f: &str| {
+            m.get(f)
+                .is_some_and(|g| Some(g.origin.source()) == m.auth_source)
+        };
         return Ok(
             if has("application_credential_id") || has("application_credential_name") {
                 "application_credential"
@@ -388,7 +393,12 @@ fn auth_settings(c: &PlacementConfig, m: &Merged) -> Result<AuthSettings, KeyErr
     };
     match kind {
         "noauth" => {
-            let user = optional("token")?.unwrap_or_else(|| "admin".into());
+            // Only rtrack's own file names the noauth user: an OS_TOKEN is a Keystone token,
+            // not to be sent as a user name.
+            let user = match m.get("token") {
+                Some(g) if matches!(g.origin, Origin::Toml(_)) => required("token")?.value.clone(),
+                _ => "admin".into(),
+            };
             if let Some(r) = &c.roles {
                 if r.trim().is_empty() || r.contains(['\r', '\n']) {
                     return Err(bad_toml(

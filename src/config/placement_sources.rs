@@ -128,6 +128,20 @@ pub struct Merged {
     pub values: BTreeMap<&'static str, Given>,
     /// The clouds.yaml entry read, if any: file and cloud name.
     pub cloud: Option<(PathBuf, String)>,
+    /// The first source with credentials (0 the TOML, 1 clouds.yaml, 2 the environment): an
+    /// auth method not named anywhere is inferred from its values only.
+    pub auth_source: Option<usize>,
+}
+
+impl Origin {
+    /// 0 the TOML, 1 clouds.yaml, 2 the environment.
+    pub fn source(&self) -> usize {
+        match self {
+            Origin::Toml(_) => 0,
+            Origin::Clouds { .. } => 1,
+            Origin::Env(_) => 2,
+        }
+    }
 }
 
 impl Merged {
@@ -283,30 +297,70 @@ pub fn merge(c: &PlacementConfig, env: &Environment) -> Result<Merged, KeyError>
     let mut merged = Merged {
         values: BTreeMap::new(),
         cloud: cloud.as_ref().map(|c| (c.file.clone(), c.name.clone())),
+        auth_source: None,
     };
-    for f in FIELDS {
+    // Each field as each source gives it: [TOML, clouds.yaml, environment].
+    let by_source = |f: &Field| -> [Option<Given>; 3] {
         let from_toml = toml_value(c, f.name).map(|v| Given {
             value: v.clone(),
             origin: Origin::Toml(f.name),
         });
-        let from_cloud = || {
-            let cl = cloud.as_ref()?;
-            f.clouds.iter().find_map(|path| cl.get(path))
-        };
-        let from_env = || {
-            f.env.iter().find_map(|var| {
-                env.vars.get(*var).filter(|v| !v.is_empty()).map(|v| Given {
-                    value: v.clone(),
-                    origin: Origin::Env(var),
-                })
+        let from_cloud = cloud
+            .as_ref()
+            .and_then(|cl| f.clouds.iter().find_map(|path| cl.get(path)));
+        let from_env = f.env.iter().find_map(|var| {
+            env.vars.get(*var).filter(|v| !v.is_empty()).map(|v| Given {
+                value: v.clone(),
+                origin: Origin::Env(var),
             })
-        };
-        if let Some(g) = from_toml.or_else(from_cloud).or_else(from_env) {
-            merged.values.insert(f.name, g);
+        });
+        [from_toml, from_cloud, from_env]
+    };
+    let all: BTreeMap<&'static str, [Option<Given>; 3]> =
+        FIELDS.iter().map(|f| (f.name, by_source(f))).collect();
+    for (name, sources) in &all {
+        if let Some(g) = sources.iter().flatten().next() {
+            merged.values.insert(name, g.clone());
         }
     }
+    // An id and a name say the same thing: the pair comes whole from the first source that
+    // gives either (a TOML project_name must not lose to an OS_PROJECT_ID).
+    for pair in PAIRS {
+        let first = (0..3).find(|i| pair.iter().any(|f| all[f][*i].is_some()));
+        if let Some(i) = first {
+            for f in pair {
+                match &all[f][i] {
+                    Some(g) => merged.values.insert(f, g.clone()),
+                    None => merged.values.remove(f),
+                };
+            }
+        }
+    }
+    // The auth method is implied by the first source that has credentials at all.
+    merged.auth_source = (0..3).find(|i| CREDENTIALS.iter().any(|f| all[f][*i].is_some()));
     Ok(merged)
 }
+
+/// Fields that name one thing by id or by name.
+const PAIRS: &[[&str; 2]] = &[
+    ["user_id", "username"],
+    ["project_id", "project_name"],
+    ["user_domain_id", "user_domain_name"],
+    ["project_domain_id", "project_domain_name"],
+    ["application_credential_id", "application_credential_name"],
+];
+
+/// Fields that are credentials (they imply an auth method when none is named).
+const CREDENTIALS: &[&str] = &[
+    "auth_url",
+    "username",
+    "user_id",
+    "password",
+    "application_credential_id",
+    "application_credential_name",
+    "application_credential_secret",
+    "token",
+];
 
 /// One clouds.yaml entry, flattened to dotted paths (`auth.password`), secure.yaml laid over.
 struct CloudEntry {

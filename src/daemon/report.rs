@@ -221,6 +221,16 @@ pub async fn run(state: Arc<DaemonState>, kick: Arc<Notify>, mut stop: watch::Re
             if up.is_some() {
                 tracing::info!(target: "rtrack::upstream", "upstream settings changed: reporting starts over with the new ones");
                 last_pushed = None;
+                // The drift judged under the old settings says nothing about the new ones.
+                state.set_drift(None);
+                for kind in ["orphan", "missing", "different", "inventory_gone"] {
+                    state
+                        .metrics
+                        .placement_drift
+                        .get_or_create(&vec![("kind", kind.to_string())])
+                        .set(0);
+                }
+                logged_drift.clear();
             }
             up = Some(Upstreams::build(wanted));
         }

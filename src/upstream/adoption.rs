@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::desired::{DesiredState, ProviderRole, CONSUMER_MIGRATION};
+use super::desired::{DesiredState, ProviderRole, CONSUMER_INSTANCE, CONSUMER_MIGRATION};
 use super::reconcile::Amounts;
 use crate::inventory::resources::ResourceClass;
 use crate::probes::pci::{PciAddress, PciDevType};
@@ -90,6 +90,7 @@ pub fn adoptees(
     devices: &[DeviceFacts],
     device_map: &BTreeMap<Uuid, Vec<PciAddress>>,
     legacy_cpus: bool,
+    assume_instances: bool,
 ) -> Translation {
     let mut out = Translation::default();
     let role: BTreeMap<Uuid, ProviderRole> =
@@ -111,6 +112,7 @@ pub fn adoptees(
             &by_provider,
             device_map,
             legacy_cpus,
+            assume_instances,
             &mut notes,
         ) {
             Ok(a) => {
@@ -138,12 +140,20 @@ fn translate(
     by_provider: &BTreeMap<Uuid, Vec<&DeviceFacts>>,
     device_map: &BTreeMap<Uuid, Vec<PciAddress>>,
     legacy_cpus: bool,
+    assume_instances: bool,
     notes: &mut Vec<String>,
 ) -> Result<Adoptee, String> {
     let consumer = uuid.to_string();
     let (project, user, kind) = c.owner.clone().unwrap_or_default();
     if kind == CONSUMER_MIGRATION {
         return Err("a move in progress holds it (a migration consumer): confirm or revert the move with nova-compute before the take-over".into());
+    }
+    // A migration's allocation adopted as an instance would never be released.
+    if kind != CONSUMER_INSTANCE && !assume_instances {
+        return Err(format!(
+            "Placement does not say it is an instance (consumer type {}; types need Placement 1.38 and a Nova that sets them): check that no move is in progress, then adopt with --assume-instances",
+            if kind.is_empty() { "not given".to_string() } else { format!("{kind:?}") }
+        ));
     }
     let mut host: BTreeMap<&str, u64> = BTreeMap::new();
     let mut extra: BTreeMap<String, u64> = BTreeMap::new();

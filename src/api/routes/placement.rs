@@ -48,6 +48,10 @@ pub struct AdoptBody {
     /// the lowest free devices of the providers it holds.
     #[serde(default)]
     pub devices: Vec<DeviceMapEntry>,
+    /// Adopt consumers of no type as instances (Placement before 1.38, or allocations written
+    /// by a Nova that did not set types), once the operator checked no move is in progress.
+    #[serde(default)]
+    pub assume_instances: bool,
 }
 
 /// One instance's devices in an adoption's device map.
@@ -87,7 +91,12 @@ async fn ask<T>(
     };
     let tx = state.upstream().ok_or_else(not_configured)?;
     let (reply, answer) = tokio::sync::oneshot::channel();
-    tx.send(make(reply)).await.map_err(|_| not_configured())?;
+    tx.send(make(reply)).await.map_err(|_| {
+        ApiError::new(
+            ErrorCode::ShuttingDown,
+            "the report loop stopped (shutting down)",
+        )
+    })?;
     match answer.await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) if e.starts_with("Placement is not configured") => {
@@ -199,6 +208,7 @@ pub async fn adopt(
         return Err(ApiError::new(ErrorCode::Conflict, p.clone()));
     }
     let apply = body.apply;
+    let assume_instances = body.assume_instances;
     let st = state.clone();
     let (plan, notes) = blocking(move || {
         // nova-compute's PCI and nested providers: claims follow allocations against them.
@@ -221,7 +231,14 @@ pub async fn adopt(
                 .collect();
             (facts, t.numa_host().legacy_cpus)
         });
-        let tr = adoptees(&read.holdings, &read.desired, &facts, &map, legacy);
+        let tr = adoptees(
+            &read.holdings,
+            &read.desired,
+            &facts,
+            &map,
+            legacy,
+            assume_instances,
+        );
         let plan = st.service.adopt(&tr.adoptees, tr.problems, apply)?;
         Ok((plan, tr.notes))
     })

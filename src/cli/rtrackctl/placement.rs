@@ -31,6 +31,10 @@ pub struct AdoptArgs {
     /// one line per instance: `<instance uuid> <address> [<address>...]` ("-": stdin).
     #[arg(long, value_name = "FILE")]
     pub devices: Option<PathBuf>,
+    /// Adopt consumers Placement gives no type as instances (Placement before 1.38, or
+    /// allocations of an older Nova): check first that no move is in progress.
+    #[arg(long)]
+    pub assume_instances: bool,
 }
 
 fn amounts(v: &Value) -> String {
@@ -245,7 +249,8 @@ pub(super) fn adopt(ctx: &Ctx<'_>, a: &AdoptArgs) -> Result<String, Failure> {
         .into_iter()
         .map(|(instance, addresses)| json!({"instance_uuid": instance, "addresses": addresses}))
         .collect();
-    let body = json!({"apply": a.apply, "devices": devices});
+    let body =
+        json!({"apply": a.apply, "devices": devices, "assume_instances": a.assume_instances});
     let bytes = body.to_string().into_bytes();
     let r = client::request(&ctx.socket, "POST", "/v1/adopt", Some(&bytes), ctx.timeout)
         .map_err(|e| failure(e.to_string()))?;

@@ -243,3 +243,41 @@ fn secrets_never_appear_in_errors_or_debug() {
     assert!(!format!("{err} {err:?}").contains(secret));
     assert_eq!(err.file.as_deref(), Some(f.as_path()));
 }
+
+#[test]
+fn ids_and_names_come_as_a_pair_and_the_first_source_with_credentials_decides() {
+    let toml = "[placement]\nendpoint = \"http://p:8778\"\nauth_url = \"http://k/v3\"\nusername = \"rtrack\"\npassword = \"pw\"\nproject_name = \"service\"\n";
+    // An admin's shell: a project id and an application credential in the environment.
+    let e = env(&[
+        ("OS_PROJECT_ID", "0123"),
+        ("OS_APPLICATION_CREDENTIAL_ID", "abc"),
+        ("OS_APPLICATION_CREDENTIAL_SECRET", "s"),
+        ("OS_TOKEN", "gAAAA-a-keystone-token"),
+    ]);
+    let s = validate_placement(&cfg(toml), &e).unwrap().unwrap();
+    let AuthSettings::Keystone(k) = s.auth else {
+        panic!("{:?}", s.auth)
+    };
+    match k.method {
+        KeystoneMethod::Password { project, .. } => assert_eq!(
+            project,
+            Named::Name {
+                name: "service".into(),
+                domain: Domain::Name("Default".into())
+            },
+            "the TOML's project name, not the environment's id"
+        ),
+        other => panic!("the TOML's password setup, not {other:?}"),
+    }
+    // noauth: an OS_TOKEN is never sent as the noauth user.
+    let s = validate_placement(
+        &cfg("[placement]\nendpoint = \"http://p:8778\"\nauth = \"noauth\"\n"),
+        &e,
+    )
+    .unwrap()
+    .unwrap();
+    match s.auth {
+        AuthSettings::NoAuth { user, .. } => assert_eq!(user.expose(), "admin"),
+        other => panic!("{other:?}"),
+    }
+}

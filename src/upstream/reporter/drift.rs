@@ -17,6 +17,10 @@ use crate::upstream::desired::DesiredState;
 use crate::upstream::reconcile::{compare, Drift};
 use crate::upstream::UpstreamError;
 
+/// How long a consumer's drift must have been seen before it counts, at most (a refresh
+/// interval when that is shorter).
+const DRIFT_MIN_AGE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Drift seen at a refresh.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct DriftReport {
@@ -62,16 +66,33 @@ impl<P: PlacementApi> Reporter<P> {
         Some(owned)
     }
 
-    /// The drift after this cycle's writes, judged against the previous refresh's.
+    /// The drift after this cycle's writes, judged against the previous refreshes': a
+    /// consumer's counts once seen at two refreshes running and for a minute at least (failed
+    /// cycles refresh again at once, which must not confirm a build in flight; a refresh
+    /// interval shorter than a minute is enough).
     pub(super) fn judge_drift(&mut self, desired: &DesiredState, found: Drift) -> DriftReport {
         let remaining = compare(desired, &self.cache);
-        let keep: BTreeSet<String> = remaining
+        let now = std::time::Instant::now();
+        let min_age = self
+            .refresh_interval
+            .map_or(DRIFT_MIN_AGE, |r| r.min(DRIFT_MIN_AGE));
+        let seen: std::collections::BTreeMap<String, std::time::Instant> = remaining
             .keys()
             .into_iter()
-            .filter(|k| self.suspects.contains(k) || k.starts_with("inventory:"))
+            .map(|k| {
+                let first = self.suspects.get(&k).copied().unwrap_or(now);
+                (k, first)
+            })
+            .collect();
+        let keep: BTreeSet<String> = seen
+            .iter()
+            .filter(|(k, first)| {
+                k.starts_with("inventory:") || now.duration_since(**first) >= min_age
+            })
+            .map(|(k, _)| k.clone())
             .collect();
         let confirmed = remaining.only(&keep);
-        self.suspects = remaining.keys();
+        self.suspects = seen;
         DriftReport {
             found,
             remaining,

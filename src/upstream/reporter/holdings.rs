@@ -60,17 +60,26 @@ impl<P: PlacementApi> Reporter<P> {
                 },
             );
         }
-        let consumers: Vec<(Uuid, crate::upstream::reconcile::Amounts)> = self
-            .cache
-            .placement_allocations
-            .iter()
-            .map(|(c, r)| (*c, r.clone()))
-            .collect();
-        for (c, resources) in consumers {
-            let owner = self.api.get_consumer(c).await?.owner;
-            holdings
-                .consumers
-                .insert(c, HeldConsumer { owner, resources });
+        let consumers: Vec<Uuid> = self.cache.placement_allocations.keys().copied().collect();
+        for c in consumers {
+            // The consumer's own answer: read now, and with the sharing provider's DISK_GB,
+            // which the tree's listing leaves out.
+            let a = self.api.get_consumer(c).await?;
+            let resources: crate::upstream::reconcile::Amounts = a
+                .resources
+                .into_iter()
+                .filter(|(rp, r)| self.cache.providers.contains_key(rp) && !r.is_empty())
+                .collect();
+            if resources.is_empty() {
+                continue;
+            }
+            holdings.consumers.insert(
+                c,
+                HeldConsumer {
+                    owner: a.owner,
+                    resources,
+                },
+            );
         }
         let root_problem = if self.cache.providers.contains_key(&adopted.root) {
             None

@@ -12,8 +12,8 @@
 //!   milliseconds, plan again; at most 4 tries per report.
 //! - 409 `placement.inventory.inuse`: keep the old records of the classes that were to go,
 //!   write the rest, log and count it; the next report tries again.
-//! - Transport errors, timeouts and 5xx: the cache is dropped and reports are skipped for an
-//!   exponentially growing, capped, jittered time ([`Backoff`]).
+//! - Transport errors, timeouts and 5xx: the next report refreshes the cache first, and reports
+//!   are skipped for an exponentially growing, capped, jittered time ([`Backoff`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -121,8 +121,14 @@ pub struct Reporter<P: PlacementApi> {
     backoff: Backoff,
     opts: ReporterOptions,
     last_warnings: Vec<String>,
-    /// Drift keys seen at the last refresh (a drift counts once seen at two refreshes running).
-    suspects: std::collections::BTreeSet<String>,
+    /// Drift keys seen at the last refresh, and when each was first seen (a drift counts once
+    /// seen at two refreshes running, a minute apart at least).
+    suspects: BTreeMap<String, Instant>,
+    /// Providers whose cached generation was taken without reading them whole (before a write):
+    /// read again at the next refresh, whatever their generation.
+    needs_read: BTreeSet<Uuid>,
+    /// Refreshes by generation since everything was last read.
+    refreshes_since_full_read: u32,
 }
 
 impl<P: PlacementApi> Reporter<P> {
@@ -139,6 +145,8 @@ impl<P: PlacementApi> Reporter<P> {
             opts,
             last_warnings: Vec::new(),
             suspects: Default::default(),
+            needs_read: Default::default(),
+            refreshes_since_full_read: 0,
         }
     }
 
@@ -570,6 +578,8 @@ impl<P: PlacementApi> Reporter<P> {
         }
         let (g, _) = self.api.get_inventories(uuid).await?;
         self.provider_mut(uuid).generation = g;
+        // Others may have written its traits or aggregates meanwhile: not trusted by generation.
+        self.needs_read.insert(uuid);
         Ok(g)
     }
 }

@@ -10,6 +10,10 @@ use std::time::Instant;
 use uuid::Uuid;
 
 use super::Reporter;
+
+/// Every how many refreshes everything is read again, generations or not (12: hourly at the
+/// default `refresh_interval_s`).
+pub(super) const FULL_READ_EVERY: u32 = 12;
 use crate::upstream::api::PlacementApi;
 use crate::upstream::desired::{DesiredState, ProviderRole};
 use crate::upstream::plan::{CachedConsumer, CachedProvider, ProviderCache};
@@ -17,20 +21,32 @@ use crate::upstream::traits::COMPUTE_MANAGED_PCI_DEVICE;
 use crate::upstream::UpstreamError;
 
 impl<P: PlacementApi> Reporter<P> {
-    /// Re-reads everything rtrack manages: our tree, the sharing provider, the allocations on
-    /// our tree, and (with `report_allocations`) their consumers. Once the cache has been read,
-    /// a provider whose generation Placement lists unchanged is not read again: every write to a
-    /// provider (inventories, traits, aggregates, allocations against it) bumps its generation,
-    /// so an unchanged tree costs two requests (`GET /`, `GET ?in_tree`).
+    /// Re-reads what rtrack manages: our tree, the sharing provider, the allocations on our
+    /// tree, and (with `report_allocations`) the consumers whose allocations changed. Once the
+    /// cache has been read, a provider whose generation Placement lists unchanged keeps its
+    /// cached inventories, traits and aggregates: every write of those bumps its generation.
+    /// Allocations are read at every refresh all the same, because removing a consumer's
+    /// allocations (`DELETE /allocations`, or a rewrite that leaves a provider out) does not
+    /// bump the providers it leaves; usages are summed from them. Every
+    /// [`FULL_READ_EVERY`]th refresh reads everything (aggregates set below 1.19 bump nothing,
+    /// and a restored database can repeat a generation).
     pub(super) async fn refresh(&mut self, desired: &DesiredState) -> Result<(), UpstreamError> {
         self.api.negotiate().await?;
-        let old = self.cache_known.then(|| std::mem::take(&mut self.cache));
+        let light = self.cache_known && self.refreshes_since_full_read + 1 < FULL_READ_EVERY;
+        let old = light.then(|| std::mem::take(&mut self.cache));
         let result = self.refresh_from(desired, old.as_ref()).await;
-        if result.is_err() {
-            // Keep what was known: the next refresh compares generations with it again.
-            if let Some(old) = old {
-                self.cache = old;
+        match (&result, old) {
+            (Ok(()), _) => {
+                self.needs_read.clear();
+                self.refreshes_since_full_read = if light {
+                    self.refreshes_since_full_read + 1
+                } else {
+                    0
+                };
             }
+            // Keep what was known: the next refresh compares generations with it again.
+            (Err(_), Some(old)) => self.cache = old,
+            (Err(_), None) => {}
         }
         result
     }
@@ -67,7 +83,9 @@ impl<P: PlacementApi> Reporter<P> {
         let mut unchanged: BTreeSet<Uuid> = BTreeSet::new();
         for info in infos {
             if let Some(known) = old.and_then(|o| o.providers.get(&info.uuid)).filter(|c| {
-                c.generation == info.generation && c.generation != super::STALE_GENERATION
+                c.generation == info.generation
+                    && c.generation != super::STALE_GENERATION
+                    && !self.needs_read.contains(&c.uuid)
             }) {
                 let mut p = known.clone();
                 p.name = info.name;
@@ -106,39 +124,46 @@ impl<P: PlacementApi> Reporter<P> {
             })
             .map(|p| p.uuid)
             .collect();
-        for rp in tree {
-            let held: Vec<(Uuid, BTreeMap<String, u64>)> = match old {
-                Some(o) if unchanged.contains(&rp) => o
+        for rp in &tree {
+            let mut usages: BTreeMap<String, u64> = BTreeMap::new();
+            for (consumer, resources) in self.api.provider_allocations(*rp).await? {
+                if resources.is_empty() {
+                    continue;
+                }
+                for (class, n) in &resources {
+                    *usages.entry(class.clone()).or_default() += n;
+                }
+                cache
                     .placement_allocations
-                    .iter()
-                    .filter_map(|(c, by_rp)| by_rp.get(&rp).map(|r| (*c, r.clone())))
-                    .collect(),
-                _ => self
-                    .api
-                    .provider_allocations(rp)
-                    .await?
-                    .into_iter()
-                    .collect(),
-            };
-            for (consumer, resources) in held {
-                if !resources.is_empty() {
-                    cache
-                        .placement_allocations
-                        .entry(consumer)
-                        .or_default()
-                        .insert(rp, resources);
+                    .entry(consumer)
+                    .or_default()
+                    .insert(*rp, resources);
+            }
+            // What GET usages answers (every class of the inventory, 0 included), without
+            // asking and fresh where the provider was not read again: kept where rtrack uses it
+            // (PCI children's floor, nested providers, an old compute node's classes).
+            if let Some(p) = cache.providers.get_mut(rp) {
+                let nested = desired
+                    .provider(p.uuid)
+                    .is_some_and(|d| d.role == ProviderRole::Nested);
+                let old_root =
+                    p.uuid == desired.root && p.inventories.keys().any(|c| moving.contains(c));
+                if p.traits.contains(COMPUTE_MANAGED_PCI_DEVICE) || nested || old_root {
+                    let mut all: BTreeMap<String, u64> =
+                        p.inventories.keys().map(|c| (c.clone(), 0)).collect();
+                    all.extend(usages);
+                    p.usages = all;
                 }
             }
         }
         if desired.allocations.is_some() {
             let consumers: BTreeSet<Uuid> = cache.placement_allocations.keys().copied().collect();
             for c in consumers {
-                // Known, and on unchanged providers only: its generation is unchanged too.
-                let known = old.and_then(|o| o.consumers.get(&c)).filter(|k| {
-                    cache.placement_allocations[&c]
-                        .keys()
-                        .chain(k.resources.keys())
-                        .all(|rp| unchanged.contains(rp))
+                // Known, with the same allocations on our tree as when it was read: its
+                // generation is the same too.
+                let known = old.and_then(|o| o.consumers.get(&c)).filter(|_| {
+                    old.and_then(|o| o.placement_allocations.get(&c))
+                        == cache.placement_allocations.get(&c)
                 });
                 if let Some(k) = known {
                     cache.consumers.insert(c, k.clone());
