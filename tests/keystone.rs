@@ -184,7 +184,10 @@ fn rt() -> tokio::runtime::Runtime {
 
 fn reporter(text: &str) -> (Reporter<HttpPlacement>, rtrack::config::ValidConfig) {
     let f = Path::new("keystone-test.toml");
-    let cfg = Config::parse(text, f).unwrap().validate(f).unwrap();
+    let cfg = Config::parse(text, f)
+        .unwrap()
+        .validate_in(f, &rtrack::config::placement_sources::Environment::empty())
+        .unwrap();
     let settings = cfg.placement_settings.clone().unwrap();
     let r = Reporter::new(
         HttpPlacement::new(&settings).unwrap(),

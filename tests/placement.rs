@@ -52,7 +52,11 @@ fn probe(host: &SyntheticHost, dir: &Path) -> HostInventory {
 fn config(url: &str, extra: &str) -> ValidConfig {
     let text = format!("[placement]\nendpoint = \"{url}\"\n{extra}");
     let f = Path::new("test.toml");
-    Config::parse(&text, f).unwrap().validate(f).unwrap()
+    // The TOML alone: a developer's OS_* variables must not change what the test reports to.
+    Config::parse(&text, f)
+        .unwrap()
+        .validate_in(f, &rtrack::config::placement_sources::Environment::empty())
+        .unwrap()
 }
 
 const PCI: &str = r#"

@@ -71,7 +71,10 @@ fn templates(url: &str, scratch: &Path) -> Vec<Template> {
             "[placement]\nendpoint = \"{url}\"\nrefresh_interval_s = 3600\ntimeout_s = 30\n{extra}"
         );
         let f = Path::new("fleet.toml");
-        Config::parse(&text, f).unwrap().validate(f).unwrap()
+        Config::parse(&text, f)
+            .unwrap()
+            .validate_in(f, &rtrack::config::placement_sources::Environment::empty())
+            .unwrap()
     };
     let pci = "[pci]\nreport_in_placement = true\n[[pci.device_spec]]\nvendor_id = \"8086\"\n[[pci.device_spec]]\nvendor_id = \"144d\"\nresource_class = \"nvme\"\n";
     let mut out = Vec::new();

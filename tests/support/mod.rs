@@ -129,6 +129,11 @@ impl Daemon {
             .stderr(log)
             .env_remove("NOTIFY_SOCKET")
             .env_remove("RTRACK_LOG");
+        // A developer's OS_* variables (an openrc sourced) must not change what the daemon
+        // under test reports to: only what the test passes.
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("OS_")) {
+            cmd.env_remove(k);
+        }
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
