@@ -132,22 +132,9 @@ expiration=${expiration:-3600}
 
 # ---- venv (shared by every DIR; one installer at a time)
 VENV=${KEYSTONE_VENV:-$REPO/target/keystone-venv}
-mkdir -p "$(dirname -- "$VENV")"
-stamp=$({ "$PY" -c 'import sys, platform; print(sys.version, platform.machine())'
-          cat "$HERE/requirements.txt" "$HERE/constraints.txt"; } | sha256sum | cut -d' ' -f1)
-exec 8>"$VENV.lock"
-flock -w 900 8 || fail "another install into $VENV takes too long ($VENV.lock)"
-if [ "$(cat "$VENV/.rtrack-stamp" 2>/dev/null)" != "$stamp" ] \
-    || ! "$VENV/bin/python" -c 'import keystone.wsgi, gunicorn' >/dev/null 2>&1; then
-    say "installing keystone into $VENV (log: $DIR/logs/install.log)"
-    rm -rf -- "$VENV"
-    { "$PY" -m venv "$VENV" \
-        && "$VENV/bin/python" -m pip install --disable-pip-version-check --no-input \
-            -r "$HERE/requirements.txt" -c "$HERE/constraints.txt"; } >>"$DIR/logs/install.log" 2>&1 \
-        || { tail -n 20 "$DIR/logs/install.log" >&2; rm -rf -- "$VENV"; fail "venv install failed (PyPI reachable?)"; }
-    echo "$stamp" >"$VENV/.rtrack-stamp"
-fi
-flock -u 8
+# shellcheck source=../lib/venv.sh
+. "$(dirname -- "${BASH_SOURCE[0]}")/../lib/venv.sh"
+venv_ensure "$VENV" "$HERE/requirements.txt" "$HERE/constraints.txt" 'import keystone.wsgi, gunicorn' "$DIR/logs/install.log"
 
 # ---- config, keys, database
 if [ "$port" = auto ]; then

@@ -41,23 +41,9 @@ command -v "$PY" >/dev/null \
 
 # ---- venv (one installer at a time)
 VENV=${SCHEMATHESIS_VENV:-$REPO/target/schemathesis-venv}
-mkdir -p "$(dirname -- "$VENV")"
-stamp=$({ "$PY" -c 'import sys, platform; print(sys.version, platform.machine())'
-          cat "$HERE/requirements.txt" "$HERE/constraints.txt"; } | sha256sum | cut -d' ' -f1)
-exec 8>"$VENV.lock"
-flock -w 900 8 || fail "another install into $VENV takes too long ($VENV.lock)"
-if [ "$(cat "$VENV/.rtrack-stamp" 2>/dev/null)" != "$stamp" ] \
-    || ! "$VENV/bin/python" -c 'import schemathesis' >/dev/null 2>&1; then
-    printf 'schemathesis/run: installing schemathesis into %s (log: %s.install.log)\n' "$VENV" "$VENV" >&2
-    rm -rf -- "$VENV"
-    { "$PY" -m venv "$VENV" \
-        && "$VENV/bin/python" -m pip install --disable-pip-version-check --no-input \
-            -r "$HERE/requirements.txt" -c "$HERE/constraints.txt"; } >"$VENV.install.log" 2>&1 \
-        || { tail -n 20 "$VENV.install.log" >&2; rm -rf -- "$VENV"; fail "venv install failed (PyPI reachable? log: $VENV.install.log)"; }
-    echo "$stamp" >"$VENV/.rtrack-stamp"
-fi
-flock -u 8
-exec 8>&-
+# shellcheck source=../lib/venv.sh
+. "$(dirname -- "${BASH_SOURCE[0]}")/../lib/venv.sh"
+venv_ensure "$VENV" "$HERE/requirements.txt" "$HERE/constraints.txt" 'import schemathesis' "$VENV.install.log"
 
 # Loopback only: never through a proxy from the environment.
 export NO_PROXY="127.0.0.1,localhost,::1${NO_PROXY:+,$NO_PROXY}"
