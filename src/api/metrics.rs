@@ -87,6 +87,15 @@ fn latency_histogram() -> Histogram {
 }
 
 impl Metrics {
+    /// Every drift kind at 0 (at start, and when the Placement settings change).
+    pub fn clear_drift(&self) {
+        for kind in crate::upstream::reconcile::DRIFT_KINDS {
+            self.placement_drift
+                .get_or_create(&vec![("kind", kind.to_string())])
+                .set(0);
+        }
+    }
+
     /// Creates and registers every metric.
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("rtrack");
@@ -231,11 +240,7 @@ impl Metrics {
             m.upstream_reports.clone(),
         );
         // Every kind from the start, so that an alert's series exists before the first drift.
-        for kind in ["orphan", "missing", "different", "inventory_gone"] {
-            m.placement_drift
-                .get_or_create(&vec![("kind", kind.to_string())])
-                .set(0);
-        }
+        m.clear_drift();
         registry.register(
             "placement_drift",
             "Drift between the local claims, Placement's allocations and the host's inventory, by kind, at the last reconciliation",

@@ -102,21 +102,18 @@ fn note_drift(
     }));
     let remaining = d.remaining.keys();
     for c in &d.found.consumers {
-        let key = format!("{}:{}", c.kind.as_str(), c.consumer);
-        if !remaining.contains(&key) {
+        if !remaining.contains(&c.key()) {
             tracing::info!(target: "rtrack::upstream", consumer = %c.consumer, kind = c.kind.as_str(), local = ?c.local, placement = ?c.placement, "drift found and fixed (report_allocations): Placement now holds what the local claims hold");
         }
     }
     let confirmed = d.confirmed.keys();
     for c in &d.confirmed.consumers {
-        let key = format!("{}:{}", c.kind.as_str(), c.consumer);
-        if logged.insert(key) {
+        if logged.insert(c.key()) {
             tracing::warn!(target: "rtrack::upstream", consumer = %c.consumer, kind = c.kind.as_str(), local = ?c.local, placement = ?c.placement, "drift between the local claims and Placement (rtrackctl reconcile shows it; --fix repairs what rtrack owns)");
         }
     }
     for i in &d.confirmed.inventories {
-        let key = format!("inventory:{}:{}", i.provider, i.class);
-        if logged.insert(key) {
+        if logged.insert(i.key()) {
             tracing::warn!(target: "rtrack::upstream", provider = %i.provider, name = %i.provider_name, class = %i.class, placement_total = i.placement_total, host_total = i.host_total, used = ?i.used, "Placement holds inventory the host no longer has (kept while allocations use it)");
         }
     }
@@ -223,13 +220,7 @@ pub async fn run(state: Arc<DaemonState>, kick: Arc<Notify>, mut stop: watch::Re
                 last_pushed = None;
                 // The drift judged under the old settings says nothing about the new ones.
                 state.set_drift(None);
-                for kind in ["orphan", "missing", "different", "inventory_gone"] {
-                    state
-                        .metrics
-                        .placement_drift
-                        .get_or_create(&vec![("kind", kind.to_string())])
-                        .set(0);
-                }
+                state.metrics.clear_drift();
                 logged_drift.clear();
             }
             up = Some(Upstreams::build(wanted));

@@ -47,6 +47,9 @@ impl DriftKind {
     }
 }
 
+/// Every drift kind, as the metric labels them.
+pub const DRIFT_KINDS: [&str; 4] = ["orphan", "missing", "different", "inventory_gone"];
+
 /// One consumer's drift.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ConsumerDrift {
@@ -58,6 +61,13 @@ pub struct ConsumerDrift {
     pub local: Amounts,
     /// What Placement holds, on rtrack's providers.
     pub placement: Amounts,
+}
+
+impl ConsumerDrift {
+    /// Tells this drift seen again from another: kind and consumer.
+    pub fn key(&self) -> String {
+        format!("{}:{}", self.kind.as_str(), self.consumer)
+    }
 }
 
 /// Inventory Placement holds that the host no longer has.
@@ -77,6 +87,13 @@ pub struct InventoryDrift {
     pub used: Option<u64>,
 }
 
+impl InventoryDrift {
+    /// Tells this drift seen again from another: provider and class.
+    pub fn key(&self) -> String {
+        format!("inventory:{}:{}", self.provider, self.class)
+    }
+}
+
 /// What differs between the three.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Drift {
@@ -92,15 +109,9 @@ impl Drift {
         self.consumers.is_empty() && self.inventories.is_empty()
     }
 
-    /// Counts by kind (`orphan`, `missing`, `different`, `inventory_gone`), every kind listed.
+    /// Counts by kind ([`DRIFT_KINDS`]), every kind listed.
     pub fn counts(&self) -> BTreeMap<&'static str, usize> {
-        let mut out: BTreeMap<&'static str, usize> = [
-            ("orphan", 0),
-            ("missing", 0),
-            ("different", 0),
-            ("inventory_gone", 0),
-        ]
-        .into();
+        let mut out: BTreeMap<&'static str, usize> = DRIFT_KINDS.iter().map(|k| (*k, 0)).collect();
         for c in &self.consumers {
             *out.entry(c.kind.as_str()).or_default() += 1;
         }
@@ -113,29 +124,24 @@ impl Drift {
     pub fn keys(&self) -> BTreeSet<String> {
         self.consumers
             .iter()
-            .map(|c| format!("{}:{}", c.kind.as_str(), c.consumer))
-            .chain(
-                self.inventories
-                    .iter()
-                    .map(|i| format!("inventory:{}:{}", i.provider, i.class)),
-            )
+            .map(ConsumerDrift::key)
+            .chain(self.inventories.iter().map(InventoryDrift::key))
             .collect()
     }
 
     /// Only the drifts whose key is in `keys`.
     pub fn only(&self, keys: &BTreeSet<String>) -> Drift {
-        let kept = |k: String| keys.contains(&k);
         Drift {
             consumers: self
                 .consumers
                 .iter()
-                .filter(|c| kept(format!("{}:{}", c.kind.as_str(), c.consumer)))
+                .filter(|c| keys.contains(&c.key()))
                 .cloned()
                 .collect(),
             inventories: self
                 .inventories
                 .iter()
-                .filter(|i| kept(format!("inventory:{}:{}", i.provider, i.class)))
+                .filter(|i| keys.contains(&i.key()))
                 .cloned()
                 .collect(),
         }

@@ -80,7 +80,7 @@ fn address_list_schema() -> utoipa::openapi::schema::Array {
 
 /// Sends `make(reply)` to the report loop and waits for the answer.
 async fn ask<T>(
-    state: &St2,
+    state: &crate::api::shared::DaemonState,
     make: impl FnOnce(tokio::sync::oneshot::Sender<Result<T, String>>) -> UpstreamCommand,
 ) -> Result<T, ApiError> {
     let not_configured = || {
@@ -112,8 +112,6 @@ async fn ask<T>(
         )),
     }
 }
-
-type St2 = std::sync::Arc<crate::api::shared::DaemonState>;
 
 /// Why rtrack leaves a drift as it is.
 fn not_touched(d: &Drift, report_allocations: bool) -> Vec<Value> {
