@@ -83,13 +83,8 @@ pub fn nested_children(
             inventories: BTreeMap::from([(
                 p.class.as_str().to_string(),
                 DesiredInventory {
-                    total,
-                    reserved: 0,
-                    min_unit: 1,
                     max_unit: p.max_unit.min(total),
-                    step_size: 1,
-                    ratio: RatioRule::Fixed(1.0),
-                    floor_at_usage: true,
+                    ..DesiredInventory::units(total)
                 },
             )]),
             owned_classes: None,
@@ -120,15 +115,7 @@ pub fn nested_children(
         if let Some(p) = providers.iter_mut().find(|p| p.uuid == uuid) {
             p.inventories
                 .entry(class.clone())
-                .or_insert(DesiredInventory {
-                    total,
-                    reserved: 0,
-                    min_unit: 1,
-                    max_unit: total,
-                    step_size: 1,
-                    ratio: RatioRule::Fixed(1.0),
-                    floor_at_usage: true,
-                });
+                .or_insert(DesiredInventory::units(total));
             continue;
         }
         providers.push(DesiredProvider {
@@ -136,18 +123,7 @@ pub fn nested_children(
             name,
             parent: Some(node_uuid),
             role: ProviderRole::Nested,
-            inventories: BTreeMap::from([(
-                class.clone(),
-                DesiredInventory {
-                    total,
-                    reserved: 0,
-                    min_unit: 1,
-                    max_unit: total,
-                    step_size: 1,
-                    ratio: RatioRule::Fixed(1.0),
-                    floor_at_usage: true,
-                },
-            )]),
+            inventories: BTreeMap::from([(class.clone(), DesiredInventory::units(total))]),
             owned_classes: None,
             traits: BTreeSet::new(),
             owned_traits: Some(BTreeSet::new()),

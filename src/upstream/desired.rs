@@ -91,6 +91,22 @@ pub struct DesiredInventory {
     pub floor_at_usage: bool,
 }
 
+impl DesiredInventory {
+    /// `total` units taken one or more at a time, up to all of them, nothing reserved, ratio 1,
+    /// never below what Placement says is used (a child's devices, vGPUs, contexts).
+    pub fn units(total: i64) -> DesiredInventory {
+        DesiredInventory {
+            total,
+            reserved: 0,
+            min_unit: 1,
+            max_unit: total,
+            step_size: 1,
+            ratio: RatioRule::Fixed(1.0),
+            floor_at_usage: true,
+        }
+    }
+}
+
 /// What a provider is to rtrack: decides what rtrack may change or delete.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProviderRole {

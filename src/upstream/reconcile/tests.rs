@@ -4,7 +4,7 @@ use uuid::Uuid;
 
 use super::*;
 use crate::upstream::desired::{
-    DesiredAllocation, DesiredInventory, DesiredProvider, ProviderRole, RatioRule,
+    DesiredAllocation, DesiredInventory, DesiredProvider, ProviderRole,
 };
 use crate::upstream::plan::{CachedProvider, InventoryRecord, ProviderCache};
 
@@ -15,15 +15,7 @@ const GONE: Uuid = Uuid::from_u128(4);
 const SHARED: Uuid = Uuid::from_u128(5);
 
 fn inv(total: i64) -> DesiredInventory {
-    DesiredInventory {
-        total,
-        reserved: 0,
-        min_unit: 1,
-        max_unit: total,
-        step_size: 1,
-        ratio: RatioRule::Fixed(1.0),
-        floor_at_usage: false,
-    }
+    DesiredInventory::units(total)
 }
 
 fn provider(uuid: Uuid, role: ProviderRole, classes: &[(&str, i64)]) -> DesiredProvider {

@@ -3,19 +3,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use uuid::Uuid;
 
 use super::*;
-use crate::upstream::desired::{DesiredAllocation, DesiredInventory, DesiredProvider, RatioRule};
+use crate::upstream::desired::{DesiredAllocation, DesiredInventory, DesiredProvider};
 use crate::upstream::plan::CachedProvider;
 
 fn inv(total: i64) -> DesiredInventory {
-    DesiredInventory {
-        total,
-        reserved: 0,
-        min_unit: 1,
-        max_unit: total,
-        step_size: 1,
-        ratio: RatioRule::Fixed(1.0),
-        floor_at_usage: true,
-    }
+    DesiredInventory::units(total)
 }
 
 fn provider(
