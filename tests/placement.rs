@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 use rtrack::config::{Config, ValidConfig};
 use rtrack::probes::{self, HostInventory, HostRoot};
 use rtrack::tracker::host_view::HostView;
-use rtrack::upstream::desired::{ProviderRole, RatioRule, CONSUMER_INSTANCE, CONSUMER_MIGRATION};
+use rtrack::upstream::desired::{
+    ProviderRole, RatioRule, ReportInputs, CONSUMER_INSTANCE, CONSUMER_MIGRATION,
+};
 use rtrack::upstream::{
     Consumer, DesiredState, HttpPlacement, PlacementApi, Reporter, ReporterOptions, ResourceKey,
     UpstreamError,
@@ -698,8 +700,8 @@ async fn allocations_mode_mirrors_claims_and_moves() {
     let user = Uuid::new_v4().simple().to_string();
     let claim = Consumer {
         uuid: instance,
-        project_id: project.clone(),
-        user_id: user.clone(),
+        project_id: Some(project.clone()),
+        user_id: Some(user.clone()),
         consumer_type: CONSUMER_INSTANCE.into(),
         resources: BTreeMap::from([
             (ResourceKey::Host("VCPU".into()), 2),
@@ -752,15 +754,37 @@ async fn allocations_mode_mirrors_claims_and_moves() {
     let usages = raw.get(&format!("/resource_providers/{node}/usages")).await;
     assert_eq!(usages["usages"]["VCPU"], json!(6));
 
-    // Confirmed: the migration's allocation goes. Then the instance is deleted.
-    let d =
-        DesiredState::build(&view(&inv, &cfg), &cfg, node, "cmp-alloc", false, &[bigger]).unwrap();
+    // Confirmed: the migration is released, its allocation goes. Then the instance is deleted.
+    let released = |uuids: &[Uuid]| ReportInputs {
+        released: uuids.iter().map(|u| (*u, 1)).collect(),
+        ..Default::default()
+    };
+    let d = DesiredState::build_with(
+        &view(&inv, &cfg),
+        &cfg,
+        node,
+        "cmp-alloc",
+        false,
+        &[bigger],
+        &released(&[migration]),
+    )
+    .unwrap();
     r.report(&d).await.unwrap();
+    assert_eq!(r.take_released_done(), vec![(migration, 1)]);
     assert_placement_matches(&raw, &d).await;
     let gone = raw.get(&format!("/allocations/{migration}")).await;
     assert_eq!(gone["allocations"], json!({}));
     // An inventory change right after allocation writes needs no conflict round trip.
-    let d = DesiredState::build(&view(&inv, &cfg), &cfg, node, "cmp-alloc", true, &[]).unwrap();
+    let d = DesiredState::build_with(
+        &view(&inv, &cfg),
+        &cfg,
+        node,
+        "cmp-alloc",
+        true,
+        &[],
+        &released(&[instance]),
+    )
+    .unwrap();
     let o = r.report(&d).await.unwrap();
     assert_eq!(o.conflicts, 0, "{}", o.requests);
     let gone = raw.get(&format!("/allocations/{instance}")).await;
@@ -1876,8 +1900,8 @@ async fn vgpu_sev_and_provider_yaml_providers_are_what_nova_makes() {
     let gpu = NestedKey::Mdev("0000:85:00.0".into());
     let consumer = Consumer {
         uuid: Uuid::new_v4(),
-        project_id: "p".into(),
-        user_id: "u".into(),
+        project_id: Some("p".into()),
+        user_id: Some("u".into()),
         consumer_type: CONSUMER_INSTANCE.into(),
         resources: BTreeMap::from([
             (ResourceKey::Host("VCPU".into()), 2),

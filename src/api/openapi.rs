@@ -168,10 +168,12 @@ pub fn document() -> Value {
         "drift": schema_ref("Drift"), "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
         "fixed": {"type": "boolean"}, "found": schema_ref("Drift"), "found_counts": {"type": "object", "additionalProperties": {"type": "integer"}},
         "report_allocations": {"type": "boolean"},
+        "removed": {"type": "array", "items": {"type": "string"}},
+        "refused": {"type": "array", "items": {"type": "object", "properties": {"consumer": {"type": "string"}, "why": {"type": "string"}}}},
         "not_touched": {"type": "array", "items": {"type": "object", "properties": {"consumer": {"type": "string"}, "provider": {"type": "string"}, "kind": {"type": "string"}, "class": {"type": "string"}, "why": {"type": "string"}}}}}});
     let drift_schema = json!({"type": "object", "required": ["consumers", "inventories"], "properties": {
         "consumers": {"type": "array", "items": {"type": "object", "required": ["consumer", "kind", "local", "placement"], "properties": {
-            "consumer": {"type": "string"}, "kind": {"type": "string", "enum": ["orphan", "missing", "different"]},
+            "consumer": {"type": "string"}, "kind": {"type": "string", "enum": ["unclaimed", "missing", "different"]},
             "local": {"type": "object", "description": "provider uuid -> class -> amount"}, "placement": {"type": "object", "description": "provider uuid -> class -> amount"}}}},
         "inventories": {"type": "array", "items": {"type": "object", "properties": {
             "provider": {"type": "string"}, "provider_name": {"type": "string"}, "class": {"type": "string"},
@@ -270,7 +272,7 @@ pub fn document() -> Value {
                 "parameters": [path_param("address", json!({"type": "string", "pattern": crate::probes::pci::PciAddress::PATTERN}), "PCI address")],
                 "post": {"operationId": "releasePciDevice", "summary": "Releases a one-time-use device reserved after use: available again, its provider's inventory unreserved",
                     "responses": responses(&[("200", ok("released", json!({"type": "object", "properties": {"address": {"type": "string"}, "status": {"type": "string"}}})))], &[400, 403, 404, 409, 500, 503])}},
-            "/v1/reconcile": {"post": {"operationId": "reconcile", "summary": "Reads Placement now and compares the local claims, Placement's allocations on this host's tree and the host's inventory (orphan, missing, different, inventory_gone); with fix, writes what rtrack owns and reads again",
+            "/v1/reconcile": {"post": {"operationId": "reconcile", "summary": "Reads Placement now and compares the local claims, Placement's allocations on this host's tree and the host's inventory (unclaimed, missing, different, inventory_gone); with fix, writes what rtrack owns and reads again; with remove_unclaimed, removes this host's part of the consumers named that hold no claim here",
                 "requestBody": {"required": false, "content": {"application/json": {"schema": schema_ref("ReconcileRequest")}}},
                 "responses": responses(&[("200", ok("the drift", reconciled))],
                     &[400, 403, 409, 413, 415, 500, 503])}},
@@ -289,7 +291,7 @@ pub fn document() -> Value {
             "Health": {"type": "object", "properties": {"status": {"type": "string", "enum": ["ok", "degraded", "stopping"]}, "version": {"type": "string"},
                 "audits_succeeded": {"type": "integer"}, "audits_failing_in_a_row": {"type": "integer"}, "last_audit_at": {"type": "string", "nullable": true},
                 "last_audit_seconds": {"type": "number", "nullable": true}, "last_audit_error": {"type": "string", "nullable": true},
-                "placement_drift": {"type": "object", "nullable": true, "description": "the last reconciliation's drift counts by kind (orphan, missing, different, inventory_gone) and when (at); null before the first or without Placement"},
+                "placement_drift": {"type": "object", "nullable": true, "description": "the last reconciliation's drift counts by kind (unclaimed, missing, different, inventory_gone) and when (at); null before the first or without Placement"},
                 "store_unavailable": {"type": "string", "nullable": true, "description": "why changes are refused (503 store_unavailable), while they are"}}},
             "Claim": {"type": "object", "description": "A claim held", "properties": claim.clone()},
             "ClaimAnswer": exact(json!({"type": "object", "description": "A claim as a claim request is answered",

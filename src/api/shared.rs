@@ -28,6 +28,8 @@ pub enum UpstreamCommand {
     Reconcile {
         /// Write what rtrack owns.
         fix: bool,
+        /// Unclaimed consumers whose part on this host to remove (the operator named them).
+        remove: Vec<uuid::Uuid>,
         /// The answer (an error in words).
         reply: tokio::sync::oneshot::Sender<Result<ReconcileAnswer, String>>,
     },
@@ -47,6 +49,8 @@ pub enum ReconcileAnswer {
     Inspected(Drift),
     /// Read, fixed, read again.
     Fixed(FixReport),
+    /// Unclaimed consumers removed (or refused), and the drift read after.
+    Removed(crate::upstream::reporter::drift::RemovalReport, Drift),
 }
 
 /// The last reconciliation's result, for `/healthz`.

@@ -240,6 +240,9 @@ pub struct PlacementConfig {
     pub refresh_interval_s: Option<u64>,
     /// Mirror local claims as Placement allocations (standalone hosts).
     pub report_allocations: Option<bool>,
+    /// Seconds a consumer with no local claim must have been seen before an operator may have
+    /// it removed (`rtrackctl reconcile --remove-unclaimed`). Default 600.
+    pub unclaimed_grace_s: Option<u64>,
     /// HTTP timeout, seconds. Default 10.
     pub timeout_s: Option<u64>,
 }
@@ -278,6 +281,7 @@ impl std::fmt::Debug for PlacementConfig {
             .field("report_interval_s", &self.report_interval_s)
             .field("refresh_interval_s", &self.refresh_interval_s)
             .field("report_allocations", &self.report_allocations)
+            .field("unclaimed_grace_s", &self.unclaimed_grace_s)
             .field("timeout_s", &self.timeout_s)
             .finish()
     }

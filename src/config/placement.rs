@@ -125,6 +125,10 @@ impl KeystoneAuth {
     }
 }
 
+/// `[placement] unclaimed_grace_s` when unset: longer than a build waits in a busy
+/// nova-compute's queue between the scheduler's allocation and its claim.
+pub const DEFAULT_UNCLAIMED_GRACE_S: u64 = 600;
+
 /// `[placement]`, validated.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlacementSettings {
@@ -139,6 +143,9 @@ pub struct PlacementSettings {
     pub refresh_interval: Option<Duration>,
     /// Mirror local claims as allocations (`report_allocations`, default false).
     pub report_allocations: bool,
+    /// How long a consumer with no local claim must have been seen before an operator may
+    /// have it removed (`unclaimed_grace_s`, default 600): a build may be in flight before.
+    pub unclaimed_grace: Duration,
     /// Timeout of one HTTP request (`timeout_s`, default 10).
     pub timeout: Duration,
     /// Where each value came from, for `--check-config` (`field -> origin`); no values.
@@ -231,6 +238,12 @@ pub fn validate_placement(
         )?),
         refresh_interval: (refresh > 0).then(|| Duration::from_secs(refresh)),
         report_allocations: c.report_allocations.unwrap_or(false),
+        unclaimed_grace: Duration::from_secs(seconds(
+            "placement.unclaimed_grace_s",
+            c.unclaimed_grace_s,
+            DEFAULT_UNCLAIMED_GRACE_S,
+            true,
+        )?),
         timeout: Duration::from_secs(seconds("placement.timeout_s", c.timeout_s, 10, false)?),
         origins,
     }))

@@ -1,6 +1,6 @@
 //! The compute node's identity at the first start of a state directory: the configured uuid,
-//! else the uuid of the compute node provider nova-compute left in Placement for this host's
-//! name (a host taken over keeps its provider, its allocations and its PCI and vGPU children),
+//! else the uuid of the compute node provider nova-compute left in Placement under this host's
+//! `hypervisor_hostname` (a host taken over keeps its provider, its allocations and its PCI and vGPU children),
 //! else a new one. Once chosen it is kept in `<state_dir>/compute_id` and never changed.
 //!
 //! In: the state directory, the configuration (`[host] compute_node_uuid`, `[placement]`) and
@@ -65,11 +65,13 @@ pub async fn resolve(
     };
     let patience = settings.timeout * 3;
     let mut api = HttpPlacement::new(settings)?;
-    let names = [names.node.as_str(), names.host.as_str()];
+    // nova-compute names its provider after hypervisor_hostname only; the service host name
+    // may be a short name another machine's provider has.
+    let name = names.node.as_str();
     let start = Instant::now();
     let mut wait = Duration::from_secs(1);
     let found = loop {
-        match find_root(&mut api, &names).await {
+        match find_root(&mut api, name).await {
             Ok(f) => break f,
             Err(e) if e.is_outage() && start.elapsed() + wait < patience => {
                 tracing::warn!(target: "rtrack::upstream", error = %e, retry_in_s = wait.as_secs(), "cannot ask Placement whether this host is registered already; trying again");

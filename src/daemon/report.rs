@@ -20,7 +20,7 @@ use uuid::Uuid;
 use crate::api::shared::DaemonState;
 use crate::tracker::node_template::without_updated_at;
 use crate::upstream::consumers::consumers;
-use crate::upstream::desired::PciProviderInputs;
+use crate::upstream::desired::ReportInputs;
 use crate::upstream::{
     install_crypto_provider, DesiredState, HttpPlacement, HttpPush, HttpPushSettings,
     PlacementSettings, ReportOutcome, Reporter, ReporterOptions, UpstreamError,
@@ -47,9 +47,15 @@ pub(super) fn snapshot(
             Vec::new()
         };
         let settings = t.settings();
-        let pci = PciProviderInputs {
+        let pci = ReportInputs {
             uuids: t.pci_provider_uuids(),
             one_time_used: t.one_time_used(),
+            released: t
+                .state()
+                .released_consumers
+                .iter()
+                .map(|(u, r)| (*u, r.released_at))
+                .collect(),
         };
         (
             consumers,
@@ -162,6 +168,28 @@ fn record(state: &DaemonState, outcome: &Result<ReportOutcome, UpstreamError>) {
     }
 }
 
+/// Lets the tracker forget released consumers whose part is gone from Placement (or, without a
+/// Placement to report to, every one: nothing of theirs is rtrack's to remove).
+pub(super) async fn forget_released(state: &Arc<DaemonState>, done: Option<Vec<(Uuid, i64)>>) {
+    let st = state.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        let done = done.unwrap_or_else(|| {
+            st.service.read(|t| {
+                t.state()
+                    .released_consumers
+                    .iter()
+                    .map(|(u, r)| (*u, r.released_at))
+                    .collect()
+            })
+        });
+        st.service.forget_released(&done)
+    })
+    .await;
+    if !matches!(result, Ok(Ok(()))) {
+        tracing::warn!(target: "rtrack::upstream", "cannot record that released consumers are gone from Placement; they are looked at again next cycle");
+    }
+}
+
 /// The reporter and the push built from one configuration's settings.
 struct Upstreams {
     settings: (Option<PlacementSettings>, Option<HttpPushSettings>),
@@ -226,6 +254,9 @@ pub async fn run(state: Arc<DaemonState>, kick: Arc<Notify>, mut stop: watch::Re
             up = Some(Upstreams::build(wanted));
         }
         let Some(u) = up.as_mut() else { return };
+        if u.reporter.is_none() {
+            forget_released(&state, None).await;
+        }
         if u.reporter.is_none() && u.push.is_none() {
             // Nothing to report to; a reload may change that.
             tokio::select! {
@@ -279,6 +310,7 @@ pub async fn run(state: Arc<DaemonState>, kick: Arc<Notify>, mut stop: watch::Re
                     Err(e) => Err(e),
                 };
                 record(&state, &outcome);
+                forget_released(&state, Some(r.take_released_done())).await;
                 if let Some(d) = outcome.as_ref().ok().and_then(|o| o.drift.as_ref()) {
                     note_drift(&state, d, &mut logged_drift);
                 }

@@ -13,6 +13,18 @@ use crate::upstream::{HttpPlacement, Reporter};
 /// Answers one command.
 pub async fn handle(
     state: &Arc<DaemonState>,
+    mut reporter: Option<&mut Reporter<HttpPlacement>>,
+    configured: bool,
+    cmd: UpstreamCommand,
+) {
+    answer(state, reporter.as_deref_mut(), configured, cmd).await;
+    if let Some(r) = reporter {
+        super::report::forget_released(state, Some(r.take_released_done())).await;
+    }
+}
+
+async fn answer(
+    state: &Arc<DaemonState>,
     reporter: Option<&mut Reporter<HttpPlacement>>,
     configured: bool,
     cmd: UpstreamCommand,
@@ -35,10 +47,20 @@ pub async fn handle(
         }
     };
     match cmd {
-        UpstreamCommand::Reconcile { fix, reply } => {
+        UpstreamCommand::Reconcile { fix, remove, reply } => {
             let answer = match (reporter, desired) {
                 (None, _) => Err(not_configured()),
                 (_, Err(e)) => Err(e),
+                (Some(r), Ok(d)) if !remove.is_empty() => {
+                    match r.remove_unclaimed(&d, &remove).await {
+                        Ok(report) => r
+                            .inspect(&d)
+                            .await
+                            .map(|drift| ReconcileAnswer::Removed(report, drift))
+                            .map_err(|e| e.to_string()),
+                        Err(e) => Err(e.to_string()),
+                    }
+                }
                 (Some(r), Ok(d)) if fix => r
                     .fix(&d)
                     .await

@@ -177,7 +177,10 @@ impl TrackerService {
             drop(working);
             self.in_flight.wait_until_settled(&keys);
         };
-        let (value, changes) = f(&mut working)?;
+        let (value, mut changes) = f(&mut working)?;
+        // Consumers the operation let go of are recorded with it, so that their part in
+        // Placement is removed even after a crash.
+        working.note_releases(&mut changes, now_secs());
         let view = matches!(subject, Subject::Audit).then(|| working.view());
         if changes.is_empty() && view.is_none() {
             return Ok(value);
@@ -417,6 +420,15 @@ impl TrackerService {
         adopted: &std::collections::BTreeMap<crate::probes::pci::PciAddress, uuid::Uuid>,
     ) -> Result<(), ServiceError> {
         self.mutate(Subject::Host, |t| Ok(((), t.adopt_pci_providers(adopted))))
+    }
+
+    /// Forgets released consumers whose part Placement no longer holds (see
+    /// [`Tracker::forget_released`]).
+    pub fn forget_released(&self, done: &[(uuid::Uuid, i64)]) -> Result<(), ServiceError> {
+        if done.is_empty() {
+            return Ok(());
+        }
+        self.mutate(Subject::Host, |t| Ok(((), t.forget_released(done))))
     }
 
     /// Tells the tracker which vGPU and encryption providers nova-compute created (see

@@ -8,7 +8,9 @@
 //! - [`model`]: the records (instances, migrations, flavors, PCI requests).
 //! - [`request`]: RequestSpec (or legacy dicts) to an instance request, checked.
 //! - [`flavor_classes`]: the classes a flavor asks for beyond the host's four.
-//! - [`usage`]: usage derived from the records with Nova's instance and migration rules.
+//! - [`usage`]: usage derived from the records with Nova's instance and migration rules, and
+//!   which Placement consumer holds each counted side.
+//! - [`released`]: the Placement consumers an operation released here (recorded with it).
 //! - [`pci`]: device specs, aliases, tracked devices, pools, claims.
 //! - [`numa`]: host cells, guest constraints, fitting and pinning, per-cell usage.
 //! - [`nested`]: vGPU and memory encryption providers below the compute node, units and mdevs.
@@ -25,6 +27,7 @@ pub mod node_template;
 pub mod numa;
 pub mod ops;
 pub mod pci;
+pub mod released;
 pub mod request;
 pub mod state;
 pub mod states;

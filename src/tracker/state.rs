@@ -20,6 +20,7 @@ use super::numa::FittedTopology;
 use super::pci::claim::Assignment;
 use super::pci::devices::TrackedDevice;
 use super::pci::index::PciIndex;
+use super::released::{Holdings, ReleasedConsumer};
 use super::usage::{compute_usage, current_workload, stats, CountingRules, Usage};
 use crate::config::{Resources, ValidConfig};
 use crate::inventory::resources::{ResourceClass, ResourceInventory};
@@ -99,6 +100,9 @@ pub struct TrackerState {
     /// PCI child providers' uuids, by the address each is named after.
     #[serde(default)]
     pub pci_providers: BTreeMap<PciAddress, PciProviderRecord>,
+    /// Placement consumers released here whose part in Placement is still to be removed.
+    #[serde(default)]
+    pub released_consumers: BTreeMap<uuid::Uuid, ReleasedConsumer>,
 }
 
 impl TrackerState {
@@ -141,6 +145,7 @@ impl TrackerState {
         put(&mut self.claims, c.claims);
         put(&mut self.move_claims, c.move_claims);
         put(&mut self.pci_providers, c.pci_providers);
+        put(&mut self.released_consumers, c.released_consumers);
         if let Some(counters) = c.counters {
             self.failed_builds = counters.failed_builds;
             self.next_migration_id = counters.next_migration_id;
@@ -179,6 +184,8 @@ pub struct Changes {
     pub compute_node: Option<serde_json::Value>,
     /// PCI provider uuids written or removed, by address.
     pub pci_providers: BTreeMap<PciAddress, Option<PciProviderRecord>>,
+    /// Released consumers recorded or forgotten.
+    pub released_consumers: BTreeMap<uuid::Uuid, Option<ReleasedConsumer>>,
 }
 
 impl Changes {
@@ -192,6 +199,7 @@ impl Changes {
             && self.counters.is_none()
             && self.compute_node.is_none()
             && self.pci_providers.is_empty()
+            && self.released_consumers.is_empty()
     }
 
     /// The instances these changes concern: an operation on one of them must wait until these
@@ -228,6 +236,7 @@ impl Changes {
         self.claims.extend(later.claims);
         self.move_claims.extend(later.move_claims);
         self.pci_providers.extend(later.pci_providers);
+        self.released_consumers.extend(later.released_consumers);
         if later.counters.is_some() {
             self.counters = later.counters;
         }
@@ -344,6 +353,9 @@ pub struct Tracker {
     /// vGPU and encryption providers nova-compute created, found by name at the last report:
     /// rtrack's derived uuid -> theirs (claims follow allocations made against theirs).
     pub(super) nested_adopted: BTreeMap<uuid::Uuid, uuid::Uuid>,
+    /// The Placement consumers each instance is held under, derived from the records and kept
+    /// in step by every operation (see `released`).
+    pub(super) holders: Holdings,
 }
 
 impl Tracker {
@@ -352,7 +364,7 @@ impl Tracker {
     pub fn new(settings: TrackerSettings, host: HostInventory, mut state: TrackerState) -> Tracker {
         super::upgrade::upgrade_flavors(&mut state);
         let view = Arc::new(HostView::build(Arc::new(host), &settings, 0));
-        Tracker {
+        let mut t = Tracker {
             settings,
             generation: 0,
             view,
@@ -360,7 +372,10 @@ impl Tracker {
             used_cache: std::cell::RefCell::new(None),
             pci_index: std::cell::RefCell::new(None),
             nested_adopted: BTreeMap::new(),
-        }
+            holders: Holdings::new(),
+        };
+        t.derive_holders();
+        t
     }
 
     /// The state (for the store and tests).
@@ -414,7 +429,9 @@ impl Tracker {
         if new_devices {
             *self.pci_index.get_mut() = None;
         }
+        let touched = changes.instances_touched();
         self.state.apply_owned(changes);
+        self.refresh_holders(&touched);
         view.map(|v| std::mem::replace(&mut self.view, v))
     }
 
@@ -531,6 +548,7 @@ impl Tracker {
         self.invalidate_usage();
         *self.pci_index.get_mut() = None;
         self.state = state;
+        self.derive_holders();
     }
 }
 

@@ -44,6 +44,17 @@ pub enum UsageSource {
     SameNodeMigration,
 }
 
+/// The Placement consumer that holds a counted side, by Nova's rule: during a resize, a cold or
+/// a live migration the source side (the old flavor) is the migration's, the destination side
+/// the instance's; an evacuation keeps both on the instance.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Holder {
+    /// The consumer's uuid: the instance's, or the migration's.
+    pub uuid: String,
+    /// It is the migration's (Placement `consumer_type` MIGRATION), not the instance's.
+    pub migration: bool,
+}
+
 /// One counted consumer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Consumer {
@@ -53,6 +64,8 @@ pub struct Consumer {
     pub migration_id: Option<i64>,
     /// Why the resources count here: the instance itself, or which side of a move.
     pub source: UsageSource,
+    /// Who holds it in Placement.
+    pub holder: Holder,
     /// Flavor counted.
     pub flavor_id: i64,
     /// Resources counted.
@@ -148,7 +161,8 @@ pub fn compute_usage(
                flavor: &FlavorUsage,
                (numa, nested): Placed,
                source,
-               migration_id| {
+               migration_id,
+               holder| {
         let resources = flavor.resources(ResourceRules {
             is_bfv: inst.request.is_bfv,
             shared_disk: rules.shared_disk,
@@ -161,6 +175,7 @@ pub fn compute_usage(
             instance_uuid: inst.uuid.clone(),
             migration_id,
             source,
+            holder,
             flavor_id: flavor.id,
             resources,
             numa,
@@ -168,8 +183,11 @@ pub fn compute_usage(
         });
     };
 
+    // Where each instance's own count is in `usage.consumers`.
+    let mut own: BTreeMap<&str, usize> = BTreeMap::new();
     for inst in instances.values() {
         if on_node(inst, names) && !inst.releases_resources() {
+            own.insert(&inst.uuid, usage.consumers.len());
             add(
                 &mut usage,
                 inst,
@@ -177,6 +195,10 @@ pub fn compute_usage(
                 (inst.numa_topology.clone(), inst.nested.clone()),
                 UsageSource::Instance,
                 None,
+                Holder {
+                    uuid: inst.uuid.clone(),
+                    migration: false,
+                },
             );
             usage.tracked_instances.insert(inst.uuid.clone());
         }
@@ -221,17 +243,48 @@ pub fn compute_usage(
         let outbound = m.source_compute.as_deref() == Some(names.host.as_str())
             && m.source_node.as_deref() == Some(names.node.as_str());
         let tracked = usage.tracked_instances.contains(&inst.uuid);
+        let by_instance = Holder {
+            uuid: inst.uuid.clone(),
+            migration: false,
+        };
+        // Nova moves the source side to the migration's consumer for every move but an
+        // evacuation (the source host is down; the instance holds both until it comes back).
+        let by_migration = if m.migration_type == "evacuation" {
+            by_instance.clone()
+        } else {
+            Holder {
+                uuid: m.uuid.clone(),
+                migration: true,
+            }
+        };
         let counted = if incoming && outbound {
             let new = Some(inst.request.flavor.id) == m.old_instance_type_id;
-            flavor_for(inst, m, new).map(|f| (f, new, UsageSource::SameNodeMigration))
+            // The instance's own count is the side it has now: the old one (the migration's)
+            // until the new flavor is applied.
+            if new {
+                hold_instance_as(&mut usage, &own, &inst.uuid, &by_migration);
+            }
+            let holder = if new {
+                by_instance.clone()
+            } else {
+                by_migration.clone()
+            };
+            flavor_for(inst, m, new).map(|f| (f, new, UsageSource::SameNodeMigration, holder))
         } else if incoming && !tracked {
-            flavor_for(inst, m, true).map(|f| (f, true, UsageSource::IncomingMigration))
+            flavor_for(inst, m, true)
+                .map(|f| (f, true, UsageSource::IncomingMigration, by_instance.clone()))
         } else if outbound && !tracked {
-            flavor_for(inst, m, false).map(|f| (f, false, UsageSource::OutgoingMigration))
+            flavor_for(inst, m, false)
+                .map(|f| (f, false, UsageSource::OutgoingMigration, by_migration.clone()))
         } else {
+            // The instance is still here and counted as itself; while it leaves, the source
+            // side is the migration's in Placement.
+            if outbound && tracked && by_migration.migration {
+                hold_instance_as(&mut usage, &own, &inst.uuid, &by_migration);
+            }
             None
         };
-        if let Some((flavor, new, source)) = counted {
+        if let Some((flavor, new, source, holder)) = counted {
             add(
                 &mut usage,
                 inst,
@@ -239,11 +292,24 @@ pub fn compute_usage(
                 side_placement(inst, new),
                 source,
                 Some(m.id),
+                holder,
             );
             usage.tracked_migrations.insert(inst.uuid.clone(), m.id);
         }
     }
     usage
+}
+
+/// The instance's own count (not its migrations') is held in Placement by `holder`.
+fn hold_instance_as(
+    usage: &mut Usage,
+    own: &BTreeMap<&str, usize>,
+    instance: &str,
+    holder: &Holder,
+) {
+    if let Some(c) = own.get(instance).and_then(|i| usage.consumers.get_mut(*i)) {
+        c.holder = holder.clone();
+    }
 }
 
 /// Nova's compute stats counters for the instances counted on this node.

@@ -9,7 +9,7 @@ use std::fmt;
 use serde::Deserialize;
 use uuid::Uuid;
 
-use super::desired::DesiredAllocation;
+use super::allocations::{Amounts, Owner};
 use super::plan::InventoryRecord;
 use super::UpstreamError;
 
@@ -69,7 +69,7 @@ pub struct ConsumerAllocations {
     /// provider -> class -> amount.
     pub resources: BTreeMap<Uuid, BTreeMap<String, u64>>,
     /// project, user, consumer type (when the consumer exists).
-    pub owner: Option<(String, String, String)>,
+    pub owner: Option<Owner>,
 }
 
 /// The Placement calls the reporter makes. Implemented over HTTP by `HttpPlacement`; a test
@@ -140,14 +140,15 @@ pub trait PlacementApi {
     ) -> Result<BTreeMap<Uuid, BTreeMap<String, u64>>, UpstreamError>;
     /// `GET /allocations/{consumer}`.
     async fn get_consumer(&mut self, consumer: Uuid) -> Result<ConsumerAllocations, UpstreamError>;
-    /// `PUT /allocations/{consumer}`; `None` allocation = remove all (safe delete with the
-    /// generation). `generation` `None` means "the consumer must not exist yet".
+    /// `PUT /allocations/{consumer}`: the consumer's whole allocation (empty: removes it, safely
+    /// with the generation) and its owner. `generation` `None` means "the consumer must not
+    /// exist yet".
     async fn put_allocation(
         &mut self,
         consumer: Uuid,
-        allocation: Option<&DesiredAllocation>,
+        resources: &Amounts,
         generation: Option<u64>,
-        owner: Option<&(String, String, String)>,
+        owner: &Owner,
     ) -> Result<(), UpstreamError>;
     /// `POST /reshaper` (1.30): in one transaction, the providers' inventories (generation and
     /// records) and the consumers' whole allocations replaced.

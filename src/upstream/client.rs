@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use super::api::{ConsumerAllocations, PlacementApi, ProviderInfo, RequestCounts};
 use super::auth::Authenticator;
-use super::desired::DesiredAllocation;
+use super::allocations::{Amounts, Owner};
 use super::plan::InventoryRecord;
 use super::transport::{
     choose_microversion, decode, error_from_body, parse_version, transport_reason,
@@ -481,30 +481,17 @@ impl PlacementApi for HttpPlacement {
     async fn put_allocation(
         &mut self,
         consumer: Uuid,
-        allocation: Option<&DesiredAllocation>,
+        resources: &Amounts,
         generation: Option<u64>,
-        owner: Option<&(String, String, String)>,
+        owner: &Owner,
     ) -> Result<(), UpstreamError> {
         let path = format!("/allocations/{consumer}");
-        let (project, user, ctype) = match (allocation, owner) {
-            (Some(a), _) => (
-                a.project_id.clone(),
-                a.user_id.clone(),
-                a.consumer_type.clone(),
-            ),
-            (None, Some((p, u, t))) => (p.clone(), u.clone(), t.clone()),
-            // Removing a consumer whose owner is unknown: Placement ignores project and user
-            // of an empty allocation set, but the schema requires them.
-            (None, None) => ("unknown".into(), "unknown".into(), String::new()),
-        };
-        let allocations: BTreeMap<Uuid, Value> = allocation
-            .map(|a| {
-                a.resources
-                    .iter()
-                    .map(|(rp, r)| (*rp, json!({"resources": r})))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let (project, user, ctype) = owner;
+        let allocations: BTreeMap<Uuid, Value> = resources
+            .iter()
+            .filter(|(_, r)| !r.is_empty())
+            .map(|(rp, r)| (*rp, json!({"resources": r})))
+            .collect();
         let mut body = json!({
             "allocations": allocations,
             "project_id": project,
@@ -513,9 +500,9 @@ impl PlacementApi for HttpPlacement {
         });
         if self.version_at_least((1, 38)) {
             body["consumer_type"] = json!(if ctype.is_empty() {
-                "INSTANCE".to_string()
+                "INSTANCE"
             } else {
-                ctype
+                ctype.as_str()
             });
         }
         self.call("put_allocation", Method::PUT, &path, &[], Some(&body), &[])

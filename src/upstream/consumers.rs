@@ -12,40 +12,27 @@ use uuid::Uuid;
 use super::desired::{Consumer, ResourceKey, CONSUMER_INSTANCE, CONSUMER_MIGRATION};
 use crate::tracker::pci::devices::DeviceStatus;
 use crate::tracker::state::Tracker;
-use crate::tracker::usage::UsageSource;
 
 /// The Placement consumers of the local claims, as Nova holds them: an instance's allocation
-/// under its uuid; during a move, the source side under the migration's uuid.
+/// under its uuid; during a move, the source side (the old flavor) under the migration's uuid
+/// (the tracker's usage says which holds what).
 pub fn consumers(t: &Tracker) -> Vec<Consumer> {
     let usage = t.usage();
     let state = t.state();
     let mut out: BTreeMap<Uuid, Consumer> = BTreeMap::new();
-    let owner = |instance: &str| -> (String, String) {
-        let rec = state.instances.get(instance);
-        (
-            rec.and_then(|r| r.project_id.clone())
-                .unwrap_or_else(|| "unknown".into()),
-            rec.and_then(|r| r.user_id.clone())
-                .unwrap_or_else(|| "unknown".into()),
-        )
-    };
     for c in &usage.consumers {
-        let (uuid, kind) = match c.source {
-            UsageSource::Instance | UsageSource::IncomingMigration => {
-                (c.instance_uuid.clone(), CONSUMER_INSTANCE)
-            }
-            UsageSource::OutgoingMigration | UsageSource::SameNodeMigration => {
-                match c.migration_id.and_then(|id| state.migrations.get(&id)) {
-                    Some(m) => (m.uuid.clone(), CONSUMER_MIGRATION),
-                    None => (c.instance_uuid.clone(), CONSUMER_INSTANCE),
-                }
-            }
+        let kind = if c.holder.migration {
+            CONSUMER_MIGRATION
+        } else {
+            CONSUMER_INSTANCE
         };
-        let Ok(uuid) = Uuid::parse_str(&uuid) else {
-            tracing::warn!(consumer = %uuid, "not a UUID; its usage is not reported as an allocation");
+        let Ok(uuid) = Uuid::parse_str(&c.holder.uuid) else {
+            tracing::warn!(consumer = %c.holder.uuid, "not a UUID; its usage is not reported as an allocation");
             continue;
         };
-        let (project_id, user_id) = owner(&c.instance_uuid);
+        let rec = state.instances.get(&c.instance_uuid);
+        let project_id = rec.and_then(|r| r.project_id.clone());
+        let user_id = rec.and_then(|r| r.user_id.clone());
         let entry = out.entry(uuid).or_insert_with(|| Consumer {
             uuid,
             project_id,
@@ -78,27 +65,37 @@ pub fn consumers(t: &Tracker) -> Vec<Consumer> {
             }
         }
     }
-    // Devices go to the instance's consumer here, else to its migration's.
+    // Devices go to the consumer that holds their side: during a same-node resize the old
+    // requests' devices are the migration's, the new ones the instance's.
     for d in state.devices.values() {
         if !matches!(d.status, DeviceStatus::Allocated | DeviceStatus::Claimed) {
             continue;
         }
         let Some(o) = &d.owner else { continue };
-        let target = Uuid::parse_str(&o.instance_uuid)
+        let inst = state.instances.get(&o.instance_uuid);
+        let own = Uuid::parse_str(&o.instance_uuid)
             .ok()
-            .filter(|u| out.contains_key(u))
-            .or_else(|| {
-                state
-                    .migrations
-                    .values()
-                    .filter(|m| m.instance_uuid == o.instance_uuid && m.in_progress())
-                    .filter_map(|m| Uuid::parse_str(&m.uuid).ok())
-                    .find(|u| out.contains_key(u))
+            .filter(|u| out.contains_key(u));
+        let migration = inst
+            .and_then(|i| i.migration_context.as_ref())
+            .and_then(|ctx| state.migrations.get(&ctx.migration_id))
+            .filter(|m| m.in_progress())
+            .and_then(|m| Uuid::parse_str(&m.uuid).ok())
+            .filter(|u| out.contains_key(u));
+        let old_side_only = inst
+            .and_then(|i| i.migration_context.as_ref())
+            .zip(o.request_id.as_deref())
+            .is_some_and(|(ctx, r)| {
+                ctx.old_pci_requests.iter().any(|q| q.request_id == r)
+                    && !ctx.new_pci_requests.iter().any(|q| q.request_id == r)
             });
-        if let Some(u) = target {
-            if let Some(c) = out.get_mut(&u) {
-                c.resources.insert(ResourceKey::PciDevice(d.address), 1);
-            }
+        let target = match (own, migration) {
+            (Some(_), Some(m)) if old_side_only => Some(m),
+            (Some(i), _) => Some(i),
+            (None, m) => m,
+        };
+        if let Some(c) = target.and_then(|u| out.get_mut(&u)) {
+            c.resources.insert(ResourceKey::PciDevice(d.address), 1);
         }
     }
     out.into_values()

@@ -50,10 +50,10 @@ pub enum ResourceKey {
 pub struct Consumer {
     /// Instance uuid, or migration uuid for the source side of a move.
     pub uuid: Uuid,
-    /// Owning project.
-    pub project_id: String,
-    /// Owning user.
-    pub user_id: String,
+    /// Owning project, when the claim named it (Nova's claims do).
+    pub project_id: Option<String>,
+    /// Owning user, when the claim named it.
+    pub user_id: Option<String>,
     /// [`CONSUMER_INSTANCE`], [`CONSUMER_MIGRATION`], or another free-form type.
     pub consumer_type: String,
     /// Amounts taken.
@@ -149,14 +149,16 @@ pub struct DesiredProvider {
     pub aggregates: BTreeSet<Uuid>,
 }
 
-/// A consumer's allocations as they should be.
+/// A consumer's part of its allocation on this host's providers, as the local claims hold it.
+/// Placement's parts on other providers, and an owner Placement already has, are kept when it
+/// is written (see [`super::allocations`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DesiredAllocation {
-    /// The project owning the allocation (the instance's project).
-    pub project_id: String,
-    /// The user owning the allocation (the instance's user).
-    pub user_id: String,
-    /// Consumer type.
+    /// The project the claim named (used only for a consumer Placement does not know yet).
+    pub project_id: Option<String>,
+    /// The user the claim named (likewise).
+    pub user_id: Option<String>,
+    /// Consumer type for a new consumer (`INSTANCE` or `MIGRATION`).
     pub consumer_type: String,
     /// provider -> class -> amount.
     pub resources: BTreeMap<Uuid, BTreeMap<String, u64>>,
@@ -176,6 +178,9 @@ pub struct DesiredState {
     pub expected: BTreeMap<Uuid, DesiredAllocation>,
     /// The PCI provider and class each reported device is counted under.
     pub device_providers: BTreeMap<PciAddress, (Uuid, String)>,
+    /// Consumers whose local claims were released here, with the time of the release: their
+    /// part on this host's providers is removed (with `report_allocations`), and nothing else.
+    pub released: BTreeMap<Uuid, i64>,
     /// Things left out and why (logged by the reporter when they change).
     pub warnings: Vec<String>,
 }
@@ -184,14 +189,17 @@ pub use crate::tracker::pci::providers::{
     derived_provider_uuid as pci_provider_uuid, provider_name as pci_provider_name,
 };
 
-/// What the PCI providers need besides the view: the stored uuids (the tracker's; a provider
-/// missing here gets the uuid rtrack derives) and the one-time-use devices held after use.
+/// What the desired state needs from the tracker besides the view and the claims: the PCI
+/// providers' stored uuids (a provider missing here gets the uuid rtrack derives), the
+/// one-time-use devices held after use, and the consumers released here.
 #[derive(Debug, Clone, Default)]
-pub struct PciProviderInputs {
+pub struct ReportInputs {
     /// Provider uuids by the address each provider is named after.
     pub uuids: BTreeMap<PciAddress, Uuid>,
     /// One-time-use devices in use, or used and not yet released: their provider is reserved.
     pub one_time_used: BTreeSet<PciAddress>,
+    /// Consumers released here, with when (see [`DesiredState::released`]).
+    pub released: BTreeMap<Uuid, i64>,
 }
 
 /// Name given to the sharing provider when rtrack has to create it.
@@ -219,11 +227,12 @@ impl DesiredState {
             hypervisor_hostname,
             service_disabled,
             consumers,
-            &PciProviderInputs::default(),
+            &ReportInputs::default(),
         )
     }
 
-    /// [`DesiredState::build`] with the PCI providers' stored uuids and held devices.
+    /// [`DesiredState::build`] with the PCI providers' stored uuids and held devices, and the
+    /// consumers released here.
     pub fn build_with(
         view: &HostView,
         config: &ValidConfig,
@@ -231,7 +240,7 @@ impl DesiredState {
         hypervisor_hostname: &str,
         service_disabled: bool,
         consumers: &[Consumer],
-        pci: &PciProviderInputs,
+        pci: &ReportInputs,
     ) -> Result<DesiredState, UpstreamError> {
         if hypervisor_hostname.trim().is_empty() {
             return Err(UpstreamError::Input(
@@ -520,6 +529,7 @@ impl DesiredState {
             allocations,
             expected,
             device_providers: device_provider,
+            released: pci.released.clone(),
             warnings,
         })
     }
@@ -545,8 +555,8 @@ mod tests {
     fn instance_consumer<const N: usize>(resources: [(ResourceKey, u64); N]) -> Consumer {
         Consumer {
             uuid: Uuid::new_v4(),
-            project_id: "p".into(),
-            user_id: "u".into(),
+            project_id: Some("p".into()),
+            user_id: Some("u".into()),
             consumer_type: CONSUMER_INSTANCE.into(),
             resources: BTreeMap::from(resources),
         }

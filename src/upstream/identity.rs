@@ -3,10 +3,10 @@
 //! Placement would refuse for its name anyway, and which would leave the first one's
 //! allocations stranded).
 //!
-//! In: the names the compute node may have been registered under (rtrack's
-//! `hypervisor_hostname` first, then the service host name). Out: the uuid of the one root
-//! provider with one of those names, `None` when there is none, or an error when the answer is
-//! ambiguous (two providers, or a provider that is not a root).
+//! In: the name nova-compute registers a compute node provider under: its
+//! `hypervisor_hostname`, exactly (never the service host name: a short name may be another
+//! machine's provider). Out: the uuid of the root provider of that name, `None` when there is
+//! none, or an error when the provider of that name is not a root.
 
 use uuid::Uuid;
 
@@ -22,37 +22,26 @@ pub struct FoundRoot {
     pub name: String,
 }
 
-/// Looks the names up (`GET /resource_providers?name=...`, each once).
+/// Looks the name up (`GET /resource_providers?name=...`, once).
 pub async fn find_root<P: PlacementApi>(
     api: &mut P,
-    names: &[&str],
+    name: &str,
 ) -> Result<Option<FoundRoot>, UpstreamError> {
     api.negotiate().await?;
-    let mut found: Vec<(String, super::api::ProviderInfo)> = Vec::new();
-    for name in names {
-        if name.is_empty() || found.iter().any(|(n, _)| n == name) {
-            continue;
-        }
-        if let Some(p) = api.provider_by_name(name).await? {
-            found.push((name.to_string(), p));
-        }
+    if name.is_empty() {
+        return Ok(None);
     }
-    if let Some((name, p)) = found.iter().find(|(_, p)| p.parent_provider_uuid.is_some()) {
+    let Some(p) = api.provider_by_name(name).await? else {
+        return Ok(None);
+    };
+    if let Some(parent) = p.parent_provider_uuid {
         return Err(UpstreamError::Input(format!(
-            "the provider named {name:?} in Placement ({}) is not a compute node: its parent is {}; set [host] hypervisor_hostname to the compute node's name, or [host] compute_node_uuid",
-            p.uuid,
-            p.parent_provider_uuid.unwrap_or_default()
+            "the provider named {name:?} in Placement ({}) is not a compute node: its parent is {parent}; set [host] hypervisor_hostname to the compute node's name, or [host] compute_node_uuid",
+            p.uuid
         )));
     }
-    match found.as_slice() {
-        [] => Ok(None),
-        [(name, p)] => Ok(Some(FoundRoot {
-            uuid: p.uuid,
-            name: name.clone(),
-        })),
-        [(a, pa), (b, pb), ..] => Err(UpstreamError::Input(format!(
-            "two compute node providers could be this host's: {a:?} ({}) and {b:?} ({}); set [host] compute_node_uuid to the one to take over",
-            pa.uuid, pb.uuid
-        ))),
-    }
+    Ok(Some(FoundRoot {
+        uuid: p.uuid,
+        name: name.to_string(),
+    }))
 }

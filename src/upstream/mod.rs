@@ -23,6 +23,7 @@
 //! behaviour are described in `docs/upstream.md`.
 
 pub mod adoption;
+pub mod allocations;
 pub mod api;
 pub mod auth;
 pub mod backoff;

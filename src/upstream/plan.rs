@@ -10,9 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use uuid::Uuid;
 
-use super::desired::{
-    is_nested_provider_name, DesiredAllocation, DesiredState, ProviderRole, RatioRule,
-};
+use super::allocations::{normalized, Amounts, OwnedParts, Owner};
+use super::desired::{is_nested_provider_name, DesiredState, ProviderRole, RatioRule};
 use super::traits::COMPUTE_MANAGED_PCI_DEVICE;
 
 /// One inventory record as Placement stores it (every field filled in).
@@ -65,16 +64,15 @@ pub struct CachedProvider {
     pub usages: BTreeMap<String, u64>,
 }
 
-/// One consumer's allocations on our providers, as last seen or written.
+/// One consumer's whole allocation (every provider's part), as last read or written.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct CachedConsumer {
     /// Consumer generation (`None`: Placement has no such consumer).
     pub generation: Option<u64>,
-    /// provider -> class -> amount, on our providers only.
-    pub resources: BTreeMap<Uuid, BTreeMap<String, u64>>,
-    /// Project, user and type as last written (unknown after a refresh, which reads only the
-    /// providers' allocations).
-    pub owner: Option<(String, String, String)>,
+    /// provider -> class -> amount, on every provider (ours and others').
+    pub resources: Amounts,
+    /// Project, user and type, as Placement has them.
+    pub owner: Option<Owner>,
 }
 
 /// The local provider-tree cache.
@@ -82,7 +80,8 @@ pub struct CachedConsumer {
 pub struct ProviderCache {
     /// Providers of our tree and the sharing provider, by uuid.
     pub providers: BTreeMap<Uuid, CachedProvider>,
-    /// Consumers holding allocations on our providers (only read with report_allocations).
+    /// Consumers holding allocations on our providers, read whole (only with
+    /// report_allocations).
     pub consumers: BTreeMap<Uuid, CachedConsumer>,
     /// Custom resource classes known to exist.
     pub classes: BTreeSet<String>,
@@ -116,11 +115,6 @@ pub enum Action {
         /// New name.
         name: String,
     },
-    /// `PUT /allocations/{consumer}` with no allocations (removes a consumer's allocations).
-    DeleteAllocation {
-        /// The consumer (instance or migration uuid) whose allocations go.
-        consumer: Uuid,
-    },
     /// `DELETE /resource_providers/{uuid}`.
     DeleteProvider {
         /// The provider to delete.
@@ -147,12 +141,15 @@ pub enum Action {
         /// New set.
         aggregates: BTreeSet<Uuid>,
     },
-    /// `PUT /allocations/{consumer}`.
+    /// `PUT /allocations/{consumer}`: rtrack's parts as the local claims hold them, the rest
+    /// of the consumer's allocation and its owner as Placement has them.
     PutAllocation {
         /// The consumer (instance or migration uuid) whose allocations are replaced.
         consumer: Uuid,
-        /// What it should hold.
-        allocation: DesiredAllocation,
+        /// Its whole allocation.
+        resources: Amounts,
+        /// Project, user and type: Placement's when it knows the consumer, else the claim's.
+        owner: Owner,
     },
 }
 
@@ -164,7 +161,6 @@ impl Action {
             Action::EnsureTrait(_) => "put_trait",
             Action::CreateProvider { .. } => "create_provider",
             Action::RenameProvider { .. } => "rename_provider",
-            Action::DeleteAllocation { .. } => "delete_allocation",
             Action::DeleteProvider { .. } => "delete_provider",
             Action::PutInventories { .. } => "put_inventories",
             Action::PutTraits { .. } => "put_traits",
@@ -260,7 +256,9 @@ pub fn plan(desired: &DesiredState, cache: &ProviderCache) -> Vec<Action> {
         actions.push(Action::EnsureTrait(t.clone()));
     }
 
-    // New providers, parents first (desired.providers is in that order); renames.
+    // New providers, parents first (desired.providers is in that order); renames of the
+    // children rtrack names. The compute node and the sharing provider keep the names they
+    // have: rtrack may have taken them over by uuid, and a name is how others find them.
     for p in &desired.providers {
         match cache.providers.get(&p.uuid) {
             None => actions.push(Action::CreateProvider {
@@ -268,7 +266,10 @@ pub fn plan(desired: &DesiredState, cache: &ProviderCache) -> Vec<Action> {
                 name: p.name.clone(),
                 parent: p.parent,
             }),
-            Some(c) if c.name != p.name && p.role != ProviderRole::Sharing => {
+            Some(c)
+                if c.name != p.name
+                    && !matches!(p.role, ProviderRole::Sharing | ProviderRole::ComputeNode) =>
+            {
                 actions.push(Action::RenameProvider {
                     uuid: p.uuid,
                     name: p.name.clone(),
@@ -278,16 +279,8 @@ pub fn plan(desired: &DesiredState, cache: &ProviderCache) -> Vec<Action> {
         }
     }
 
-    // Allocations that must go, before the inventory under them shrinks or goes.
-    if let Some(wanted) = &desired.allocations {
-        for (consumer, cached) in &cache.consumers {
-            if !wanted.contains_key(consumer) && !cached.resources.is_empty() {
-                actions.push(Action::DeleteAllocation {
-                    consumer: *consumer,
-                });
-            }
-        }
-    }
+    // No allocation is removed here: a consumer rtrack does not hold is not its to touch
+    // (the reporter removes rtrack's part of the consumers released here, see `release`).
 
     // PCI children rtrack made, and vGPU parents' and encryption models' children, that are no
     // longer wanted, deepest first (Nova deletes those whose total went to 0).
@@ -383,24 +376,62 @@ pub fn plan(desired: &DesiredState, cache: &ProviderCache) -> Vec<Action> {
     }
 
     // Allocations that are new or changed, once the inventory is there.
-    if let Some(wanted) = &desired.allocations {
-        for (consumer, a) in wanted {
-            let same = cache.consumers.get(consumer).is_some_and(|c| {
-                c.resources == a.resources
-                    && c.owner.as_ref().is_none_or(|(p, u, t)| {
-                        *p == a.project_id && *u == a.user_id && *t == a.consumer_type
-                    })
-            });
-            if !same {
-                actions.push(Action::PutAllocation {
-                    consumer: *consumer,
-                    allocation: a.clone(),
-                });
-            }
-        }
-    }
+    actions.extend(allocation_writes(desired, cache));
     actions.extend(reserve_after_allocations);
     actions
+}
+
+/// The allocations of the local claims that Placement does not hold as they are: rtrack's parts
+/// written, every other part and the owner kept as Placement has them.
+fn allocation_writes(desired: &DesiredState, cache: &ProviderCache) -> Vec<Action> {
+    let Some(wanted) = &desired.allocations else {
+        return Vec::new();
+    };
+    let owned = OwnedParts::of(desired, cache);
+    let empty = Amounts::new();
+    let mut out = Vec::new();
+    for (consumer, a) in wanted {
+        let cached = cache.consumers.get(consumer);
+        let resources = owned.merged(cached.map_or(&empty, |c| &c.resources), &a.resources);
+        if cached.is_some_and(|c| normalized(&c.resources) == resources) {
+            continue;
+        }
+        let Some(owner) = owner_to_write(desired, cache, consumer) else {
+            continue;
+        };
+        out.push(Action::PutAllocation {
+            consumer: *consumer,
+            resources,
+            owner,
+        });
+    }
+    out
+}
+
+/// The owner to write for `consumer`: Placement's when it has one, else the claim's.
+fn owner_to_write(desired: &DesiredState, cache: &ProviderCache, consumer: &Uuid) -> Option<Owner> {
+    if let Some(o) = cache.consumers.get(consumer).and_then(|c| c.owner.clone()) {
+        return Some(o);
+    }
+    let a = desired.allocations.as_ref()?.get(consumer)?;
+    Some((
+        a.project_id.clone()?,
+        a.user_id.clone()?,
+        a.consumer_type.clone(),
+    ))
+}
+
+/// Consumers of the local claims that cannot be written: Placement does not know them and the
+/// claim named no project or user (Placement needs both).
+pub fn unowned(desired: &DesiredState, cache: &ProviderCache) -> Vec<Uuid> {
+    let Some(wanted) = &desired.allocations else {
+        return Vec::new();
+    };
+    wanted
+        .keys()
+        .filter(|c| owner_to_write(desired, cache, c).is_none())
+        .copied()
+        .collect()
 }
 
 /// Whether `inventories` raise a class's `reserved` on `provider` while an allocation this plan
@@ -452,7 +483,7 @@ fn depth(cache: &ProviderCache, mut uuid: Uuid) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream::desired::{DesiredInventory, DesiredProvider};
+    use crate::upstream::desired::{DesiredAllocation, DesiredInventory, DesiredProvider};
 
     fn root(uuid: Uuid) -> DesiredProvider {
         DesiredProvider {
@@ -490,6 +521,7 @@ mod tests {
             root: providers[0].uuid,
             providers,
             allocations: None,
+            released: Default::default(),
             warnings: vec![],
         }
     }
@@ -533,19 +565,17 @@ mod tests {
                 Action::PutAggregates { uuid, aggregates } => {
                     c.providers.get_mut(&uuid).unwrap().aggregates = aggregates
                 }
-                Action::DeleteAllocation { consumer } => {
-                    c.consumers.remove(&consumer);
-                }
                 Action::PutAllocation {
                     consumer,
-                    allocation,
+                    resources,
+                    owner,
                 } => {
                     c.consumers.insert(
                         consumer,
                         CachedConsumer {
                             generation: Some(1),
-                            resources: allocation.resources,
-                            owner: None,
+                            resources,
+                            owner: Some(owner),
                         },
                     );
                 }
@@ -726,8 +756,8 @@ mod tests {
         d.allocations = Some(BTreeMap::from([(
             c,
             DesiredAllocation {
-                project_id: "p".into(),
-                user_id: "u".into(),
+                project_id: Some("p".into()),
+                user_id: Some("u".into()),
                 consumer_type: "INSTANCE".into(),
                 resources: BTreeMap::from([(
                     drive,
@@ -760,24 +790,55 @@ mod tests {
     }
 
     #[test]
-    fn allocations_added_changed_and_removed() {
+    fn allocations_are_written_whole_and_never_removed_by_the_plan() {
         let node = Uuid::new_v4();
+        let neutron = Uuid::new_v4();
         let mut d = state(vec![root(node)]);
         let c1 = Uuid::new_v4();
         let alloc = DesiredAllocation {
-            project_id: "p".into(),
-            user_id: "u".into(),
+            project_id: Some("p".into()),
+            user_id: Some("u".into()),
             consumer_type: "INSTANCE".into(),
             resources: BTreeMap::from([(node, BTreeMap::from([("VCPU".to_string(), 2)]))]),
         };
         d.allocations = Some(BTreeMap::from([(c1, alloc.clone())]));
-        let cache = applied(&d, &ProviderCache::default());
+        let mut cache = applied(&d, &ProviderCache::default());
         assert!(plan(&d, &cache).is_empty());
+        // Placement's copy has a Neutron part and another owner: a change of ours keeps both.
+        let bw = BTreeMap::from([("NET_BW_EGR_KILOBIT_PER_SEC".to_string(), 1000)]);
+        let c = cache.consumers.get_mut(&c1).unwrap();
+        c.resources.insert(neutron, bw.clone());
+        c.owner = Some(("proj".into(), "user".into(), "INSTANCE".into()));
+        assert!(plan(&d, &cache).is_empty(), "foreign parts are not drift");
+        d.allocations.as_mut().unwrap().get_mut(&c1).unwrap().resources =
+            BTreeMap::from([(node, BTreeMap::from([("VCPU".to_string(), 4)]))]);
+        match plan(&d, &cache).as_slice() {
+            [Action::PutAllocation {
+                consumer,
+                resources,
+                owner,
+            }] => {
+                assert_eq!(*consumer, c1);
+                assert_eq!(resources[&neutron], bw);
+                assert_eq!(resources[&node]["VCPU"], 4);
+                assert_eq!(owner.0, "proj", "Placement's owner kept");
+            }
+            other => panic!("{other:?}"),
+        }
+        // A consumer the claims no longer hold, or never held, is not removed by a plan.
         d.allocations = Some(BTreeMap::new());
-        assert_eq!(
-            plan(&d, &cache),
-            vec![Action::DeleteAllocation { consumer: c1 }]
-        );
+        assert!(plan(&d, &cache).is_empty());
+        // A new consumer whose claim names no owner is not written.
+        let c2 = Uuid::new_v4();
+        d.allocations = Some(BTreeMap::from([(
+            c2,
+            DesiredAllocation {
+                project_id: None,
+                ..alloc
+            },
+        )]));
+        assert!(plan(&d, &cache).is_empty());
+        assert_eq!(unowned(&d, &cache), vec![c2]);
         // Without allocation management, Placement's allocations are never touched.
         d.allocations = None;
         assert!(plan(&d, &cache).is_empty());

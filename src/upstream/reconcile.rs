@@ -4,7 +4,7 @@
 //!
 //! In: the [`DesiredState`] (its `expected` allocations and providers) and the
 //! [`ProviderCache`] as read at a refresh (with Placement's allocations). Out: a [`Drift`]: each
-//! consumer whose allocation differs ([`DriftKind::Orphan`]: in Placement, no local claim;
+//! consumer whose allocation differs ([`DriftKind::Unclaimed`]: in Placement, no local claim;
 //! [`DriftKind::Missing`]: a local claim, no allocation; [`DriftKind::Different`]: other
 //! amounts or providers) and each inventory Placement holds that the host no longer has.
 //!
@@ -21,15 +21,16 @@ use super::desired::{is_nested_provider_name, DesiredState, ProviderRole};
 use super::plan::ProviderCache;
 use super::traits::COMPUTE_MANAGED_PCI_DEVICE;
 
-/// provider -> class -> amount.
-pub type Amounts = BTreeMap<Uuid, BTreeMap<String, u64>>;
+pub use super::allocations::Amounts;
 
 /// How a consumer's allocation differs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DriftKind {
-    /// Placement holds an allocation for a consumer with no local claim.
-    Orphan,
+    /// Placement holds an allocation on this host's providers for a consumer with no local
+    /// claim (a build in flight, an instance not adopted, a leftover): never changed by a
+    /// report; removed only by an operator's command naming it.
+    Unclaimed,
     /// A local claim has no allocation in Placement.
     Missing,
     /// Both exist, with other amounts or on other providers.
@@ -40,7 +41,7 @@ impl DriftKind {
     /// The metric label.
     pub fn as_str(self) -> &'static str {
         match self {
-            DriftKind::Orphan => "orphan",
+            DriftKind::Unclaimed => "unclaimed",
             DriftKind::Missing => "missing",
             DriftKind::Different => "different",
         }
@@ -48,7 +49,7 @@ impl DriftKind {
 }
 
 /// Every drift kind, as the metric labels them.
-pub const DRIFT_KINDS: [&str; 4] = ["orphan", "missing", "different", "inventory_gone"];
+pub const DRIFT_KINDS: [&str; 4] = ["unclaimed", "missing", "different", "inventory_gone"];
 
 /// One consumer's drift.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -232,7 +233,7 @@ pub fn compare(desired: &DesiredState, cache: &ProviderCache) -> Drift {
         );
         let kind = match (local.is_empty(), placement.is_empty()) {
             (true, true) => continue,
-            (true, false) => DriftKind::Orphan,
+            (true, false) => DriftKind::Unclaimed,
             (false, true) => DriftKind::Missing,
             (false, false) if local != placement => DriftKind::Different,
             (false, false) => continue,

@@ -34,6 +34,12 @@ pub struct ReconcileBody {
     /// then read Placement again. Default false: read and compare only.
     #[serde(default)]
     pub fix: bool,
+    /// Consumers with no local claim whose part on this host's providers to remove (their
+    /// other parts kept): each refused while it holds a claim here, was released here, or was
+    /// first seen unclaimed less than `[placement] unclaimed_grace_s` ago.
+    #[serde(default)]
+    #[schema(value_type = Vec<String>)]
+    pub remove_unclaimed: Vec<uuid::Uuid>,
 }
 
 /// `POST /v1/adopt`.
@@ -119,8 +125,8 @@ fn not_touched(d: &Drift, report_allocations: bool) -> Vec<Value> {
     for c in &d.consumers {
         let why = if !report_allocations {
             "allocations here are written by Nova's scheduler and conductor ([placement] report_allocations = false): nova-manage placement heal_allocations and audit repair them"
-        } else if c.kind == DriftKind::Orphan {
-            "Placement refused to remove it (see rtrackd's log)"
+        } else if c.kind == DriftKind::Unclaimed {
+            "no local claim here: rtrack removes only what it released; if no build for it is on its way, `rtrackctl reconcile --remove-unclaimed <uuid>` removes this host's part"
         } else {
             "Placement refused the allocation (see rtrackd's log: over capacity, a class it lacks)"
         };
@@ -149,7 +155,13 @@ pub async fn reconcile(
         json_body(&state, &headers, body, "a reconcile request")?
     };
     let fix = body.fix;
-    let answer = ask(&state, |reply| UpstreamCommand::Reconcile { fix, reply }).await?;
+    let remove = body.remove_unclaimed;
+    let answer = ask(&state, |reply| UpstreamCommand::Reconcile {
+        fix,
+        remove,
+        reply,
+    })
+    .await?;
     let v = match answer {
         ReconcileAnswer::Inspected(d) => {
             tracing::info!(target: "rtrack::upstream", counts = ?d.counts(), "reconciliation asked for");
@@ -166,6 +178,10 @@ pub async fn reconcile(
                 "report_allocations": f.report_allocations,
                 "not_touched": not_touched(&f.remaining, f.report_allocations),
             })
+        }
+        ReconcileAnswer::Removed(r, d) => {
+            tracing::info!(target: "rtrack::upstream", removed = ?r.removed, refused = r.refused.len(), "removal of unclaimed consumers asked for");
+            json!({"drift": d, "counts": d.counts(), "fixed": false, "removed": r.removed, "refused": r.refused})
         }
     };
     Ok(Json(v).into_response())

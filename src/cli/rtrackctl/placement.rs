@@ -19,6 +19,11 @@ pub struct ReconcileArgs {
     /// allocations), then read Placement again.
     #[arg(long)]
     pub fix: bool,
+    /// Remove this host's part of the allocation of a consumer that holds no claim here (its
+    /// other parts stay); refused while it was seen unclaimed for less than [placement]
+    /// unclaimed_grace_s (its build may be on its way). Repeatable.
+    #[arg(long, value_name = "UUID")]
+    pub remove_unclaimed: Vec<uuid::Uuid>,
 }
 
 /// `rtrackctl adopt`.
@@ -81,12 +86,27 @@ fn is_empty(d: &Value) -> bool {
 
 /// Runs `rtrackctl reconcile`.
 pub(super) fn reconcile(ctx: &Ctx<'_>, a: &ReconcileArgs) -> Result<String, Failure> {
-    let v = ctx.call("POST", "/v1/reconcile", Some(&json!({"fix": a.fix})))?;
+    let body = json!({"fix": a.fix, "remove_unclaimed": a.remove_unclaimed});
+    let v = ctx.call("POST", "/v1/reconcile", Some(&body))?;
     let drift = &v["drift"];
+    let refused = v["refused"].as_array().is_some_and(|r| !r.is_empty());
     let text = if ctx.cli.json {
         pretty(&v) + "\n"
     } else {
         let mut out = String::new();
+        for c in v["removed"].as_array().into_iter().flatten() {
+            out.push_str(&format!(
+                "removed this host's part of {}\n",
+                c.as_str().unwrap_or("?")
+            ));
+        }
+        for r in v["refused"].as_array().into_iter().flatten() {
+            out.push_str(&format!(
+                "not removed: {}: {}\n",
+                r["consumer"].as_str().unwrap_or("?"),
+                r["why"].as_str().unwrap_or("?")
+            ));
+        }
         if a.fix {
             let found = &v["found"];
             if is_empty(found) {
@@ -118,7 +138,7 @@ pub(super) fn reconcile(ctx: &Ctx<'_>, a: &ReconcileArgs) -> Result<String, Fail
         }
         out
     };
-    if is_empty(drift) {
+    if is_empty(drift) && !refused {
         Ok(text)
     } else {
         print!("{text}");

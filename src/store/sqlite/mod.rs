@@ -11,8 +11,10 @@
 //! - 1: the whole state as one JSON document (table `state`), rewritten on every change.
 //! - 2: one row per device, instance, migration and claim, each holding a JSON record and the
 //!   layout version of that record.
-//! - 3 (current): version 2 and a row per PCI Placement provider (`pci_providers`). Opening a
+//! - 3: version 2 and a row per PCI Placement provider (`pci_providers`). Opening a
 //!   version-2 database adds the empty table.
+//! - 4 (current): version 3 and a row per consumer released here whose part in Placement is
+//!   still to be removed (`released_consumers`). Opening an older database adds the table.
 //!
 //! Opening a version-1 database reads the state the old way, writes it the new way and drops
 //! the old table, in one transaction. A record in an older layout is read the old way and
@@ -28,7 +30,7 @@ use serde::Serialize;
 use crate::tracker::state::{Changes, TrackerState};
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 /// Current layout of the JSON records.
 pub const RECORD_LAYOUT: i64 = 1;
 
@@ -101,6 +103,7 @@ const TABLES: &[(&str, &str)] = &[
     ("claims", "uuid TEXT PRIMARY KEY"),
     ("move_claims", "migration_id INTEGER PRIMARY KEY"),
     ("pci_providers", "address TEXT PRIMARY KEY"),
+    ("released_consumers", "uuid TEXT PRIMARY KEY"),
 ];
 
 mod open;
@@ -175,6 +178,21 @@ impl Store {
                 upgraded.pci_providers.insert(addr, Some(v.0.clone()));
             }
             state.pci_providers.insert(addr, v.0);
+        }
+        for (k, v) in self.rows::<crate::tracker::released::ReleasedConsumer>(
+            "released_consumers",
+            "uuid",
+        )? {
+            let u = uuid::Uuid::parse_str(&k).map_err(|_| StoreError::Corrupt {
+                path: self.path.clone(),
+                table: "released_consumers",
+                key: k.clone(),
+                message: "key is not a UUID".into(),
+            })?;
+            if v.1 {
+                upgraded.released_consumers.insert(u, Some(v.0.clone()));
+            }
+            state.released_consumers.insert(u, v.0);
         }
         let counters: Option<String> = self
             .conn
@@ -394,6 +412,16 @@ impl Store {
                     .map(|(k, v)| (k.to_string(), v.as_ref())),
             )
             .map_err(sql)?;
+            write_rows(
+                &tx,
+                "released_consumers",
+                "uuid",
+                changes
+                    .released_consumers
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.as_ref())),
+            )
+            .map_err(sql)?;
             if let Some(c) = changes.counters {
                 tx.execute(
                     "INSERT OR REPLACE INTO meta (key, value) VALUES ('counters', ?1)",
@@ -550,6 +578,11 @@ pub fn full_changes(state: &TrackerState) -> Changes {
             .iter()
             .map(|(k, v)| (*k, Some(v.clone())))
             .collect(),
+        released_consumers: state
+            .released_consumers
+            .iter()
+            .map(|(k, v)| (*k, Some(v.clone())))
+            .collect(),
     }
 }
 
@@ -573,6 +606,13 @@ mod tests {
         }))
         .unwrap();
         s.migrations.insert(4, rec);
+        s.released_consumers.insert(
+            uuid::Uuid::from_u128(7),
+            crate::tracker::released::ReleasedConsumer {
+                instance_uuid: "00000000-0000-4000-8000-000000000001".into(),
+                released_at: 5,
+            },
+        );
         s
     }
 
@@ -690,13 +730,13 @@ mod tests {
         let path = dir.path().join("rtrack.sqlite");
         {
             let c = Connection::open(&path).unwrap();
-            c.execute_batch("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL); INSERT INTO meta VALUES ('schema_version', '4');")
+            c.execute_batch("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL); INSERT INTO meta VALUES ('schema_version', '5');")
                 .unwrap();
         }
         let e = Store::open(&path).err().unwrap().to_string();
         assert!(
             e.contains("rtrack.sqlite")
-                && e.contains("schema version 4")
+                && e.contains("schema version 5")
                 && e.contains("newer rtrack"),
             "{e}"
         );

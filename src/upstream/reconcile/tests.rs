@@ -45,8 +45,8 @@ fn amounts(items: &[(Uuid, &str, u64)]) -> Amounts {
 
 fn alloc(items: &[(Uuid, &str, u64)]) -> DesiredAllocation {
     DesiredAllocation {
-        project_id: "p".into(),
-        user_id: "u".into(),
+        project_id: Some("p".into()),
+        user_id: Some("u".into()),
         consumer_type: "INSTANCE".into(),
         resources: amounts(items),
     }
@@ -99,6 +99,7 @@ fn setup() -> (DesiredState, ProviderCache) {
         allocations: None,
         expected: BTreeMap::new(),
         device_providers: BTreeMap::new(),
+        released: Default::default(),
         warnings: Vec::new(),
     };
     let mut cache = ProviderCache::default();
@@ -201,7 +202,7 @@ fn orphan_missing_different_and_gone_inventory_are_found() {
     assert_eq!(
         kinds,
         BTreeMap::from([
-            (orphan, DriftKind::Orphan),
+            (orphan, DriftKind::Unclaimed),
             (missing, DriftKind::Missing),
             (different, DriftKind::Different)
         ])
@@ -239,13 +240,13 @@ fn orphan_missing_different_and_gone_inventory_are_found() {
             ("different", 1),
             ("inventory_gone", 2),
             ("missing", 1),
-            ("orphan", 1)
+            ("unclaimed", 1)
         ])
     );
     // Keys tell the same drift seen again from another.
     let again = compare(&d, &c);
     assert_eq!(again.keys(), drift.keys());
-    let one: BTreeSet<String> = [format!("orphan:{orphan}")].into();
+    let one: BTreeSet<String> = [format!("unclaimed:{orphan}")].into();
     assert_eq!(drift.only(&one).consumers.len(), 1);
     assert!(drift.only(&one).inventories.is_empty());
 }

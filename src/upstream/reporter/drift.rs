@@ -10,6 +10,7 @@
 use std::collections::BTreeSet;
 
 use serde::Serialize;
+use uuid::Uuid;
 
 use super::{adopt, ReportOutcome, Reporter};
 use crate::upstream::api::PlacementApi;
@@ -31,6 +32,24 @@ pub struct DriftReport {
     /// The part of `remaining` that counts: consumers seen drifting at the previous refresh too,
     /// and every inventory drift (it is what the cycle's own writes left).
     pub confirmed: Drift,
+}
+
+/// What `--remove-unclaimed` did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RemovalReport {
+    /// Consumers whose part on this host's providers was removed (their other parts kept).
+    pub removed: Vec<Uuid>,
+    /// Consumers left as they are, and why.
+    pub refused: Vec<RemovalRefused>,
+}
+
+/// A consumer `--remove-unclaimed` left alone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RemovalRefused {
+    /// The consumer.
+    pub consumer: Uuid,
+    /// Why.
+    pub why: String,
 }
 
 /// What `--fix` did.
@@ -107,6 +126,73 @@ impl<P: PlacementApi> Reporter<P> {
         let mut outcome = ReportOutcome::default();
         let owned = self.with_adoptions(desired, &mut outcome);
         Ok(compare(owned.as_ref().unwrap_or(desired), &self.cache))
+    }
+
+    /// Removes this host's part of the allocations of consumers an operator named
+    /// (`rtrackctl reconcile --remove-unclaimed`), each only when it holds no local claim here,
+    /// was not released here, and has been seen with no claim for `unclaimed_grace_s` at
+    /// least (before that, its build may still be on its way). Other parts stay.
+    pub async fn remove_unclaimed(
+        &mut self,
+        desired: &DesiredState,
+        consumers: &[Uuid],
+    ) -> Result<RemovalReport, UpstreamError> {
+        let drift = self.inspect(desired).await?;
+        let owned = crate::upstream::allocations::OwnedParts::of(desired, &self.cache);
+        let mut report = RemovalReport::default();
+        for c in consumers {
+            match self.why_not_remove(desired, &drift, *c) {
+                Some(why) => report.refused.push(RemovalRefused {
+                    consumer: *c,
+                    why,
+                }),
+                None => {
+                    let mut outcome = ReportOutcome::default();
+                    if self.clear_one(*c, &owned, &mut outcome).await? {
+                        tracing::info!(target: "rtrack::upstream", consumer = %c, "unclaimed consumer's part on this host removed from Placement, as the operator asked");
+                        report.removed.push(*c);
+                    } else {
+                        report.refused.push(RemovalRefused {
+                            consumer: *c,
+                            why: "Placement refused the write (see rtrackd's log)".into(),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    fn why_not_remove(&self, desired: &DesiredState, drift: &Drift, c: Uuid) -> Option<String> {
+        if desired.expected.contains_key(&c) {
+            return Some("it holds a local claim here (abort or delete it instead)".into());
+        }
+        if desired.released.contains_key(&c) {
+            return Some("it was released here: the report loop removes its part".into());
+        }
+        let unclaimed = drift
+            .consumers
+            .iter()
+            .any(|d| d.consumer == c && d.kind == crate::upstream::reconcile::DriftKind::Unclaimed);
+        if !unclaimed {
+            return Some("it holds nothing on this host's providers".into());
+        }
+        let seen = self
+            .suspects
+            .get(&format!("unclaimed:{c}"))
+            .map(|t| t.elapsed());
+        match seen {
+            Some(age) if age >= self.unclaimed_grace => None,
+            Some(age) => Some(format!(
+                "first seen with no local claim {} s ago; a build for it may still be on its way ([placement] unclaimed_grace_s = {})",
+                age.as_secs(),
+                self.unclaimed_grace.as_secs()
+            )),
+            None => Some(format!(
+                "not seen with no local claim at a report yet; a build for it may still be on its way ([placement] unclaimed_grace_s = {})",
+                self.unclaimed_grace.as_secs()
+            )),
+        }
     }
 
     /// Reads Placement, writes what differs from the desired state (with `report_allocations`,

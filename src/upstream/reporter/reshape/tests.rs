@@ -81,6 +81,7 @@ fn units_move_to_children_with_room_and_to_where_rtracks_claim_holds_them() {
         allocations: None,
         expected: Default::default(),
         device_providers: Default::default(),
+        released: Default::default(),
         warnings: vec![],
     };
     let cache = ProviderCache {
@@ -114,8 +115,8 @@ fn units_move_to_children_with_room_and_to_where_rtracks_claim_holds_them() {
     desired.allocations = Some(BTreeMap::from([(
         b,
         DesiredAllocation {
-            project_id: "p".into(),
-            user_id: "u".into(),
+            project_id: Some("p".into()),
+            user_id: Some("u".into()),
             consumer_type: "INSTANCE".into(),
             resources: BTreeMap::from([(g2, BTreeMap::from([("VGPU".to_string(), 2)]))]),
         },
@@ -137,6 +138,7 @@ fn nothing_to_reshape_without_usage_or_children() {
         allocations: None,
         expected: Default::default(),
         device_providers: Default::default(),
+        released: Default::default(),
         warnings: vec![],
     };
     let unused = ProviderCache {
