@@ -6,9 +6,11 @@
 //!   the GPU) is adopted: the compute node's uuid is taken at the first start, the plan lists 3
 //!   claims, `--apply` makes them on the same providers, no request deletes or re-creates a
 //!   provider or an allocated inventory, and adopting twice changes nothing.
-//! - Drift: an orphan allocation, a claim with no allocation, an allocation with other amounts,
-//!   inventory Placement keeps for a device the host lost; each found by `rtrackctl reconcile`,
-//!   left alone by `--fix` without `report_allocations` (and said why), repaired with it.
+//! - Drift: an unclaimed allocation, a claim with no allocation, an allocation with other
+//!   amounts, inventory Placement keeps for a device the host lost; each found by `rtrackctl
+//!   reconcile`, left alone by `--fix` without `report_allocations` (and said why), repaired with
+//!   it but for the unclaimed ones, which only `--remove-unclaimed` naming them removes, and
+//!   only once they were seen unclaimed for `unclaimed_grace_s`.
 //! - A SIGKILL between a claim's commit and its allocation's write: after the restart the first
 //!   cycle finds it and writes it with `report_allocations`; without, it is reported (metric,
 //!   `/healthz`, `rtrackctl reconcile`).
@@ -369,7 +371,7 @@ fn a_tree_nova_compute_left_is_taken_over_and_its_instances_adopted_once() {
     // And the local claims agree with Placement.
     let (code, r, text) = ctl(&d, &["reconcile"]);
     assert_eq!(code, 0, "{text}");
-    assert_eq!(r["counts"]["orphan"], 0, "{r}");
+    assert_eq!(r["counts"]["unclaimed"], 0, "{r}");
     // Survives a restart.
     d.kill();
     d.spawn();
@@ -394,7 +396,12 @@ fn drift_is_found_left_alone_without_report_allocations_and_repaired_with_it() {
     let mut d = support::Daemon::start_with(
         Path::new(RTRACKD),
         &s.dir,
-        &config(&s.root, &s.dir, &srv.url, "refresh_interval_s = 1\n"),
+        &config(
+            &s.root,
+            &s.dir,
+            &srv.url,
+            "refresh_interval_s = 1\nunclaimed_grace_s = 5\n",
+        ),
         &[],
     );
     let (code, _, text) = ctl(&d, &["adopt", "--apply"]);
@@ -457,10 +464,10 @@ fn drift_is_found_left_alone_without_report_allocations_and_repaired_with_it() {
         })
         .collect();
     for (c, k) in [
-        (orphan.to_string(), "orphan"),
+        (orphan.to_string(), "unclaimed"),
         (nova.plain.to_string(), "different"),
         (missing.clone(), "missing"),
-        (holder.to_string(), "orphan"),
+        (holder.to_string(), "unclaimed"),
     ] {
         assert!(
             kinds.contains(&(c.clone(), k.to_string())),
@@ -480,14 +487,14 @@ fn drift_is_found_left_alone_without_report_allocations_and_repaired_with_it() {
     );
     let (_, human) = ctl_text(&d, &["reconcile"]);
     assert!(
-        human.contains("orphan") && human.contains("inventory  cmp1_0000:99:00.0"),
+        human.contains("unclaimed") && human.contains("inventory  cmp1_0000:99:00.0"),
         "{human}"
     );
 
     // Periodic: seen at two refreshes, then a metric, /healthz and one log line each.
     wait("the drift metric", &mut || {
         let (_, h) = d.call("GET", "/healthz", None);
-        h["placement_drift"]["orphan"] == 2 && h["placement_drift"]["missing"] == 1
+        h["placement_drift"]["unclaimed"] == 2 && h["placement_drift"]["missing"] == 1
     });
     let metrics = String::from_utf8(
         rtrack::cli::client::request(&d.socket, "GET", "/metrics", None, Duration::from_secs(5))
@@ -528,7 +535,8 @@ fn drift_is_found_left_alone_without_report_allocations_and_repaired_with_it() {
         "untouched: {a}"
     );
 
-    // With report_allocations (SIGHUP): --fix writes what the claims hold and removes orphans.
+    // With report_allocations (SIGHUP): --fix writes what the claims hold; unclaimed consumers
+    // are not rtrack's to remove and stay, with the reason.
     let cfg = std::fs::read_to_string(&d.config).unwrap().replace(
         "refresh_interval_s = 1\n",
         "refresh_interval_s = 1\nreport_allocations = true\n",
@@ -538,19 +546,36 @@ fn drift_is_found_left_alone_without_report_allocations_and_repaired_with_it() {
     wait("reloaded", &mut || d.log_text().contains("starts over"));
     let (code, r, text) = ctl(&d, &["reconcile", "--fix"]);
     assert_eq!(r["report_allocations"], true, "{text}");
-    let left: Vec<&str> = r["drift"]["consumers"]
+    assert_eq!(code, 3, "unclaimed consumers remain: {text}");
+    let mut left: Vec<(String, String)> = r["drift"]["consumers"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| c["kind"].as_str().unwrap())
+        .map(|c| {
+            (
+                c["consumer"].as_str().unwrap().to_string(),
+                c["kind"].as_str().unwrap().to_string(),
+            )
+        })
         .collect();
-    assert!(left.is_empty(), "consumers fixed: {left:?} ({text})");
-    assert_eq!(
-        code, 0,
-        "the PF's provider goes once its allocation does: {text}"
+    left.sort();
+    let mut expected = vec![
+        (orphan.to_string(), "unclaimed".to_string()),
+        (holder.to_string(), "unclaimed".to_string()),
+    ];
+    expected.sort();
+    assert_eq!(left, expected, "{text}");
+    assert!(
+        r["not_touched"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["why"].as_str().unwrap().contains("--remove-unclaimed")),
+        "{r}"
     );
     let a = rt.block_on(raw.get(&format!("/allocations/{orphan}")));
-    assert!(a["allocations"].as_object().unwrap().is_empty(), "{a}");
+    assert_eq!(a["project_id"], "p", "untouched: {a}");
+    assert!(!a["allocations"].as_object().unwrap().is_empty(), "{a}");
     let a = rt.block_on(raw.get(&format!("/allocations/{missing}")));
     assert_eq!(
         a["allocations"][nova.root.to_string()]["resources"]["VCPU"],
@@ -563,6 +588,73 @@ fn drift_is_found_left_alone_without_report_allocations_and_repaired_with_it() {
         2,
         "{a}"
     );
+    assert_eq!(a["project_id"], "proj", "{a}");
+
+    // The operator names them: a consumer first seen a moment ago is refused (its build may be
+    // on its way), the others' part on this host goes once seen for unclaimed_grace_s (5 s).
+    let fresh = Uuid::new_v4();
+    rt.block_on(must(&raw, Method::PUT, &format!("/allocations/{fresh}"), json!({
+        "allocations": {nova.root.to_string(): {"resources": {"VCPU": 1, "MEMORY_MB": 128}}},
+        "project_id": "p", "user_id": "u", "consumer_generation": null, "consumer_type": "INSTANCE"})));
+    let (code, r, text) = ctl(
+        &d,
+        &[
+            "reconcile",
+            "--remove-unclaimed",
+            &fresh.to_string(),
+            "--remove-unclaimed",
+            &missing,
+        ],
+    );
+    assert_eq!(code, 3, "{text}");
+    let refused: Vec<(String, String)> = r["refused"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            (
+                x["consumer"].as_str().unwrap().to_string(),
+                x["why"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(refused.len(), 2, "{r}");
+    assert!(
+        refused
+            .iter()
+            .any(|(c, why)| *c == fresh.to_string() && why.contains("unclaimed_grace_s")),
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .iter()
+            .any(|(c, why)| *c == missing && why.contains("local claim")),
+        "{refused:?}"
+    );
+    // The reload started a new reporter: the grace runs from its first refresh.
+    std::thread::sleep(Duration::from_secs(6));
+    let (code, r, text) = ctl(
+        &d,
+        &[
+            "reconcile",
+            "--remove-unclaimed",
+            &orphan.to_string(),
+            "--remove-unclaimed",
+            &holder.to_string(),
+        ],
+    );
+    assert_eq!(r["removed"].as_array().unwrap().len(), 2, "{text}");
+    assert_eq!(code, 3, "the fresh one is left: {text}");
+    let a = rt.block_on(raw.get(&format!("/allocations/{orphan}")));
+    assert!(a["allocations"].as_object().unwrap().is_empty(), "{a}");
+    let a = rt.block_on(raw.get(&format!("/allocations/{fresh}")));
+    assert!(!a["allocations"].as_object().unwrap().is_empty(), "{a}");
+    // The gone PF's provider goes once its allocation did.
+    wait("the gone PF's provider deleted", &mut || {
+        rt.block_on(raw.send(Method::GET, &format!("/resource_providers/{gone_rp}"), None))
+            .0
+            == 404
+    });
 
     // Someone deletes a running instance's allocation (DELETE bumps no provider's generation):
     // the next refresh still sees it gone, and rtrack writes it again.
@@ -660,106 +752,119 @@ fn a_claim_killed_before_its_allocation_is_written_is_found_after_the_restart() 
     d.kill();
 }
 
-/// The first start refuses to guess: two compute node providers that could be this host's, or a
-/// provider of its name that is not a compute node, stop it with both named; nothing is chosen.
+/// The first start takes over only the provider named exactly `hypervisor_hostname` (or the
+/// configured uuid): a provider named after the service's short host name is another machine's
+/// and stays as it is; a provider of the node's name that is not a root stops the start, naming
+/// it; a provider taken by its configured uuid keeps its name.
 #[test]
-fn an_ambiguous_or_wrong_provider_stops_the_first_start_naming_it() {
+fn the_compute_node_is_taken_over_only_by_its_exact_name_or_uuid() {
     let Some(srv) = server("identity") else {
         return;
     };
     let rt = rt();
     let raw = srv.client();
     use reqwest::Method;
-    let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
-    rt.block_on(must(
-        &raw,
-        Method::POST,
-        "/resource_providers",
-        json!({"uuid": a, "name": "cmp1"}),
-    ));
-    rt.block_on(must(
-        &raw,
-        Method::POST,
-        "/resource_providers",
-        json!({"uuid": b, "name": "svc1"}),
-    ));
-    let s = setup();
-    let cfg =
-        config(&s.root, &s.dir, &srv.url, "").replace("host = \"cmp1\"\n", "host = \"svc1\"\n");
-    assert!(
-        cfg.contains("hypervisor_hostname = \"cmp1\"") && cfg.contains("\nhost = \"svc1\""),
-        "{cfg}"
-    );
-    let path = s.dir.join("rtrack.toml");
-    std::fs::write(&path, &cfg).unwrap();
-    let start = || {
-        Command::new(RTRACKD)
-            .arg("--config")
-            .arg(&path)
-            .env_remove("NOTIFY_SOCKET")
-            .output()
-            .unwrap()
-    };
-    let out = start();
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains(&a.to_string())
-            && err.contains(&b.to_string())
-            && err.contains("compute_node_uuid"),
-        "{err}"
-    );
-    assert!(!s.dir.join("state/compute_id").exists());
-
-    // A provider of the node's name that is a child elsewhere: not a compute node.
-    let raw2 = raw;
-    rt.block_on(async {
-        let (st, v) = raw2
-            .send(Method::DELETE, &format!("/resource_providers/{b}"), None)
-            .await;
-        assert_eq!(st, 204, "{v}");
-        let (st, v) = raw2
-            .send(Method::DELETE, &format!("/resource_providers/{a}"), None)
-            .await;
-        assert_eq!(st, 204, "{v}");
-    });
+    // Another machine's compute node, named h1 by its nova-compute, with an instance.
     let other = Uuid::new_v4();
     rt.block_on(must(
-        &raw2,
+        &raw,
         Method::POST,
         "/resource_providers",
-        json!({"uuid": other, "name": "other-host"}),
+        json!({"uuid": other, "name": "h1"}),
     ));
     rt.block_on(must(
-        &raw2,
+        &raw,
+        Method::PUT,
+        &format!("/resource_providers/{other}/inventories"),
+        json!({"resource_provider_generation": 0, "inventories": {
+            "VCPU": {"total": 4}, "MEMORY_MB": {"total": 8192}, "DISK_GB": {"total": 40}}}),
+    ));
+    let theirs = Uuid::new_v4();
+    rt.block_on(must(&raw, Method::PUT, &format!("/allocations/{theirs}"), json!({
+        "allocations": {other.to_string(): {"resources": {"VCPU": 1, "MEMORY_MB": 512}}},
+        "project_id": "p", "user_id": "u", "consumer_generation": null, "consumer_type": "INSTANCE"})));
+    let before = rt.block_on(raw.get(&format!("/resource_providers/{other}/inventories")));
+    let s = setup();
+    let cfg = config(&s.root, &s.dir, &srv.url, "report_allocations = true\n")
+        .replace(
+            "hypervisor_hostname = \"cmp1\"",
+            "hypervisor_hostname = \"h1.long.example\"",
+        )
+        .replace("host = \"cmp1\"\n", "host = \"h1\"\n");
+    assert!(cfg.contains("\nhost = \"h1\""), "{cfg}");
+    let mut d = support::Daemon::start_with(Path::new(RTRACKD), &s.dir, &cfg, &[]);
+    let node = std::fs::read_to_string(s.dir.join("state/compute_id")).unwrap();
+    assert_ne!(node.trim(), other.to_string(), "not another machine's");
+    wait("registered under its own name", &mut || {
+        let v = rt.block_on(raw.get("/resource_providers?name=h1.long.example"));
+        v["resource_providers"][0]["uuid"] == node.trim()
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let p = rt.block_on(raw.get(&format!("/resource_providers/{other}")));
+    assert_eq!(p["name"], "h1", "{p}");
+    let after = rt.block_on(raw.get(&format!("/resource_providers/{other}/inventories")));
+    assert_eq!(before, after);
+    let a = rt.block_on(raw.get(&format!("/allocations/{theirs}")));
+    assert_eq!(
+        a["allocations"][other.to_string()]["resources"]["VCPU"],
+        1,
+        "{a}"
+    );
+    d.kill();
+
+    // A provider of the node's name that is a child elsewhere: not a compute node.
+    let s = setup();
+    let a = Uuid::new_v4();
+    rt.block_on(must(
+        &raw,
         Method::POST,
         "/resource_providers",
         json!({"uuid": a, "name": "cmp1", "parent_provider_uuid": other}),
     ));
-    let out = start();
+    let path = s.dir.join("rtrack.toml");
+    let cfg = config(&s.root, &s.dir, &srv.url, "");
+    std::fs::write(&path, &cfg).unwrap();
+    let out = Command::new(RTRACKD)
+        .arg("--config")
+        .arg(&path)
+        .env_remove("NOTIFY_SOCKET")
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
         err.contains("is not a compute node") && err.contains(&other.to_string()),
         "{err}"
     );
+    assert!(!s.dir.join("state/compute_id").exists());
 
-    // Told which one: [host] compute_node_uuid is taken as it is.
-    std::fs::write(
-        &path,
-        cfg.replace(
-            "[host]\n",
-            &format!("[host]\ncompute_node_uuid = \"{b}\"\n"),
-        ),
-    )
-    .unwrap();
+    // Told which one: [host] compute_node_uuid is taken as it is, and keeps its name.
+    let b = Uuid::new_v4();
+    rt.block_on(must(
+        &raw,
+        Method::POST,
+        "/resource_providers",
+        json!({"uuid": b, "name": "svc1"}),
+    ));
     let mut d = support::Daemon::start_with(
         Path::new(RTRACKD),
         &s.dir,
-        &std::fs::read_to_string(&path).unwrap(),
+        &cfg.replace(
+            "[host]\n",
+            &format!("[host]\ncompute_node_uuid = \"{b}\"\n"),
+        ),
         &[],
     );
     let node = std::fs::read_to_string(s.dir.join("state/compute_id")).unwrap();
     assert_eq!(node.trim(), b.to_string());
+    wait("reported", &mut || {
+        let v = rt.block_on(raw.get(&format!("/resource_providers/{b}/inventories")));
+        v["inventories"]["VCPU"]["total"].as_i64().is_some()
+    });
+    let p = rt.block_on(raw.get(&format!("/resource_providers/{b}")));
+    assert_eq!(p["name"], "svc1", "never renamed: {p}");
+    wait("the name is warned about", &mut || {
+        d.log_text().contains("rtrack does not rename it")
+    });
     d.kill();
 }

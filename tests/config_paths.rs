@@ -173,3 +173,76 @@ fn application_credential_and_clouds_yaml_secrets_are_never_shown() {
         );
     }
 }
+
+/// A few hundred bytes of nested aliases ("billion laughs") expand to 10^9 nodes: refused, with
+/// the file named, by `--check-config` and by a reload, before anything is built; the daemon
+/// keeps running with its old configuration.
+#[test]
+fn a_yaml_alias_bomb_is_refused_naming_the_file_and_the_daemon_lives_on() {
+    let (_tmp, root, dir) = setup();
+    let mut bomb = String::from("a0: &a0 [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n");
+    for i in 1..10 {
+        let prev = format!("*a{}", i - 1);
+        bomb.push_str(&format!(
+            "a{i}: &a{i} [{}]\n",
+            [prev.as_str(); 10].join(",")
+        ));
+    }
+    let clouds = dir.join("clouds.yaml");
+    std::fs::write(
+        &clouds,
+        format!("clouds:\n  c:\n    auth: {{auth_url: \"http://127.0.0.1:1/v3\"}}\n{bomb}"),
+    )
+    .unwrap();
+    let providers = dir.join("provider_config");
+    std::fs::create_dir_all(&providers).unwrap();
+    let d = Daemon::start_with(Path::new(RTRACKD), &dir, &base_config(&root, &dir), &[]);
+    let good = std::fs::read_to_string(&d.config).unwrap();
+    let with_clouds = good.clone()
+        + &format!(
+            "\n[placement]\ncloud = \"c\"\nclouds_yaml = \"{}\"\n",
+            clouds.display()
+        );
+    let with_providers = good.replace(
+        "[resources]\n",
+        &format!(
+            "[resources]\nprovider_config_location = \"{}\"\n",
+            providers.display()
+        ),
+    );
+    std::fs::write(providers.join("bomb.yaml"), &bomb).unwrap();
+    for (cfg, file) in [
+        (with_clouds, &clouds),
+        (with_providers, &providers.join("bomb.yaml")),
+    ] {
+        std::fs::write(&d.config, &cfg).unwrap();
+        let started = Instant::now();
+        let (code, text) = check_config(&d.config);
+        assert_eq!(code, Some(1), "{text}");
+        assert!(
+            text.contains(&file.display().to_string()) && text.contains("nodes"),
+            "{text}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        let before = d.log_text().matches("reload rejected").count();
+        d.signal(Signal::SIGHUP);
+        let start = Instant::now();
+        while d.log_text().matches("reload rejected").count() == before {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{}",
+                d.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(
+            d.call("GET", "/healthz", None).0,
+            200,
+            "alive after the reload"
+        );
+    }
+}

@@ -415,3 +415,63 @@ fn moves_that_nova_would_not_count_are_refused_and_unknown_states_are_400() {
     let (s, v) = d.call("POST", "/v1/claims", Some(&body));
     assert_eq!(s, 409, "{v}");
 }
+
+/// A flavor as large as the API takes, with NUMA cells that list every vCPU: refused in
+/// milliseconds (the work is linear and done off the connections' thread), and nobody waits
+/// behind it (the issue: 15 s for one, `/healthz` as long, quadratic in the CPU count).
+#[test]
+fn the_largest_numa_flavor_is_refused_at_once_and_holds_nobody_up() {
+    let e = env();
+    let d = start(&e, "");
+    let mut spec = request_spec(&uuid(900), 1, 65536, 256, 1, None);
+    spec["nova_object.data"]["flavor"]["nova_object.data"]["extra_specs"] = json!({
+        "hw:numa_nodes": "2", "hw:numa_cpus.0": "0-32767", "hw:numa_cpus.1": "32768-65535",
+        "hw:numa_mem.0": "128", "hw:numa_mem.1": "128"});
+    let body = json!({"request_spec": spec});
+    let started = Instant::now();
+    let pending: Vec<_> = (0..4)
+        .map(|i| {
+            let path = if i % 2 == 0 {
+                "/v1/claims?dry_run=true"
+            } else {
+                "/v1/claims"
+            };
+            send(
+                &d.socket,
+                "POST",
+                path,
+                Some(body.clone()),
+                Duration::from_secs(60),
+            )
+        })
+        .collect();
+    let mut slowest_health = Duration::ZERO;
+    while started.elapsed() < Duration::from_millis(500) {
+        let t = Instant::now();
+        assert_eq!(d.call("GET", "/healthz", None).0, 200);
+        slowest_health = slowest_health.max(t.elapsed());
+    }
+    for rx in pending {
+        let (s, v) = rx.recv().unwrap().unwrap();
+        assert_eq!(s, 409, "{v}");
+        assert_eq!(v["error"]["code"], "claim_refused", "{v}");
+    }
+    let all = started.elapsed();
+    println!("MEASURE 4 claims of 65,536 vCPUs in NUMA cells: {all:?}; slowest /healthz meanwhile {slowest_health:?}");
+    // Debug build, two cores: generous bounds that the quadratic code missed by orders of
+    // magnitude.
+    assert!(all < Duration::from_secs(5), "{all:?}");
+    assert!(
+        slowest_health < Duration::from_secs(1),
+        "{slowest_health:?}"
+    );
+    // A list with a vCPU left out names a bounded number of them.
+    let mut spec = request_spec(&uuid(901), 1, 65536, 256, 1, None);
+    spec["nova_object.data"]["flavor"]["nova_object.data"]["extra_specs"] = json!({
+        "hw:numa_nodes": "2", "hw:numa_cpus.0": "0", "hw:numa_cpus.1": "1",
+        "hw:numa_mem.0": "128", "hw:numa_mem.1": "128"});
+    let (s, v) = d.call("POST", "/v1/claims", Some(&json!({"request_spec": spec})));
+    assert_eq!(s, 400, "{v}");
+    let m = v["error"]["message"].as_str().unwrap();
+    assert!(m.contains("(65534 in all)") && m.len() < 600, "{m}");
+}

@@ -85,6 +85,11 @@ impl CpuSet {
         CpuSet(ids.into_iter().collect())
     }
 
+    /// Takes `cpu` out; whether it was there.
+    pub fn remove(&mut self, cpu: u32) -> bool {
+        self.0.remove(&cpu)
+    }
+
     /// True if `cpu` is in the set.
     pub fn contains(&self, cpu: u32) -> bool {
         self.0.contains(&cpu)

@@ -20,6 +20,7 @@ mod placement;
 pub mod placement_sources;
 pub mod provider_yaml;
 pub mod upstream;
+pub mod yaml;
 
 use std::path::{Path, PathBuf};
 

@@ -495,16 +495,14 @@ fn load_yaml(file: &Path) -> Result<Yaml, KeyError> {
     }
     let text = std::fs::read_to_string(file)
         .map_err(|e| err(format!("({e})"), "a readable UTF-8 clouds.yaml file"))?;
-    let mut docs = yaml_rust2::YamlLoader::load_from_str(&text).map_err(|e| {
-        err(
-            format!(
-                "(line {}, column {}: {})",
-                e.marker().line(),
-                e.marker().col() + 1,
-                crate::echo::bounded(e.info())
-            ),
-            "YAML",
-        )
+    let mut docs = super::yaml::load(&text).map_err(|e| match e {
+        super::yaml::YamlError::Syntax { line, column, info } => {
+            err(format!("(line {line}, column {column}: {info})"), "YAML")
+        }
+        super::yaml::YamlError::TooLarge(why) => err(
+            format!("({why})"),
+            "a clouds.yaml whose aliases expand to a bounded tree",
+        ),
     })?;
     if docs.is_empty() {
         return Ok(Yaml::Null);

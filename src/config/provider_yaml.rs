@@ -184,14 +184,9 @@ fn is_placement_name(s: &str) -> bool {
 /// Parses one file's text (`file` for messages).
 pub fn parse(text: &str, file: &Path) -> Result<ProviderConfigs, ConfigError> {
     let err = |key: &str, value: String, expected: &str| value_error(file, key, value, expected);
-    let docs = yaml_rust2::YamlLoader::load_from_str(text).map_err(|e| ConfigError::Syntax {
+    let docs = super::yaml::load(text).map_err(|e| ConfigError::Syntax {
         file: file.to_path_buf(),
-        message: format!(
-            "not YAML at line {}, column {}: {}",
-            e.marker().line(),
-            e.marker().col() + 1,
-            crate::echo::bounded(e.info())
-        ),
+        message: e.to_string(),
     })?;
     let Some(Yaml::Hash(top)) = docs.first() else {
         return Err(err(

@@ -274,8 +274,14 @@ pub fn compute_usage(
             flavor_for(inst, m, true)
                 .map(|f| (f, true, UsageSource::IncomingMigration, by_instance.clone()))
         } else if outbound && !tracked {
-            flavor_for(inst, m, false)
-                .map(|f| (f, false, UsageSource::OutgoingMigration, by_migration.clone()))
+            flavor_for(inst, m, false).map(|f| {
+                (
+                    f,
+                    false,
+                    UsageSource::OutgoingMigration,
+                    by_migration.clone(),
+                )
+            })
         } else {
             // The instance is still here and counted as itself; while it leaves, the source
             // side is the migration's in Placement.

@@ -4,9 +4,10 @@
 //! providers (a Neutron agent's bandwidth, a sharing provider's addresses) and classes others
 //! report stay, and so do the consumer's project, user and type.
 //!
-//! rtrack's parts: every class on the providers of its tree that it reports (the compute node,
-//! its PCI, vGPU and encryption children, and those children it would delete), and DISK_GB on
-//! the sharing provider it reports DISK_GB on.
+//! rtrack's parts: every class on the providers of its tree (the compute node, its PCI, vGPU and
+//! encryption children, and those children it would delete). Never the sharing provider's:
+//! with shared storage a claim does not count DISK_GB (Nova's rule), so the scheduler's DISK_GB
+//! part there stays as it is, like every other provider's.
 //!
 //! In: the desired state, the cache (the tree as read), a consumer's allocation as Placement has
 //! it. Out: the allocation to write.
@@ -25,22 +26,19 @@ pub type Amounts = BTreeMap<Uuid, BTreeMap<String, u64>>;
 /// A consumer's project, user and type, as Placement holds them.
 pub type Owner = (String, String, String);
 
-/// The providers whose parts rtrack writes, each with the classes it writes there (`None`:
-/// every class).
+/// The providers whose parts (every class) rtrack writes.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct OwnedParts(BTreeMap<Uuid, Option<BTreeSet<String>>>);
+pub struct OwnedParts(BTreeSet<Uuid>);
 
 impl OwnedParts {
     /// rtrack's parts for `desired`, with the stale children of its tree the cache holds.
     pub fn of(desired: &DesiredState, cache: &ProviderCache) -> OwnedParts {
-        let mut out = BTreeMap::new();
-        for p in &desired.providers {
-            let classes = match p.role {
-                ProviderRole::Sharing => Some(p.owned_classes.clone().unwrap_or_default()),
-                _ => None,
-            };
-            out.insert(p.uuid, classes);
-        }
+        let mut out: BTreeSet<Uuid> = desired
+            .providers
+            .iter()
+            .filter(|p| p.role != ProviderRole::Sharing)
+            .map(|p| p.uuid)
+            .collect();
         let root_name = desired
             .provider(desired.root)
             .map(|r| r.name.as_str())
@@ -50,19 +48,15 @@ impl OwnedParts {
                 && (c.traits.contains(COMPUTE_MANAGED_PCI_DEVICE)
                     || is_nested_provider_name(root_name, &c.name));
             if ours {
-                out.entry(c.uuid).or_insert(None);
+                out.insert(c.uuid);
             }
         }
         OwnedParts(out)
     }
 
-    /// Whether `class` on `provider` is rtrack's to write.
-    pub fn owns(&self, provider: &Uuid, class: &str) -> bool {
-        match self.0.get(provider) {
-            None => false,
-            Some(None) => true,
-            Some(Some(classes)) => classes.contains(class),
-        }
+    /// Whether parts on `provider` are rtrack's to write.
+    pub fn owns(&self, provider: &Uuid) -> bool {
+        self.0.contains(provider)
     }
 
     /// `current` without rtrack's parts (what a release leaves).
@@ -70,7 +64,7 @@ impl OwnedParts {
         let mut out = Amounts::new();
         for (rp, classes) in current {
             for (class, n) in classes {
-                if *n > 0 && !self.owns(rp, class) {
+                if *n > 0 && !self.owns(rp) {
                     out.entry(*rp).or_default().insert(class.clone(), *n);
                 }
             }
@@ -122,10 +116,7 @@ mod tests {
     #[test]
     fn only_our_parts_are_replaced() {
         let (root, neutron, shared) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
-        let owned = OwnedParts(BTreeMap::from([
-            (root, None),
-            (shared, Some(BTreeSet::from(["DISK_GB".to_string()]))),
-        ]));
+        let owned = OwnedParts(BTreeSet::from([root]));
         let current = amounts(&[
             (root, "VCPU", 2),
             (root, "MEMORY_MB", 512),
@@ -140,14 +131,16 @@ mod tests {
                 (root, "VCPU", 4),
                 (root, "MEMORY_MB", 512),
                 (neutron, "NET_BW_EGR_KILOBIT_PER_SEC", 1000),
+                (shared, "DISK_GB", 10),
                 (shared, "IPV4_ADDRESS", 1),
             ]),
-            "our DISK_GB on the sharing provider goes with our parts; others' parts stay"
+            "others' parts stay"
         );
         assert_eq!(
             owned.others(&current),
             amounts(&[
                 (neutron, "NET_BW_EGR_KILOBIT_PER_SEC", 1000),
+                (shared, "DISK_GB", 10),
                 (shared, "IPV4_ADDRESS", 1),
             ])
         );

@@ -18,9 +18,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use super::allocations::{Amounts, Owner};
 use super::api::{ConsumerAllocations, PlacementApi, ProviderInfo, RequestCounts};
 use super::auth::Authenticator;
-use super::allocations::{Amounts, Owner};
 use super::plan::InventoryRecord;
 use super::transport::{
     choose_microversion, decode, error_from_body, parse_version, transport_reason,

@@ -810,8 +810,12 @@ mod tests {
         c.resources.insert(neutron, bw.clone());
         c.owner = Some(("proj".into(), "user".into(), "INSTANCE".into()));
         assert!(plan(&d, &cache).is_empty(), "foreign parts are not drift");
-        d.allocations.as_mut().unwrap().get_mut(&c1).unwrap().resources =
-            BTreeMap::from([(node, BTreeMap::from([("VCPU".to_string(), 4)]))]);
+        d.allocations
+            .as_mut()
+            .unwrap()
+            .get_mut(&c1)
+            .unwrap()
+            .resources = BTreeMap::from([(node, BTreeMap::from([("VCPU".to_string(), 4)]))]);
         match plan(&d, &cache).as_slice() {
             [Action::PutAllocation {
                 consumer,

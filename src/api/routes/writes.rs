@@ -148,10 +148,14 @@ pub async fn create_claim(
     let Query(q) = q.map_err(query_error)?;
     let dry_run = q.flag()?;
     let body: ClaimBody = json_body(&state, &headers, body, "a claim")?;
-    let config = state.config();
-    let ParsedClaim { info, request } = body
-        .parse(&config.aliases)
-        .inspect_err(|e| reject_malformed(&state, "instance_claim", e))?;
+    // Reading a RequestSpec (extra specs, NUMA constraints) is work: on the blocking pool, so
+    // that no body holds the connections of others.
+    let st = state.clone();
+    let ParsedClaim { info, request } = blocking(move || {
+        body.parse(&st.config().aliases)
+            .inspect_err(|e| reject_malformed(&st, "instance_claim", e))
+    })
+    .await?;
     let (info2, request2) = (info.clone(), request.clone());
     let (outcome, ()) = claim_for_caller(
         &state,
@@ -205,15 +209,20 @@ pub async fn create_migration(
     let Query(q) = q.map_err(query_error)?;
     let dry_run = q.flag()?;
     let body: MigrationBody = json_body(&state, &headers, body, "a migration")?;
-    let config = state.config();
+    let st = state.clone();
+    let (body, parsed) = blocking(move || {
+        let parsed = body
+            .parse(&st.config().aliases)
+            .inspect_err(|e| reject_malformed(&st, "move_claim", e))?;
+        Ok((body, parsed))
+    })
+    .await?;
     let ParsedMove {
         info,
         new,
         current,
         current_numa,
-    } = body
-        .parse(&config.aliases)
-        .inspect_err(|e| reject_malformed(&state, "move_claim", e))?;
+    } = parsed;
     let uuid = info.uuid.clone();
     let mv = MoveRequest {
         instance: info,

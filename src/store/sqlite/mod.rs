@@ -179,10 +179,9 @@ impl Store {
             }
             state.pci_providers.insert(addr, v.0);
         }
-        for (k, v) in self.rows::<crate::tracker::released::ReleasedConsumer>(
-            "released_consumers",
-            "uuid",
-        )? {
+        for (k, v) in
+            self.rows::<crate::tracker::released::ReleasedConsumer>("released_consumers", "uuid")?
+        {
             let u = uuid::Uuid::parse_str(&k).map_err(|_| StoreError::Corrupt {
                 path: self.path.clone(),
                 table: "released_consumers",

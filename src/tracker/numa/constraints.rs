@@ -403,13 +403,12 @@ fn manual_cells(
                     format!("CPU number {cpu} is larger than max {}", f.vcpus - 1),
                 ));
             }
-            if !avail.contains(cpu) {
+            if !avail.remove(cpu) {
                 return Err(invalid(
                     field,
                     format!("CPU number {cpu} is assigned to two nodes"),
                 ));
             }
-            avail = avail.difference(&CpuSet::from_ids([cpu]));
         }
         total = total.saturating_add(mem);
         cells.push(GuestCell {
@@ -420,11 +419,17 @@ fn manual_cells(
         });
     }
     if !avail.is_empty() {
-        let ids: Vec<String> = avail.iter().map(|c| c.to_string()).collect();
+        // Nova lists them one by one; a list as long as a flavor's vCPUs is cut.
+        let ids: Vec<String> = avail.iter().take(32).map(|c| c.to_string()).collect();
+        let more = if avail.len() > 32 {
+            format!(", … ({} in all)", avail.len())
+        } else {
+            String::new()
+        };
         return Err(invalid(
             f.field("hw:numa_cpus.0"),
             format!(
-                "CPU number {{{}}} is not assigned to any node",
+                "CPU number {{{}{more}}} is not assigned to any node",
                 ids.join(", ")
             ),
         ));

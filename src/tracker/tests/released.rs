@@ -62,13 +62,15 @@ fn move_to(dest: &str, id: i64, move_type: Option<MoveType>) -> MoveRequest {
 fn a_source_side_is_the_migrations_from_the_start_of_the_move() {
     let mut t = tracker();
     let (_, c) = t
-        .instance_claim(&info(1), &req(flavor(1, 2, 1024, 10, &[]), vec![]), 0, false)
+        .instance_claim(
+            &info(1),
+            &req(flavor(1, 2, 1024, 10, &[]), vec![]),
+            0,
+            false,
+        )
         .unwrap();
     assert!(noted(&mut t, c, 1).released_consumers.is_empty());
-    assert_eq!(
-        holders(&t),
-        vec![(UsageSource::Instance, uuid(1), false)]
-    );
+    assert_eq!(holders(&t), vec![(UsageSource::Instance, uuid(1), false)]);
     // The move starts: the instance is still here, its side is now the migration's.
     let (_, c) = t.move_claim(&move_to("cmp2", 5, None), 10, false).unwrap();
     let c = noted(&mut t, c, 10);
@@ -76,7 +78,11 @@ fn a_source_side_is_the_migrations_from_the_start_of_the_move() {
         holders(&t),
         vec![(UsageSource::Instance, migration_uuid(5), true)]
     );
-    assert_eq!(released(&t), vec![uuid(1)], "the instance's consumer let go");
+    assert_eq!(
+        released(&t),
+        vec![uuid(1)],
+        "the instance's consumer let go"
+    );
     assert_eq!(c.released_consumers.len(), 1);
     // finish_resize: the instance lives on cmp2; the source still holds the old flavor.
     let c = t
@@ -108,7 +114,12 @@ fn a_source_side_is_the_migrations_from_the_start_of_the_move() {
 fn a_reverted_move_holds_the_instance_again_and_forgets_its_release() {
     let mut t = tracker();
     let (_, c) = t
-        .instance_claim(&info(1), &req(flavor(1, 2, 1024, 10, &[]), vec![]), 0, false)
+        .instance_claim(
+            &info(1),
+            &req(flavor(1, 2, 1024, 10, &[]), vec![]),
+            0,
+            false,
+        )
         .unwrap();
     noted(&mut t, c, 1);
     let (_, c) = t.move_claim(&move_to("cmp2", 5, None), 10, false).unwrap();
@@ -116,10 +127,7 @@ fn a_reverted_move_holds_the_instance_again_and_forgets_its_release() {
     assert_eq!(released(&t), vec![uuid(1)]);
     let c = t.revert_move(5, 20).unwrap();
     let c = noted(&mut t, c, 20);
-    assert_eq!(
-        holders(&t),
-        vec![(UsageSource::Instance, uuid(1), false)]
-    );
+    assert_eq!(holders(&t), vec![(UsageSource::Instance, uuid(1), false)]);
     assert_eq!(released(&t), vec![migration_uuid(5)]);
     let forgotten = c
         .released_consumers
@@ -211,7 +219,12 @@ fn an_incoming_move_and_an_evacuation_are_the_instances() {
 fn an_abort_releases_and_a_new_claim_holds_again() {
     let mut t = tracker();
     let (_, c) = t
-        .instance_claim(&info(1), &req(flavor(1, 2, 1024, 10, &[]), vec![]), 0, false)
+        .instance_claim(
+            &info(1),
+            &req(flavor(1, 2, 1024, 10, &[]), vec![]),
+            0,
+            false,
+        )
         .unwrap();
     noted(&mut t, c, 1);
     let c = t.abort(&uuid(1)).unwrap();
@@ -227,7 +240,12 @@ fn an_abort_releases_and_a_new_claim_holds_again() {
     let u = uuid::Uuid::parse_str(&uuid(1)).unwrap();
     assert!(t.forget_released(&[(u, 1)]).is_empty());
     let (_, c) = t
-        .instance_claim(&info(1), &req(flavor(1, 2, 1024, 10, &[]), vec![]), 3, false)
+        .instance_claim(
+            &info(1),
+            &req(flavor(1, 2, 1024, 10, &[]), vec![]),
+            3,
+            false,
+        )
         .unwrap();
     noted(&mut t, c, 3);
     assert!(released(&t).is_empty(), "held again");

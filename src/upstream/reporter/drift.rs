@@ -142,10 +142,7 @@ impl<P: PlacementApi> Reporter<P> {
         let mut report = RemovalReport::default();
         for c in consumers {
             match self.why_not_remove(desired, &drift, *c) {
-                Some(why) => report.refused.push(RemovalRefused {
-                    consumer: *c,
-                    why,
-                }),
+                Some(why) => report.refused.push(RemovalRefused { consumer: *c, why }),
                 None => {
                     let mut outcome = ReportOutcome::default();
                     if self.clear_one(*c, &owned, &mut outcome).await? {

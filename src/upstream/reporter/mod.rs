@@ -310,8 +310,12 @@ impl<P: PlacementApi> Reporter<P> {
         }
         for w in now.difference(&self.unwritable_warned) {
             match w.split_once(':') {
-                Some(("unowned", c)) => tracing::warn!(target: "rtrack::upstream", consumer = %c, "the claim names no project_id or user_id and Placement does not know the consumer: its allocation is not written (Placement needs both; Nova's claims carry them)"),
-                _ => tracing::warn!(target: "rtrack::upstream", provider = %desired.root, placement_name = ?root_name, hypervisor_hostname = ?wanted_name, "the compute node provider has another name in Placement than hypervisor_hostname; rtrack does not rename it (rename it, or set [host] hypervisor_hostname)"),
+                Some(("unowned", c)) => {
+                    tracing::warn!(target: "rtrack::upstream", consumer = %c, "the claim names no project_id or user_id and Placement does not know the consumer: its allocation is not written (Placement needs both; Nova's claims carry them)")
+                }
+                _ => {
+                    tracing::warn!(target: "rtrack::upstream", provider = %desired.root, placement_name = ?root_name, hypervisor_hostname = ?wanted_name, "the compute node provider has another name in Placement than hypervisor_hostname; rtrack does not rename it (rename it, or set [host] hypervisor_hostname)")
+                }
             }
         }
         self.unwritable_warned = now;
