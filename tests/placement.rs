@@ -2239,3 +2239,66 @@ async fn a_root_an_older_nova_compute_left_with_vgpu_and_sev_is_reshaped_keeping
     let o = r.report(&d).await.unwrap();
     assert_eq!(o.requests.total(), 0, "{}", o.requests);
 }
+
+/// `POST /v1/refresh`: the host probed again and Placement written before the answer, whatever
+/// the intervals say (nova-compute's periodic task asks for this, and reads Placement at once).
+#[test]
+fn a_refresh_audits_and_reports_before_it_answers() {
+    let Some(srv) = server("refresh") else { return };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let raw = srv.client();
+    let tmp = rtrack_fixtures::real::scratch_dir();
+    let root = tmp.path().join("host");
+    SyntheticHost::small().write(&root);
+    let dir = tmp.path().join("d");
+    let config = support::base_config(&root, &dir)
+        + &format!(
+            "[audit]\ninterval_s = 3600\n[placement]\nendpoint = \"{}\"\nreport_interval_s = 3600\n",
+            srv.url
+        );
+    let d =
+        support::Daemon::start_with(Path::new(env!("CARGO_BIN_EXE_rtrackd")), &dir, &config, &[]);
+    let node = std::fs::read_to_string(dir.join("state/compute_id")).unwrap();
+    let (s, v) = d.call("POST", "/v1/refresh", None);
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["audited"], true, "{v}");
+    let inv = rt.block_on(raw.get(&format!("/resource_providers/{}/inventories", node.trim())));
+    let before = inv["inventories"]["MEMORY_MB"]["total"].as_i64().unwrap();
+    // The host's memory changes; the next refresh carries it to Placement before answering.
+    let meminfo = root.join("proc/meminfo");
+    let text = std::fs::read_to_string(&meminfo).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .unwrap()
+        .to_string();
+    let kb: i64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    std::fs::write(
+        &meminfo,
+        text.replace(&line, &format!("MemTotal:       {} kB", kb + 1024 * 1024)),
+    )
+    .unwrap();
+    let (s, v) = d.call("POST", "/v1/refresh", None);
+    assert_eq!(s, 200, "{v}");
+    assert!(v["placement"]["changes"].as_u64().unwrap() >= 1, "{v}");
+    let inv = rt.block_on(raw.get(&format!("/resource_providers/{}/inventories", node.trim())));
+    assert_eq!(
+        inv["inventories"]["MEMORY_MB"]["total"].as_i64().unwrap(),
+        before + 1024,
+        "{inv}"
+    );
+    // Placement down: the refresh says so (503), the audit still happened.
+    srv.stop();
+    let (s, v) = d.call("POST", "/v1/refresh", None);
+    assert_eq!(s, 503, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("placement"),
+        "{v}"
+    );
+}

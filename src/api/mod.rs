@@ -83,6 +83,7 @@ route_table! {
     "POST" post "/v1/pci-devices/{address}/release" => routes::release_pci_device,
     "POST" post "/v1/reconcile" => routes::reconcile,
     "POST" post "/v1/adopt" => routes::adopt,
+    "POST" post "/v1/refresh" => routes::refresh,
 }
 
 /// The socket API.

@@ -164,6 +164,10 @@ pub fn document() -> Value {
         "numa_cells": {"type": "array", "items": {"type": "integer"}, "description": "host NUMA cells the guest's cells are on, in guest order"},
         "numa_topology": {"type": "object", "nullable": true, "description": "the fitted InstanceNUMATopology primitive (Nova's): per guest cell the host cell (id), cpuset, pcpuset, cpu_pinning_raw, cpuset_reserved, memory, pagesize, policies"},
         "claimed_at": {"type": "string"}});
+    let refreshed = json!({"type": "object", "required": ["audited", "placement"], "properties": {
+        "audited": {"type": "boolean"},
+        "placement": {"type": "object", "nullable": true, "description": "null without Placement",
+            "properties": {"changes": {"type": "integer"}, "requests": {"type": "integer"}, "conflicts": {"type": "integer"}}}}});
     let reconciled = json!({"type": "object", "required": ["drift", "counts", "fixed"], "properties": {
         "drift": schema_ref("Drift"), "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
         "fixed": {"type": "boolean"}, "found": schema_ref("Drift"), "found_counts": {"type": "object", "additionalProperties": {"type": "integer"}},
@@ -276,6 +280,9 @@ pub fn document() -> Value {
                 "requestBody": {"required": false, "content": {"application/json": {"schema": schema_ref("ReconcileRequest")}}},
                 "responses": responses(&[("200", ok("the drift", reconciled))],
                     &[400, 403, 409, 413, 415, 500, 503])}},
+            "/v1/refresh": {"post": {"operationId": "refresh", "summary": "Audits now (the host probed again) and reports to Placement now, without waiting for a backoff; answered once both are done (503 not_ready when either failed)",
+                "responses": responses(&[("200", ok("done", refreshed))],
+                    &[403, 500, 503])}},
             "/v1/adopt": {"post": {"operationId": "adopt", "summary": "The instances Placement's allocations say this host runs (a host taken over from nova-compute), as local claims: the plan, committed in one transaction with apply when every consumer fits",
                 "requestBody": {"required": false, "content": {"application/json": {"schema": schema_ref("AdoptRequest")}}},
                 "responses": responses(&[("200", ok("the plan (applied when asked and possible)", schema_ref("AdoptionPlan")))],

@@ -33,6 +33,11 @@ pub enum UpstreamCommand {
         /// The answer (an error in words).
         reply: tokio::sync::oneshot::Sender<Result<ReconcileAnswer, String>>,
     },
+    /// Report to Placement now, even while backing off (`POST /v1/refresh`, after its audit).
+    ReportNow {
+        /// What was written, or why not (an error in words).
+        reply: tokio::sync::oneshot::Sender<Result<ReportSummary, String>>,
+    },
     /// Read the provider tree and every allocation on it, with each consumer's owner (adoption).
     ReadAllocations {
         /// The answer (an error in words).
@@ -40,6 +45,29 @@ pub enum UpstreamCommand {
             Result<crate::upstream::reporter::holdings::HoldingsRead, String>,
         >,
     },
+}
+
+/// What a report asked for by `POST /v1/refresh` did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ReportSummary {
+    /// Writes Placement accepted.
+    pub changes: u32,
+    /// Requests sent.
+    pub requests: u64,
+    /// Generation conflicts met (each re-read and retried).
+    pub conflicts: u32,
+}
+
+/// `POST /v1/refresh`: audit now, then report now; the answer once both are done.
+pub type RefreshRequest = tokio::sync::oneshot::Sender<RefreshAnswer>;
+
+/// What a refresh did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct RefreshAnswer {
+    /// The audit's error, if it failed (the tracker keeps the last good probe).
+    pub audit_error: Option<String>,
+    /// The report, when Placement is configured; its error when it failed.
+    pub placement: Option<Result<ReportSummary, String>>,
 }
 
 /// The answer to [`UpstreamCommand::Reconcile`].
@@ -91,6 +119,7 @@ pub struct DaemonState {
     access: RwLock<Access>,
     stopping: AtomicBool,
     upstream: parking_lot::Mutex<Option<tokio::sync::mpsc::Sender<UpstreamCommand>>>,
+    refresh: parking_lot::Mutex<Option<tokio::sync::mpsc::Sender<RefreshRequest>>>,
     drift: RwLock<Option<DriftHealth>>,
 }
 
@@ -111,6 +140,7 @@ impl DaemonState {
             access: RwLock::new(access),
             stopping: AtomicBool::new(false),
             upstream: parking_lot::Mutex::new(None),
+            refresh: parking_lot::Mutex::new(None),
             drift: RwLock::new(None),
         }
     }
@@ -173,6 +203,16 @@ impl DaemonState {
     /// Where to send commands to the report loop; `None` when Placement is not configured.
     pub fn upstream(&self) -> Option<tokio::sync::mpsc::Sender<UpstreamCommand>> {
         self.upstream.lock().clone()
+    }
+
+    /// The refresh task's queue (set once the daemon serves).
+    pub fn set_refresh(&self, tx: Option<tokio::sync::mpsc::Sender<RefreshRequest>>) {
+        *self.refresh.lock() = tx;
+    }
+
+    /// Where to ask for a refresh; `None` before the daemon serves (or in tests without one).
+    pub fn refresh(&self) -> Option<tokio::sync::mpsc::Sender<RefreshRequest>> {
+        self.refresh.lock().clone()
     }
 
     /// Records the last reconciliation's confirmed drift.

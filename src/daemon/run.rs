@@ -285,6 +285,19 @@ async fn main_loop(
         })
     };
 
+    // Refreshes asked for over the API: audit now, then report now; answered once both are done.
+    let refresh_task = {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<crate::api::shared::RefreshRequest>(16);
+        state.set_refresh(Some(tx));
+        let auditor = auditor.clone();
+        let state = state.clone();
+        tokio::spawn(async move {
+            while let Some(reply) = rx.recv().await {
+                let _ = reply.send(refresh_now(&state, &auditor).await);
+            }
+        })
+    };
+
     // Watchdog: ping only while the tracker answers.
     let watchdog_task = systemd::watchdog_interval().map(|every| {
         let service = service.clone();
@@ -356,6 +369,7 @@ async fn main_loop(
     }
     for t in [
         Some(audit_task),
+        Some(refresh_task),
         watchdog_task,
         reporter,
         metrics_server.map(|h| {
@@ -377,6 +391,36 @@ async fn main_loop(
         "rtrackd stopped; the store is flushed"
     );
     Ok(())
+}
+
+/// One refresh: an audit, then (with Placement configured) a report that does not wait for a
+/// backoff.
+async fn refresh_now(
+    state: &Arc<DaemonState>,
+    auditor: &Auditor,
+) -> crate::api::shared::RefreshAnswer {
+    let limit = audit::time_limit(state.config().audit_interval_s);
+    let audit_error = auditor.run_once(limit).await.err();
+    let placement = match (
+        state.upstream(),
+        state.config().placement_settings.is_some(),
+    ) {
+        (Some(tx), true) => {
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            let sent = tx
+                .send(crate::api::shared::UpstreamCommand::ReportNow { reply })
+                .await;
+            Some(match (sent, answer.await) {
+                (Ok(()), Ok(r)) => r,
+                _ => Err("the report loop stopped (shutting down)".to_string()),
+            })
+        }
+        _ => None,
+    };
+    crate::api::shared::RefreshAnswer {
+        audit_error,
+        placement,
+    }
 }
 
 /// SIGHUP: read the file again; if it is valid, put what can change live in force and say what

@@ -74,6 +74,22 @@ async fn answer(
             };
             let _ = reply.send(answer);
         }
+        UpstreamCommand::ReportNow { reply } => {
+            let answer = match (reporter, desired) {
+                (None, _) => Err(not_configured()),
+                (_, Err(e)) => Err(e),
+                (Some(r), Ok(d)) => r
+                    .report_now(&d)
+                    .await
+                    .map(|o| crate::api::shared::ReportSummary {
+                        changes: o.changes,
+                        requests: o.requests.total(),
+                        conflicts: o.conflicts,
+                    })
+                    .map_err(|e| e.to_string()),
+            };
+            let _ = reply.send(answer);
+        }
         UpstreamCommand::ReadAllocations { reply } => {
             let answer = match (reporter, desired) {
                 (None, _) => Err(not_configured()),

@@ -187,6 +187,46 @@ pub async fn reconcile(
     Ok(Json(v).into_response())
 }
 
+/// `POST /v1/refresh`: an audit now (the host probed again), then a report to Placement now;
+/// answered once both are done. `503 not_ready` when either failed.
+pub async fn refresh(State(state): St) -> ApiResult {
+    let tx = state
+        .refresh()
+        .ok_or_else(|| ApiError::new(ErrorCode::NotReady, "rtrackd is not serving yet"))?;
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    let stopped = || {
+        ApiError::new(
+            ErrorCode::ShuttingDown,
+            "the refresh task stopped (shutting down)",
+        )
+    };
+    tx.send(reply).await.map_err(|_| stopped())?;
+    let a = answer.await.map_err(|_| stopped())?;
+    let placement = match &a.placement {
+        None => Value::Null,
+        Some(Ok(r)) => {
+            json!({"changes": r.changes, "requests": r.requests, "conflicts": r.conflicts})
+        }
+        Some(Err(e)) => json!({"error": e}),
+    };
+    let failed = a.audit_error.is_some() || matches!(a.placement, Some(Err(_)));
+    tracing::info!(target: "rtrack::upstream", audit_error = ?a.audit_error, placement = %placement, "refresh asked for");
+    if failed {
+        return Err(ApiError::new(
+            ErrorCode::NotReady,
+            format!(
+                "refresh incomplete: audit: {}; placement: {}",
+                a.audit_error.as_deref().unwrap_or("ok"),
+                match &a.placement {
+                    Some(Err(e)) => e.as_str(),
+                    _ => "ok",
+                }
+            ),
+        ));
+    }
+    Ok(Json(json!({"audited": true, "placement": placement})).into_response())
+}
+
 /// `POST /v1/adopt`: the instances Placement says this host runs, as local claims.
 pub async fn adopt(
     State(state): St,

@@ -187,6 +187,17 @@ impl<P: PlacementApi> Reporter<P> {
         self.backoff.remaining(Instant::now())
     }
 
+    /// [`Reporter::report`] now, even while backing off, after reading Placement again (by
+    /// generation): someone asked, and reads Placement once it is answered.
+    pub async fn report_now(
+        &mut self,
+        desired: &DesiredState,
+    ) -> Result<ReportOutcome, UpstreamError> {
+        self.backoff.succeeded();
+        self.expire();
+        self.report(desired).await
+    }
+
     /// Brings Placement in line with `desired`. Sends nothing when the cache is fresh and
     /// already equal to `desired`. While backing off after a failure, returns at once with
     /// [`ReportOutcome::backing_off`] set.
