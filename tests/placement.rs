@@ -542,10 +542,12 @@ async fn pci_children_name_class_traits() {
         ))
         .await;
     let t: BTreeSet<String> = serde_json::from_value(t["traits"].clone()).unwrap();
+    // Exactly Nova 34's set: the spec's traits, COMPUTE_MANAGED_PCI_DEVICE and OWNER_NOVA.
     let want: BTreeSet<String> = [
         "COMPUTE_MANAGED_PCI_DEVICE",
         "CUSTOM_FAST_PATH",
         "HW_NIC_SRIOV",
+        "OWNER_NOVA",
     ]
     .iter()
     .map(|s| s.to_string())

@@ -125,8 +125,8 @@ pub fn nested_children(
             role: ProviderRole::Nested,
             inventories: BTreeMap::from([(class.clone(), DesiredInventory::units(total))]),
             owned_classes: None,
-            traits: BTreeSet::new(),
-            owned_traits: Some(BTreeSet::new()),
+            traits: BTreeSet::from([super::traits::OWNER_NOVA.to_string()]),
+            owned_traits: Some(BTreeSet::from([super::traits::OWNER_NOVA.to_string()])),
             aggregates: BTreeSet::new(),
         });
     }

@@ -392,7 +392,14 @@ impl DesiredState {
                         },
                     )]),
                     owned_classes: None,
-                    traits: g.traits.clone(),
+                    // Nova 34 marks every provider it manages (its owner_nova_filter requires
+                    // the trait on PCI request groups).
+                    traits: g
+                        .traits
+                        .iter()
+                        .cloned()
+                        .chain([traits::OWNER_NOVA.to_string()])
+                        .collect(),
                     owned_traits: None,
                     aggregates: BTreeSet::new(),
                 });
@@ -714,9 +721,11 @@ traits = "custom_fast, HW_NIC_SRIOV"
 address = "0000:3b:*.*"
 [[pci.device_spec]]
 address = "0000:5e:00.0"
+live_migratable = "yes"
 [[pci.device_spec]]
 vendor_id = "144d"
 resource_class = "nvme disk"
+live_migratable = "no"
 "#,
         );
         let node = Uuid::new_v4();
@@ -747,6 +756,18 @@ resource_class = "nvme disk"
             .traits
             .contains("COMPUTE_MANAGED_PCI_DEVICE"));
         assert!(p("cmp-1_0000:3B:00.1").traits.contains("CUSTOM_FAST"));
+        assert!(p("cmp-1_0000:3B:00.1").traits.contains("OWNER_NOVA"));
+        // Nova 34's set: COMPUTE_MANAGED_PCI_DEVICE, OWNER_NOVA, HW_PCI_LIVE_MIGRATABLE only
+        // where the spec says live_migratable (yes, normalized to true).
+        let set = |n: &str| p(n).traits.iter().map(String::as_str).collect::<Vec<_>>();
+        assert_eq!(
+            set("cmp-1_0000:5E:00.0"),
+            ["COMPUTE_MANAGED_PCI_DEVICE", "HW_PCI_LIVE_MIGRATABLE", "OWNER_NOVA"]
+        );
+        assert_eq!(
+            set("cmp-1_0000:01:00.0"),
+            ["COMPUTE_MANAGED_PCI_DEVICE", "OWNER_NOVA"]
+        );
         assert!(p("cmp-1_0000:3B:00.1").traits.contains("HW_NIC_SRIOV"));
         assert_eq!(
             p("cmp-1_0000:3B:00.1").inventories["CUSTOM_PCI_8086_1592"].total,
