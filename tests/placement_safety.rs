@@ -623,6 +623,7 @@ fn a_release_while_placement_is_down_is_done_when_it_answers_and_nothing_else() 
     });
     let before_kept = p.allocation(kept);
     let before_build = p.allocation(build);
+    assert_eq!(part(&before_build, &h.node)["VCPU"], 1, "{before_build}");
     srv.stop();
     let (s, _) = h.d.call("DELETE", &format!("/v1/claims/{released}"), None);
     assert_eq!(s, 200);
@@ -638,4 +639,5 @@ fn a_release_while_placement_is_down_is_done_when_it_answers_and_nothing_else() 
     h.cycles();
     assert_eq!(p.allocation(kept), before_kept);
     assert_eq!(p.allocation(build), before_build);
+    assert_eq!(part(&p.allocation(build), &h.node)["VCPU"], 1);
 }
