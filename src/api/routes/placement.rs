@@ -38,7 +38,7 @@ pub struct ReconcileBody {
     /// other parts kept): each refused while it holds a claim here, was released here, or was
     /// first seen unclaimed less than `[placement] unclaimed_grace_s` ago.
     #[serde(default)]
-    #[schema(value_type = Vec<String>)]
+    #[schema(schema_with = uuid_list_schema)]
     pub remove_unclaimed: Vec<uuid::Uuid>,
 }
 
@@ -70,6 +70,21 @@ pub struct DeviceMapEntry {
     /// Its devices' PCI addresses (`dddd:bb:ss.f`).
     #[schema(schema_with = address_list_schema)]
     pub addresses: Vec<String>,
+}
+
+/// An array of UUIDs (what `uuid::Uuid` parses: the hyphenated form is documented).
+fn uuid_list_schema() -> utoipa::openapi::schema::Array {
+    use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, SchemaFormat, Type};
+    ArrayBuilder::new()
+        .items(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .format(Some(SchemaFormat::Custom("uuid".into())))
+                .pattern(Some(
+                    "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$",
+                )),
+        )
+        .build()
 }
 
 /// An array of PCI addresses, each matching [`PciAddress::PATTERN`] (what the parser takes).

@@ -158,16 +158,16 @@ fn equal_claims_and_allocations_are_no_drift_whatever_others_hold() {
 }
 
 #[test]
-fn orphan_missing_different_and_gone_inventory_are_found() {
+fn unclaimed_missing_different_and_gone_inventory_are_found() {
     let (mut d, mut c) = setup();
-    let (orphan, missing, different, foreign) = (
+    let (unclaimed, missing, different, foreign) = (
         Uuid::from_u128(101),
         Uuid::from_u128(102),
         Uuid::from_u128(103),
         Uuid::from_u128(104),
     );
     c.placement_allocations.insert(
-        orphan,
+        unclaimed,
         amounts(&[(ROOT, "VCPU", 1), (ROOT, "MEMORY_MB", 256)]),
     );
     d.expected.insert(missing, alloc(&[(ROOT, "VCPU", 4)]));
@@ -179,7 +179,7 @@ fn orphan_missing_different_and_gone_inventory_are_found() {
         different,
         amounts(&[(ROOT, "VCPU", 4), (PCI, "CUSTOM_VF", 1)]),
     );
-    // Only on a provider that is not rtrack's: not an orphan of rtrack's.
+    // Only on a provider that is not rtrack's: not unclaimed drift of rtrack's.
     c.placement_allocations.insert(
         foreign,
         amounts(&[(NEUTRON, "NET_BW_EGR_KILOBIT_PER_SEC", 1)]),
@@ -202,7 +202,7 @@ fn orphan_missing_different_and_gone_inventory_are_found() {
     assert_eq!(
         kinds,
         BTreeMap::from([
-            (orphan, DriftKind::Unclaimed),
+            (unclaimed, DriftKind::Unclaimed),
             (missing, DriftKind::Missing),
             (different, DriftKind::Different)
         ])
@@ -246,7 +246,7 @@ fn orphan_missing_different_and_gone_inventory_are_found() {
     // Keys tell the same drift seen again from another.
     let again = compare(&d, &c);
     assert_eq!(again.keys(), drift.keys());
-    let one: BTreeSet<String> = [format!("unclaimed:{orphan}")].into();
+    let one: BTreeSet<String> = [format!("unclaimed:{unclaimed}")].into();
     assert_eq!(drift.only(&one).consumers.len(), 1);
     assert!(drift.only(&one).inventories.is_empty());
 }
