@@ -9,6 +9,8 @@
 //! - PF/VF states are consistent (an allocated VF's PF is unavailable, an allocated PF's VFs are
 //!   unavailable, nothing else is unavailable) and every allocated device belongs to a claim;
 //! - pool counts add up to the available devices;
+//! - every Placement consumer held before a step and not after it is recorded as released with
+//!   that step's changes, and nothing held is recorded as released;
 //! - a refused operation changed nothing.
 //!
 //! At the end, reopening the store gives the tracker's state back, and an audit rebuilds the
@@ -403,6 +405,30 @@ fn check_invariants(t: &Tracker, model: &Model) {
     }
 }
 
+/// Every Placement consumer held before and not now was released (recorded); nothing held now
+/// is recorded as released.
+fn check_releases(t: &Tracker, held_before: &mut BTreeSet<uuid::Uuid>) {
+    let held: BTreeSet<uuid::Uuid> = t
+        .usage()
+        .consumers
+        .iter()
+        .filter_map(|c| c.holder.uuid.parse().ok())
+        .collect();
+    let released: BTreeSet<uuid::Uuid> = t.state().released_consumers.keys().copied().collect();
+    assert!(
+        held.is_disjoint(&released),
+        "held and released at once: {:?}",
+        held.intersection(&released).collect::<Vec<_>>()
+    );
+    for gone in held_before.difference(&held) {
+        assert!(
+            released.contains(gone),
+            "{gone} was held, is not, and was not recorded as released"
+        );
+    }
+    *held_before = held;
+}
+
 fn run(ops: Vec<Op>, hosts: &[HostInventory]) {
     let f = std::path::Path::new("props.toml");
     let mut cfg = Config::parse(CONFIG, f).unwrap().validate(f).unwrap();
@@ -425,6 +451,7 @@ fn run(ops: Vec<Op>, hosts: &[HostInventory]) {
     let (_, changes) = t.audit(hosts[0].clone(), time::OffsetDateTime::UNIX_EPOCH);
     store.commit(&[changes]).unwrap();
     let mut model = Model::default();
+    let mut held_before: BTreeSet<uuid::Uuid> = BTreeSet::new();
     let mut next_migration = 100;
     let now = 1_000;
     for op in ops {
@@ -581,10 +608,15 @@ fn run(ops: Vec<Op>, hosts: &[HostInventory]) {
                 .1),
         };
         match result {
-            Ok(changes) => store.commit(&[changes]).unwrap(),
+            Ok(mut changes) => {
+                // As the service does: the releases are recorded with the operation.
+                t.note_releases(&mut changes, now);
+                store.commit(&[changes]).unwrap();
+            }
             Err(_) => assert_eq!(t.state(), &before, "a refused operation changed the state"),
         }
         check_invariants(&t, &model);
+        check_releases(&t, &mut held_before);
     }
     // What was committed change by change is the state.
     drop(store);

@@ -762,7 +762,11 @@ live_migratable = "no"
         let set = |n: &str| p(n).traits.iter().map(String::as_str).collect::<Vec<_>>();
         assert_eq!(
             set("cmp-1_0000:5E:00.0"),
-            ["COMPUTE_MANAGED_PCI_DEVICE", "HW_PCI_LIVE_MIGRATABLE", "OWNER_NOVA"]
+            [
+                "COMPUTE_MANAGED_PCI_DEVICE",
+                "HW_PCI_LIVE_MIGRATABLE",
+                "OWNER_NOVA"
+            ]
         );
         assert_eq!(
             set("cmp-1_0000:01:00.0"),
