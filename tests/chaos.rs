@@ -15,7 +15,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rtrack::cli::client;
 use rtrack_fixtures::real::scratch_dir;
 use rtrack_fixtures::synthetic::SyntheticHost;
 use serde_json::{json, Value};
@@ -34,20 +33,6 @@ enum Known {
     Gone,
     /// A request was in flight when the daemon died: either may be true.
     InFlight,
-}
-
-/// Outcome of one request: an answer, or the daemon went away.
-fn request(socket: &Path, method: &str, path: &str, body: Option<&Value>) -> Option<(u16, Value)> {
-    let bytes = body.map(|b| b.to_string().into_bytes());
-    client::request(
-        socket,
-        method,
-        path,
-        bytes.as_deref(),
-        Duration::from_secs(30),
-    )
-    .ok()
-    .map(|r| (r.status, r.json().unwrap_or(Value::Null)))
 }
 
 fn move_body(uuid: &str, migration_id: i64) -> Value {
@@ -146,7 +131,7 @@ fn client_loop(
             };
         // A request in flight when the daemon dies leaves the instance unknown.
         let before = known.insert(id.clone(), Known::InFlight);
-        match request(&socket, method, &path, body.as_ref()) {
+        match support::try_call(&socket, method, &path, body.as_ref()) {
             None => return ops,
             Some((s, _)) if (200..300).contains(&s) => {
                 known.insert(id, on_ok);

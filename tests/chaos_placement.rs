@@ -17,7 +17,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rtrack::cli::client;
 use rtrack_fixtures::synthetic::SyntheticHost;
 use serde_json::{json, Value};
 use support::placement_server::{server, Raw};
@@ -48,19 +47,6 @@ struct World {
     finished: Vec<Uuid>,
     next: u64,
     next_migration: i64,
-}
-
-fn call(socket: &Path, method: &str, path: &str, body: Option<&Value>) -> Option<(u16, Value)> {
-    let bytes = body.map(|b| b.to_string().into_bytes());
-    client::request(
-        socket,
-        method,
-        path,
-        bytes.as_deref(),
-        Duration::from_secs(30),
-    )
-    .ok()
-    .map(|r| (r.status, r.json().unwrap_or(Value::Null)))
 }
 
 fn spec(instance: Uuid, flavor: i64, vcpus: i64, memory: i64) -> Value {
@@ -97,7 +83,7 @@ fn step(
     let may_build = w.next < MAX_BUILDS;
     if held.is_empty() && !may_build {
         std::thread::sleep(Duration::from_millis(10));
-        return call(socket, "GET", "/healthz", None).is_some();
+        return support::try_call(socket, "GET", "/healthz", None).is_some();
     }
     if may_build && (held.len() < 6 || rng.u8(0..3) == 0) {
         // A build: the scheduler's allocation first, then (mostly) the claim.
@@ -112,7 +98,7 @@ fn step(
         }
         w.known.insert(instance, Known::InFlight);
         let body = json!({"request_spec": spec(instance, 1, 1, 64)});
-        return match call(socket, "POST", "/v1/claims", Some(&body)) {
+        return match support::try_call(socket, "POST", "/v1/claims", Some(&body)) {
             None => false,
             Some((s, v)) => {
                 assert!((200..300).contains(&s), "claim: {s} {v}");
@@ -151,7 +137,7 @@ fn step(
             )
         }
     };
-    match call(socket, method, &path, body.as_ref()) {
+    match support::try_call(socket, method, &path, body.as_ref()) {
         None => false,
         Some((s, v)) => {
             assert!((200..300).contains(&s), "{method} {path}: {s} {v}");

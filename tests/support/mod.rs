@@ -244,6 +244,25 @@ impl Drop for Daemon {
     }
 }
 
+/// One request to a socket; `None` when the daemon did not answer (gone, killed).
+pub fn try_call(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> Option<(u16, Value)> {
+    let bytes = body.map(|b| b.to_string().into_bytes());
+    client::request(
+        socket,
+        method,
+        path,
+        bytes.as_deref(),
+        Duration::from_secs(30),
+    )
+    .ok()
+    .map(|r| (r.status, r.json().unwrap_or(Value::Null)))
+}
+
 /// A RequestSpec primitive asking for a flavor (and PCI aliases through `pci_passthrough:alias`).
 pub fn request_spec(
     uuid: &str,

@@ -14,6 +14,7 @@ use crate::upstream::allocations::OwnedParts;
 use crate::upstream::api::PlacementApi;
 use crate::upstream::backoff::conflict_pause;
 use crate::upstream::desired::DesiredState;
+use crate::upstream::plan::CachedConsumer;
 use crate::upstream::UpstreamError;
 
 impl<P: PlacementApi> Reporter<P> {
@@ -69,7 +70,7 @@ impl<P: PlacementApi> Reporter<P> {
                     tracing::info!(target: "rtrack::upstream", %consumer, kept = ?rest, "released here: this host's part of its allocation removed from Placement");
                     self.note_written(
                         consumer,
-                        Some(crate::upstream::plan::CachedConsumer {
+                        Some(CachedConsumer {
                             generation: now.generation,
                             resources: now.resources,
                             owner: now.owner,
