@@ -36,6 +36,9 @@ pub struct CpuInfo {
     /// Feature flags from `/proc/cpuinfo` (`flags` on x86, `Features` on ARM64, `features` on
     /// s390x), sorted and unique.
     pub flags: Vec<String>,
+    /// x86: physical address bits (`address sizes` in `/proc/cpuinfo`, as libvirt reads them
+    /// for Nova's `cpu_info.maxphysaddr`); null elsewhere or when the line is missing.
+    pub maxphysaddr_bits: Option<u32>,
     /// Distinct packages (sockets) among online CPUs.
     pub sockets: u32,
     /// Physical cores among online CPUs, all sockets together.
@@ -256,6 +259,7 @@ pub fn probe_cpu(
         implementer: summary.implementer,
         part: summary.part,
         flags: summary.flags,
+        maxphysaddr_bits: summary.maxphysaddr_bits,
         sockets: counts.sockets,
         cores: counts.cores,
         threads: online.len() as u32,
@@ -357,6 +361,19 @@ pub struct CpuinfoSummary {
     pub part: Option<String>,
     /// Feature flags, sorted and unique.
     pub flags: Vec<String>,
+    /// x86: the physical address bits of the first `address sizes` line.
+    pub maxphysaddr_bits: Option<u32>,
+}
+
+/// The physical address bits of an `address sizes` value (`46 bits physical, 57 bits
+/// virtual`): the leading decimal number, as libvirt reads it.
+fn address_bits(value: &str) -> Option<u32> {
+    let digits: String = value
+        .trim_start()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok().filter(|b| (1..=64).contains(b))
 }
 
 /// Parses `/proc/cpuinfo` in any of the kernel's formats. Only the first processor's values are
@@ -443,6 +460,7 @@ pub fn parse_cpuinfo(text: &str) -> CpuinfoSummary {
         }
         out.vendor = get("vendor_id");
         out.model = get("model name");
+        out.maxphysaddr_bits = first.get("address sizes").and_then(|v| address_bits(v));
     }
     out
 }
@@ -510,6 +528,24 @@ fn parse_arm_number(s: &str) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn x86_address_sizes() {
+        let s = parse_cpuinfo(
+            "processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: fpu lm\naddress sizes\t: 46 bits physical, 57 bits virtual\n\nprocessor\t: 1\naddress sizes\t: 39 bits physical, 48 bits virtual\n",
+        );
+        assert_eq!(
+            s.maxphysaddr_bits,
+            Some(46),
+            "the first processor's, as libvirt"
+        );
+        let s = parse_cpuinfo("processor\t: 0\nflags\t\t: lm\naddress sizes\t: lots\n");
+        assert_eq!(s.maxphysaddr_bits, None);
+        let s = parse_cpuinfo(
+            "CPU implementer\t: 0x41\nCPU part\t: 0xd0c\naddress sizes\t: 48 bits physical\n",
+        );
+        assert_eq!(s.maxphysaddr_bits, None, "x86 only, as libvirt");
+    }
 
     #[test]
     fn x86_cpuinfo() {

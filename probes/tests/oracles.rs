@@ -280,6 +280,19 @@ fn check_against_lscpu(fixture: &RealFixture, inv: &HostInventory, oracle: &Path
             "{name}: vendor"
         );
     }
+    // "46 bits physical, 57 bits virtual": lscpu reads the same line libvirt does.
+    if let Some(sizes) = f.get("Address sizes") {
+        let physical: u32 = sizes
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{name}: Address sizes {sizes:?}"));
+        assert_eq!(
+            cpu.maxphysaddr_bits,
+            Some(physical),
+            "{name}: address sizes"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -24,6 +24,10 @@ pub const COMPUTE_STATUS_DISABLED: &str = "COMPUTE_STATUS_DISABLED";
 pub const HW_CPU_HYPERTHREADING: &str = "HW_CPU_HYPERTHREADING";
 /// On every PCI child provider rtrack (or Nova) manages.
 pub const COMPUTE_MANAGED_PCI_DEVICE: &str = "COMPUTE_MANAGED_PCI_DEVICE";
+/// The guest's physical address bits can be the host's (`hw:maxphysaddr_mode=passthrough`).
+pub const COMPUTE_ADDRESS_SPACE_PASSTHROUGH: &str = "COMPUTE_ADDRESS_SPACE_PASSTHROUGH";
+/// The guest's physical address bits can be set (`hw:maxphysaddr_mode=emulate`).
+pub const COMPUTE_ADDRESS_SPACE_EMULATED: &str = "COMPUTE_ADDRESS_SPACE_EMULATED";
 /// On a PCI provider whose device spec says `live_migratable = true`.
 pub const HW_PCI_LIVE_MIGRATABLE: &str = "HW_PCI_LIVE_MIGRATABLE";
 /// On a PCI provider whose device spec says `one_time_use = true`.
@@ -176,6 +180,8 @@ pub fn owned_root_traits() -> BTreeSet<String> {
         OWNER_NOVA,
         COMPUTE_SOCKET_PCI_NUMA_AFFINITY,
         COMPUTE_REMOTE_MANAGED_PORTS,
+        COMPUTE_ADDRESS_SPACE_PASSTHROUGH,
+        COMPUTE_ADDRESS_SPACE_EMULATED,
     ] {
         owned.insert(t.to_string());
     }

@@ -72,12 +72,20 @@ pub fn cpu_info_json(inv: &HostInventory) -> String {
         cores: u32,
         threads: u32,
     }
+    /// libvirt's `<maxphysaddr mode='emulate' bits='N'/>` of the host CPU.
+    #[derive(Serialize)]
+    struct MaxPhysAddr {
+        mode: &'static str,
+        bits: u32,
+    }
     #[derive(Serialize)]
     struct CpuInfo<'a> {
         arch: Option<&'a str>,
         model: Option<&'a str>,
         vendor: Option<String>,
         topology: Topology,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        maxphysaddr: Option<MaxPhysAddr>,
         features: &'a [String],
     }
     let cpu = &inv.cpu;
@@ -99,6 +107,10 @@ pub fn cpu_info_json(inv: &HostInventory) -> String {
             cores: cpu.cores_per_socket.unwrap_or(cpu.cores / sockets),
             threads: cpu.threads_per_core.unwrap_or(1),
         },
+        maxphysaddr: cpu.maxphysaddr_bits.map(|bits| MaxPhysAddr {
+            mode: "emulate",
+            bits,
+        }),
         features: &cpu.flags,
     };
     // Serializing plain strings and numbers cannot fail.

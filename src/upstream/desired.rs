@@ -310,6 +310,12 @@ impl DesiredState {
             // The flag table holds x86 flag names; ARM's "aes" is not x86's AES-NI.
             if matches!(a, "x86_64" | "amd64" | "i386" | "i486" | "i586" | "i686") {
                 root_traits.extend(traits::cpu_traits(&inv.cpu.flags));
+                // QEMU sets a guest's physical address bits (passed through or emulated)
+                // wherever libvirt reports the host's, which it reads from the same line.
+                if inv.cpu.maxphysaddr_bits.is_some() {
+                    root_traits.insert(traits::COMPUTE_ADDRESS_SPACE_PASSTHROUGH.to_string());
+                    root_traits.insert(traits::COMPUTE_ADDRESS_SPACE_EMULATED.to_string());
+                }
             }
         }
         if inv.cpu.smt {
@@ -698,6 +704,8 @@ mod tests {
             "HW_CPU_X86_SSE42",
             "HW_CPU_HYPERTHREADING",
             "COMPUTE_STATUS_DISABLED",
+            "COMPUTE_ADDRESS_SPACE_PASSTHROUGH",
+            "COMPUTE_ADDRESS_SPACE_EMULATED",
         ] {
             assert!(root.traits.contains(t), "{t} missing: {:?}", root.traits);
         }

@@ -182,6 +182,7 @@ def check_compute_node(cn, prim, objects, host_manager):
         for attr, want in expect.items():
             if getattr(hs, attr) != want:
                 problems.append('HostState.%s is %r, expected %r' % (attr, getattr(hs, attr), want))
+        problems += check_maxphysaddr(hs, data, objects)
         pools = data['pci_device_pools']['nova_object.data']['objects'] if data.get('pci_device_pools') else []
         seen = hs.pci_stats.pools if hs.pci_stats else []
         if len(seen) != len(pools):
@@ -191,6 +192,24 @@ def check_compute_node(cn, prim, objects, host_manager):
             got = sum(p['count'] for p in seen)
             if want != got:
                 problems.append('HostState PCI pools hold %d devices, the node %d' % (got, want))
+    return problems
+
+
+def check_maxphysaddr(hs, data, objects):
+    """ComputeCapabilitiesFilter with hw:maxphysaddr_bits: the node's bits pass, one more does
+    not; a node without maxphysaddr passes no such flavor."""
+    from nova.scheduler.filters import compute_capabilities_filter as ccf
+    bits = json.loads(data.get('cpu_info') or '{}').get('maxphysaddr', {}).get('bits')
+    problems = []
+    for want, ok in ((bits, True), ((bits or 0) + 1, False)):
+        if want is None:
+            continue
+        spec = objects.RequestSpec(flavor=objects.Flavor(extra_specs={'hw:maxphysaddr_bits': str(want)}))
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            passed = ccf.ComputeCapabilitiesFilter().host_passes(hs, spec)
+        if passed != ok:
+            problems.append('ComputeCapabilitiesFilter hw:maxphysaddr_bits=%s: %s, expected %s (node bits %s)' % (want, passed, ok, bits))
     return problems
 
 
