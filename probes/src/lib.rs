@@ -11,7 +11,7 @@
 //! file contents and never aborts the whole inventory because one file is bad.
 //!
 //! One module per probe: [`cpu`], [`numa`], [`memory`], [`disk`], [`pci`] (with [`vpd`]),
-//! [`mdev`], [`mem_encryption`], [`host`];
+//! [`mdev`], [`mem_encryption`], [`host`], [`uptime`];
 //! [`probe_host`] runs them all in the order their inputs need.
 
 pub mod confine;
@@ -28,6 +28,7 @@ pub mod pci_names;
 pub mod pci_uevent;
 pub mod read;
 mod root;
+pub mod uptime;
 pub mod vpd;
 
 use std::path::PathBuf;
@@ -58,6 +59,9 @@ pub enum ProbeError {
 pub struct HostInventory {
     /// Hostname, architecture, kernel.
     pub host: host::HostIdentity,
+    /// Seconds up and load averages (for the ComputeNode's `stats["uptime"]`).
+    #[serde(default)]
+    pub uptime: uptime::HostUptime,
     /// Logical CPUs, their topology (packages, cores, threads) and online/offline lists.
     pub cpu: cpu::CpuInfo,
     /// NUMA nodes, sorted by id.
@@ -102,8 +106,10 @@ pub fn probe_host(root: &HostRoot, opts: &ProbeOptions) -> Result<HostInventory,
     let mediated_devices = mdev::probe_mdevs(root, &mut w);
     let memory_encryption = mem_encryption::probe_mem_encryption(root, &mut w);
     let host = host::probe_host_identity(root, cpu.arch.clone(), &mut w);
+    let uptime = uptime::probe_uptime(root, &mut w);
     Ok(HostInventory {
         host,
+        uptime,
         cpu,
         numa_nodes: numa.nodes,
         memory,

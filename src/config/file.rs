@@ -73,6 +73,9 @@ pub struct HostConfig {
     pub hypervisor_type: Option<String>,
     /// ComputeNode `host_ip` (Nova's `my_ip`).
     pub host_ip: Option<String>,
+    /// ComputeNode `service_id`: the database id of this host's nova-compute Service, when
+    /// known (nova-compute on rtrack sets it itself).
+    pub service_id: Option<i64>,
     /// The compute node's uuid, when it must be this one (a host taken over from nova-compute:
     /// the uuid in Nova's `compute_id` file). Default: the state directory's, chosen at the
     /// first start.

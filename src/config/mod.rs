@@ -240,6 +240,13 @@ impl Config {
                 )
             })?),
         };
+        if let Some(id) = h.service_id.filter(|id| *id < 1) {
+            return Err(err(
+                "host.service_id",
+                id.to_string(),
+                "must be a positive integer (the id of the nova-compute Service in Nova's database)",
+            ));
+        }
         let compute_node_uuid = match &h.compute_node_uuid {
             None => None,
             Some(s) => Some(
@@ -388,6 +395,7 @@ impl Config {
                 .clone()
                 .unwrap_or_else(|| "rtrack".to_string()),
             host_ip,
+            service_id: h.service_id,
             compute_node_uuid,
             resources,
             device_specs,
@@ -518,6 +526,8 @@ pub struct ValidConfig {
     pub hypervisor_type: String,
     /// ComputeNode host_ip.
     pub host_ip: Option<std::net::IpAddr>,
+    /// ComputeNode service_id.
+    pub service_id: Option<i64>,
     /// `[host] compute_node_uuid`: the identity the state directory must have (lower-case,
     /// hyphenated).
     pub compute_node_uuid: Option<String>,
@@ -597,6 +607,19 @@ mod tests {
         assert_eq!(c.audit_interval_s, 60);
         assert_eq!(c.socket_mode, 0o660);
         assert_eq!(c.hypervisor_type, "rtrack");
+    }
+
+    #[test]
+    fn service_id_is_a_positive_database_id() {
+        assert_eq!(
+            parse("[host]\nservice_id = 7\n").unwrap().service_id,
+            Some(7)
+        );
+        let e = parse("[host]\nservice_id = 0\n").unwrap_err().to_string();
+        assert!(
+            e.contains("host.service_id") && e.contains("positive"),
+            "{e}"
+        );
     }
 
     #[test]

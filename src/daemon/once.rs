@@ -117,12 +117,14 @@ pub fn run_once(
         node_created_at: identity.created_at,
     };
     // The daemon's audit derives the same view from its probe.
-    let view = HostView::build(Arc::new(inventory), &settings, 0);
+    let view = HostView::build(Arc::new(inventory), &settings, 0).with_uptime_at(now);
     let pools = build_pools(view.tracked.values(), &cfg.device_specs);
     let numa = host_object(&view.numa, &NumaUsage::default());
-    let node = view
-        .node
-        .with_usage(&NodeUsage::empty(), &numa, &pools, now);
+    let mut usage = NodeUsage::empty();
+    if let Some(u) = &view.uptime {
+        usage.stats.insert("uptime".into(), u.clone());
+    }
+    let node = view.node.with_usage(&usage, &numa, &pools, now);
     let mut report = InventoryReport::new(view.host.as_ref().clone(), now);
     report.compute_node = Some(node.to_primitive());
     Ok(OnceResult {

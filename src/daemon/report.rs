@@ -18,7 +18,7 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::api::shared::DaemonState;
-use crate::tracker::node_template::without_updated_at;
+use crate::tracker::node_template::without_volatile_fields;
 use crate::upstream::consumers::consumers;
 use crate::upstream::desired::ReportInputs;
 use crate::upstream::{
@@ -344,7 +344,7 @@ pub async fn run(state: Arc<DaemonState>, kick: Arc<Notify>, mut stop: watch::Re
                 };
             }
             if let Some(p) = push.as_mut() {
-                let cmp = without_updated_at(&snap.compute_node);
+                let cmp = without_volatile_fields(&snap.compute_node);
                 if last_pushed.as_ref() != Some(&cmp) {
                     match p.push(&snap.compute_node).await {
                         Ok(_) => last_pushed = Some(cmp),

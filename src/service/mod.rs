@@ -366,8 +366,9 @@ impl TrackerService {
         // The view (inventory, device selection, the ComputeNode's host facts) is derived
         // before the lock is taken: claims wait only for the device sync and the usage.
         let (settings, generation) = self.committed.lock().settings_snapshot();
-        let view = Arc::new(HostView::build(Arc::new(host), &settings, generation));
         let now = time::OffsetDateTime::now_utc();
+        let view =
+            Arc::new(HostView::build(Arc::new(host), &settings, generation).with_uptime_at(now));
         self.mutate(Subject::Audit, |t| Ok(t.audit_view(view, now)))
     }
 

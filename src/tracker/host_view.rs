@@ -53,9 +53,22 @@ pub struct HostView {
     /// Which settings it was built for: the tracker's settings generation at the time (a
     /// reload while an audit probes makes the audit derive the view again, under the lock).
     pub generation: u64,
+    /// The host's `uptime` text at the probe (the ComputeNode's `stats["uptime"]`), when the
+    /// probe read it; set by the audit, which knows the time.
+    pub uptime: Option<String>,
 }
 
 impl HostView {
+    /// Sets the `uptime` text for a probe taken at `now`.
+    pub fn with_uptime_at(mut self, now: time::OffsetDateTime) -> HostView {
+        let u = &self.host.uptime;
+        self.uptime = u
+            .seconds
+            .zip(u.load_average)
+            .map(|(up, load)| super::node_template::uptime_text(now, up, load));
+        self
+    }
+
     /// Derives everything the tracker needs from `host` under `settings`.
     pub fn build(
         host: Arc<HostInventory>,
@@ -138,6 +151,7 @@ impl HostView {
             numa,
             node: NodeTemplate::new(&host, policy, &identity),
             generation,
+            uptime: None,
             host,
         }
     }

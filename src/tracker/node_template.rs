@@ -117,6 +117,38 @@ pub fn cpu_info_json(inv: &HostInventory) -> String {
     serde_json::to_string(&info).unwrap_or_else(|_| "{}".to_string())
 }
 
+/// The text of `uptime` (procps-ng) at `now` for a host up `up` seconds with these load
+/// averages, which Nova's libvirt driver puts in `stats["uptime"]`: `" 10:21:33 up 3 days,
+/// 2:03,  load average: 0.00, 0.01, 0.05\n"`. The clock is UTC (rtrackd does not read the
+/// host's time zone), and the user count is left out (it is not in sysfs or procfs).
+pub fn uptime_text(now: time::OffsetDateTime, up: u64, load: [f64; 3]) -> String {
+    let days = up / 86_400;
+    let hours = (up % 86_400) / 3_600;
+    let minutes = (up % 3_600) / 60;
+    let mut out = format!(
+        " {:02}:{:02}:{:02} up ",
+        now.hour(),
+        now.minute(),
+        now.second()
+    );
+    if days > 0 {
+        out.push_str(&format!(
+            "{days} {}, ",
+            if days > 1 { "days" } else { "day" }
+        ));
+    }
+    if hours > 0 {
+        out.push_str(&format!("{hours:2}:{minutes:02}, "));
+    } else {
+        out.push_str(&format!("{minutes} min, "));
+    }
+    out.push_str(&format!(
+        " load average: {:.2}, {:.2}, {:.2}\n",
+        load[0], load[1], load[2]
+    ));
+    out
+}
+
 /// rtrack's version as Nova encodes hypervisor versions: major*1e6 + minor*1e3 + micro.
 pub fn hypervisor_version() -> i64 {
     let mut parts = env!("CARGO_PKG_VERSION")
@@ -164,7 +196,7 @@ impl NodeTemplate {
         let node = ComputeNode {
             id: Field::Unset,
             uuid: Field::Set(id.uuid.clone()),
-            service_id: NField::Null,
+            service_id: cfg.service_id.map_or(NField::Null, NField::Set),
             host: NField::Set(id.host.clone()),
             vcpus: Field::Set(shared.len() as i64),
             memory_mb: Field::Set(inv.memory.total_mb as i64),
@@ -242,15 +274,22 @@ impl NodeTemplate {
     }
 }
 
-/// A ComputeNode primitive without its `updated_at`, for comparisons: the audit time alone is
-/// not a change worth storing or sending upstream.
-pub fn without_updated_at(primitive: &serde_json::Value) -> serde_json::Value {
+/// A ComputeNode primitive without what changes at every audit by itself (`updated_at`, and
+/// `stats["uptime"]`), for comparisons: those alone are not a change worth storing or sending
+/// upstream.
+pub fn without_volatile_fields(primitive: &serde_json::Value) -> serde_json::Value {
     let mut v = primitive.clone();
     if let Some(data) = v
         .get_mut("nova_object.data")
         .and_then(serde_json::Value::as_object_mut)
     {
         data.remove("updated_at");
+        if let Some(stats) = data
+            .get_mut("stats")
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            stats.remove("uptime");
+        }
     }
     if let Some(changes) = v
         .get_mut("nova_object.changes")
@@ -259,4 +298,39 @@ pub fn without_updated_at(primitive: &serde_json::Value) -> serde_json::Value {
         changes.retain(|c| c != "updated_at");
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uptime_reads_as_procps_prints_it_without_the_users() {
+        let now = time::macros::datetime!(2026-11-27 10:21:33 UTC);
+        let load = [0.0, 0.01, 0.05];
+        assert_eq!(
+            uptime_text(now, 3 * 86_400 + 2 * 3_600 + 3 * 60 + 7, load),
+            " 10:21:33 up 3 days,  2:03,  load average: 0.00, 0.01, 0.05\n"
+        );
+        assert_eq!(
+            uptime_text(now, 86_400 + 300, [1.5, 12.25, 0.0]),
+            " 10:21:33 up 1 day, 5 min,  load average: 1.50, 12.25, 0.00\n"
+        );
+        assert_eq!(
+            uptime_text(now, 11 * 3_600, load),
+            " 10:21:33 up 11:00,  load average: 0.00, 0.01, 0.05\n"
+        );
+    }
+
+    #[test]
+    fn the_uptime_alone_is_not_a_change() {
+        let a = serde_json::json!({"nova_object.data": {"vcpus": 4, "updated_at": "x",
+            "stats": {"uptime": " 10:00:00 up 5 min", "num_instances": "1"}}});
+        let mut b = a.clone();
+        b["nova_object.data"]["stats"]["uptime"] = " 10:01:00 up 6 min".into();
+        b["nova_object.data"]["updated_at"] = "y".into();
+        assert_eq!(without_volatile_fields(&a), without_volatile_fields(&b));
+        b["nova_object.data"]["stats"]["num_instances"] = "2".into();
+        assert_ne!(without_volatile_fields(&a), without_volatile_fields(&b));
+    }
 }

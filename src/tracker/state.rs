@@ -263,6 +263,8 @@ pub struct TrackerPolicy {
     pub hypervisor_type: String,
     /// The ComputeNode's `host_ip`.
     pub host_ip: Option<std::net::IpAddr>,
+    /// The ComputeNode's `service_id`.
+    pub service_id: Option<i64>,
     /// `[pci] report_in_placement`: tracked devices are Placement providers, and claims follow
     /// the providers Placement allocated from.
     pub report_pci_in_placement: bool,
@@ -279,6 +281,7 @@ impl From<&ValidConfig> for TrackerPolicy {
             device_specs: c.device_specs.clone(),
             hypervisor_type: c.hypervisor_type.clone(),
             host_ip: c.host_ip,
+            service_id: c.service_id,
             report_pci_in_placement: c.report_pci_in_placement,
             mdev: c.mdev.clone(),
             provider_configs: c.provider_configs.clone(),
@@ -293,6 +296,7 @@ impl From<ValidConfig> for TrackerPolicy {
             device_specs: c.device_specs,
             hypervisor_type: c.hypervisor_type,
             host_ip: c.host_ip,
+            service_id: c.service_id,
             report_pci_in_placement: c.report_pci_in_placement,
             mdev: c.mdev,
             provider_configs: c.provider_configs,
@@ -442,7 +446,9 @@ impl Tracker {
         *self.pci_index.get_mut() = None;
         self.settings = settings;
         self.generation += 1;
-        self.view = Arc::new(self.view_of(self.view.host.clone()));
+        let mut view = self.view_of(self.view.host.clone());
+        view.uptime = self.view.uptime.clone();
+        self.view = Arc::new(view);
     }
 
     /// Takes the settings and view another tracker derived (the service's committed view
@@ -530,6 +536,9 @@ impl Tracker {
             ..NodeUsage::default()
         };
         node_usage.current_workload = current_workload(&node_usage.stats);
+        if let Some(u) = &self.view.uptime {
+            node_usage.stats.insert("uptime".into(), u.clone());
+        }
         let numa = host_object(&self.view.numa, &self.numa_usage(usage));
         self.view
             .node

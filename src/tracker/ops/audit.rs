@@ -13,7 +13,7 @@ use std::sync::Arc;
 use super::AuditOutcome;
 use crate::probes::HostInventory;
 use crate::tracker::host_view::HostView;
-use crate::tracker::node_template::without_updated_at;
+use crate::tracker::node_template::without_volatile_fields;
 use crate::tracker::pci::claim::recompute_relatives_in;
 use crate::tracker::pci::devices::TrackedDevice;
 use crate::tracker::state::{Changes, Tracker};
@@ -26,7 +26,7 @@ impl Tracker {
         host: HostInventory,
         now: time::OffsetDateTime,
     ) -> (AuditOutcome, Changes) {
-        let view = Arc::new(self.view_of(Arc::new(host)));
+        let view = Arc::new(self.view_of(Arc::new(host)).with_uptime_at(now));
         self.audit_view(view, now)
     }
 
@@ -48,7 +48,9 @@ impl Tracker {
             view
         } else {
             // The settings were reloaded while the probe ran.
-            Arc::new(self.view_of(view.host.clone()))
+            let mut again = self.view_of(view.host.clone());
+            again.uptime = view.uptime.clone();
+            Arc::new(again)
         };
         let view = self.view.clone();
         let mut changes = Changes::default();
@@ -126,10 +128,16 @@ impl Tracker {
             self.set_migration_status(*id, "error", &mut changes);
         }
         let compute_node = self.compute_node(&usage, now);
-        // Persisted only when it changed (Nova's _resource_change): the audit time alone is
-        // not a change.
-        let primitive = without_updated_at(&compute_node.to_primitive());
-        if self.state.compute_node.as_ref().map(without_updated_at) != Some(primitive) {
+        // Persisted only when it changed (Nova's _resource_change): the audit time and the
+        // uptime alone are not a change.
+        let primitive = without_volatile_fields(&compute_node.to_primitive());
+        if self
+            .state
+            .compute_node
+            .as_ref()
+            .map(without_volatile_fields)
+            != Some(primitive)
+        {
             let primitive = compute_node.to_primitive();
             self.state.compute_node = Some(primitive.clone());
             changes.compute_node = Some(primitive);
