@@ -53,7 +53,7 @@ pub fn probe_uptime(root: &HostRoot, w: &mut Warnings) -> HostUptime {
 pub fn parse_uptime(text: &str) -> Option<u64> {
     let first = text.split_whitespace().next()?;
     let secs: f64 = first.parse().ok()?;
-    (secs.is_finite() && secs >= 0.0 && secs < 1e15).then_some(secs as u64)
+    (0.0..1e15).contains(&secs).then_some(secs as u64)
 }
 
 /// The three load averages of `proc/loadavg`.
@@ -61,7 +61,7 @@ pub fn parse_loadavg(text: &str) -> Option<[f64; 3]> {
     let mut it = text.split_whitespace().map(|v| {
         v.parse::<f64>()
             .ok()
-            .filter(|x| x.is_finite() && *x >= 0.0 && *x < 1e9)
+            .filter(|x| (0.0..1e9).contains(x))
     });
     Some([it.next()??, it.next()??, it.next()??])
 }
