@@ -133,6 +133,14 @@ fn settings(case: &Case) -> TrackerSettings {
             c.reserved_toml().join(", ")
         ));
     }
+    if let Some(n) = &c.neutron {
+        let names: Vec<String> = n.physnets.keys().map(|p| format!("{p:?}")).collect();
+        toml.push_str(&format!("[neutron]\nphysnets = [{}]\n", names.join(", ")));
+        for (p, nodes) in &n.physnets {
+            toml.push_str(&format!("[neutron_physnet.{p}]\nnuma_nodes = {nodes:?}\n"));
+        }
+        toml.push_str(&format!("[neutron_tunnel]\nnuma_nodes = {:?}\n", n.tunnel));
+    }
     let f = Path::new("numa-diff.toml");
     let cfg = Config::parse(&toml, f)
         .and_then(|c| c.validate(f))
@@ -181,7 +189,13 @@ fn request_of(step: &Step) -> Result<Option<InstanceRequest>, String> {
     };
     let image = json!({"properties": step.image_properties.clone().unwrap_or_default()});
     let props = ImageProps::from_image(image.as_object(), "image").map_err(|e| e.to_string())?;
-    let numa = numa_of(&mut flavor, &props, None, "flavor").map_err(|e| e.to_string())?;
+    let mut numa = numa_of(&mut flavor, &props, None, "flavor").map_err(|e| e.to_string())?;
+    if let (Some(n), Some(net)) = (numa.as_mut(), &step.network) {
+        n.networks = rtrack::tracker::numa::GuestNetworks {
+            physnets: net.physnets.iter().cloned().collect(),
+            tunneled: net.tunneled,
+        };
+    }
     Ok(numa.map(|numa| InstanceRequest {
         flavor,
         is_bfv: true,
@@ -744,8 +758,13 @@ fn numa_fitting_pinning_and_usage_agree_with_nova() {
     for ((case, (ours, host)), nova) in cases.iter().zip(&runs).zip(&answers) {
         compare(case, ours, host, nova, &mut tally);
     }
+    let with_networks = cases
+        .iter()
+        .flat_map(|c| &c.steps)
+        .filter(|s| s.network.is_some())
+        .count();
     let mut report = format!(
-        "NUMA differential test against Nova 34: {} cases ({named} named, {count} generated with seed {seed}), {} steps, {} compared in full ({} fitted, {} refused, {} constraint errors), Nova's filter checked on rtrack's ComputeNode {} times; Nova took {:.1} s\n",
+        "NUMA differential test against Nova 34: {} cases ({named} named, {count} generated with seed {seed}), {} steps ({with_networks} on networks with a NUMA affinity), {} compared in full ({} fitted, {} refused, {} constraint errors), Nova's filter checked on rtrack's ComputeNode {} times; Nova took {:.1} s\n",
         cases.len(), tally.steps, tally.compared, tally.fitted, tally.refused, tally.constraint_errors, tally.filter_checked, started.elapsed().as_secs_f64()
     );
     for (why, at) in &tally.explained {

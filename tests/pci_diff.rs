@@ -470,6 +470,7 @@ impl Run<'_> {
             thread_policy: None,
             emulator_threads: None,
             pagesize: None,
+            networks: Default::default(),
         })
     }
 

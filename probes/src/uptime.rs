@@ -58,11 +58,9 @@ pub fn parse_uptime(text: &str) -> Option<u64> {
 
 /// The three load averages of `proc/loadavg`.
 pub fn parse_loadavg(text: &str) -> Option<[f64; 3]> {
-    let mut it = text.split_whitespace().map(|v| {
-        v.parse::<f64>()
-            .ok()
-            .filter(|x| (0.0..1e9).contains(x))
-    });
+    let mut it = text
+        .split_whitespace()
+        .map(|v| v.parse::<f64>().ok().filter(|x| (0.0..1e9).contains(x)));
     Some([it.next()??, it.next()??, it.next()??])
 }
 

@@ -634,6 +634,40 @@ mod tests {
     }
 
     #[test]
+    fn the_specs_networks_bind_a_numa_guest_only() {
+        let mut sp = spec(U);
+        sp["nova_object.data"]["network_metadata"] = json!({
+            "nova_object.name": "NetworkMetadata", "nova_object.namespace": "nova",
+            "nova_object.version": "1.0",
+            "nova_object.data": {"physnets": ["foo"], "tunneled": true}});
+        let body: ClaimBody = parse_body(
+            json!({"request_spec": sp.clone()}).to_string().as_bytes(),
+            "claim",
+        )
+        .unwrap();
+        let p = body.parse(&AliasTable::new()).unwrap();
+        assert!(
+            p.request.numa.is_none(),
+            "no NUMA topology: nothing to bind"
+        );
+        sp["nova_object.data"]["flavor"]["nova_object.data"]["extra_specs"] =
+            json!({"hw:numa_nodes": "1"});
+        let body: ClaimBody =
+            parse_body(json!({"request_spec": sp}).to_string().as_bytes(), "claim").unwrap();
+        let n = body
+            .parse(&AliasTable::new())
+            .unwrap()
+            .request
+            .numa
+            .unwrap();
+        assert_eq!(
+            n.networks.physnets.iter().collect::<Vec<_>>(),
+            [&"foo".to_string()]
+        );
+        assert!(n.networks.tunneled);
+    }
+
+    #[test]
     fn bad_bodies_name_what_is_wrong() {
         let e = parse_body::<ClaimBody>(b"{\"request_spec\": ", "claim").unwrap_err();
         assert_eq!(e.code, "malformed_json");

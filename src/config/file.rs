@@ -48,6 +48,15 @@ pub struct Config {
     /// Per mediated device type: its parents, class and cap (`[mdev.nvidia-35]`).
     #[serde(default)]
     pub mdev: BTreeMap<String, super::devices::MdevTypeConfig>,
+    /// The physical networks with a NUMA affinity (Nova's `[neutron] physnets`).
+    #[serde(default)]
+    pub neutron: super::neutron::NeutronConfig,
+    /// Per physical network, the NUMA nodes of its vSwitch (`[neutron_physnet.physnet0]`).
+    #[serde(default)]
+    pub neutron_physnet: BTreeMap<String, super::neutron::NumaNodesConfig>,
+    /// The NUMA nodes of the tunneled networks' vSwitch (`[neutron_tunnel]`).
+    #[serde(default)]
+    pub neutron_tunnel: Option<super::neutron::NumaNodesConfig>,
 }
 
 /// `[host]`
@@ -246,6 +255,10 @@ pub struct PlacementConfig {
     /// Seconds a consumer with no local claim must have been seen before an operator may have
     /// it removed (`rtrackctl reconcile --remove-unclaimed`). Default 600.
     pub unclaimed_grace_s: Option<u64>,
+    /// Who sets the compute node's hypervisor traits (CPU features, architecture,
+    /// hyperthreading, address space, `COMPUTE_STATUS_DISABLED`): `"rtrack"` (default, from the
+    /// kernel) or `"nova-compute"` (its virt driver, when nova-compute runs on rtrack).
+    pub hypervisor_traits: Option<String>,
     /// HTTP timeout, seconds. Default 10.
     pub timeout_s: Option<u64>,
 }
@@ -285,6 +298,7 @@ impl std::fmt::Debug for PlacementConfig {
             .field("refresh_interval_s", &self.refresh_interval_s)
             .field("report_allocations", &self.report_allocations)
             .field("unclaimed_grace_s", &self.unclaimed_grace_s)
+            .field("hypervisor_traits", &self.hypervisor_traits)
             .field("timeout_s", &self.timeout_s)
             .finish()
     }

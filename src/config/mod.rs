@@ -14,6 +14,7 @@ pub mod devices;
 pub mod diff;
 mod error;
 mod file;
+pub mod neutron;
 mod numa;
 mod pci;
 mod placement;
@@ -197,6 +198,17 @@ impl Config {
             }
         }
         let aliases = pci::validate_aliases(&self.pci.alias, file)?;
+        let network_affinity = neutron::validate(
+            &self.neutron,
+            &self.neutron_physnet,
+            self.neutron_tunnel.as_ref(),
+        )
+        .map_err(|(key, value, expected)| ConfigError::Value {
+            file: file.to_path_buf(),
+            key,
+            value,
+            expected,
+        })?;
         if let Some((name, why)) = crate::pci_policy::alias::table_problems(
             &aliases,
             self.pci.report_in_placement.unwrap_or(false),
@@ -402,6 +414,7 @@ impl Config {
             aliases,
             report_pci_in_placement: self.pci.report_in_placement.unwrap_or(false),
             mdev,
+            network_affinity,
             provider_config_location: r
                 .provider_config_location
                 .clone()
@@ -541,6 +554,8 @@ pub struct ValidConfig {
     pub report_pci_in_placement: bool,
     /// `[devices]` and `[mdev.*]`: vGPU types, their parents and classes; SEV guests.
     pub mdev: devices::MdevPolicy,
+    /// `[neutron]`, `[neutron_physnet.*]`, `[neutron_tunnel]`: the networks' NUMA affinity.
+    pub network_affinity: neutron::NetworkAffinity,
     /// Where Nova's provider config files are read from.
     pub provider_config_location: PathBuf,
     /// What they say (read by the loader, with the file; empty until then).

@@ -146,6 +146,9 @@ pub struct PlacementSettings {
     /// How long a consumer with no local claim must have been seen before an operator may
     /// have it removed (`unclaimed_grace_s`, default 600): a build may be in flight before.
     pub unclaimed_grace: Duration,
+    /// rtrack sets the hypervisor traits (`hypervisor_traits = "rtrack"`, the default); else
+    /// nova-compute's virt driver does and rtrack leaves them as they are.
+    pub hypervisor_traits_by_rtrack: bool,
     /// Timeout of one HTTP request (`timeout_s`, default 10).
     pub timeout: Duration,
     /// Where each value came from, for `--check-config` (`field -> origin`); no values.
@@ -238,6 +241,17 @@ pub fn validate_placement(
         )?),
         refresh_interval: (refresh > 0).then(|| Duration::from_secs(refresh)),
         report_allocations: c.report_allocations.unwrap_or(false),
+        hypervisor_traits_by_rtrack: match c.hypervisor_traits.as_deref() {
+            None | Some("rtrack") => true,
+            Some("nova-compute") => false,
+            Some(other) => {
+                return Err(bad_toml(
+                    "hypervisor_traits",
+                    &crate::echo::quoted(other),
+                    "must be \"rtrack\" (rtrack sets them from the kernel) or \"nova-compute\" (its virt driver sets them; rtrack leaves them alone)",
+                ))
+            }
+        },
         unclaimed_grace: Duration::from_secs(seconds(
             "placement.unclaimed_grace_s",
             c.unclaimed_grace_s,

@@ -136,6 +136,10 @@ pub fn check_against_host(
         host,
         &loaded.valid.mdev,
     ));
+    problems.extend(crate::config::neutron::host_problems(
+        &loaded.valid.network_affinity,
+        host,
+    ));
     if problems.is_empty() {
         return Ok(());
     }

@@ -282,9 +282,13 @@ pub async fn run(state: Arc<DaemonState>, kick: Arc<Notify>, mut stop: watch::Re
             .map_or(Duration::from_secs(60), |p| p.report_interval);
         let with_consumers = placement.is_some();
         if cycle == 0 && placement.is_some() {
-            // Hosts started together do not all register in the same second.
+            // Hosts started together do not all register in the same second; a command (a
+            // refresh someone waits for) ends the wait.
             tokio::select! {
                 _ = tokio::time::sleep(crate::upstream::backoff::first_report_delay(interval)) => {}
+                Some(cmd) = commands.recv() => {
+                    super::upstream_commands::handle(&state, reporter.as_mut(), true, cmd).await;
+                }
                 _ = stop.changed() => return,
             }
         }

@@ -160,6 +160,15 @@ pub fn arch_trait(arch: &str) -> Option<&'static str> {
         .map(|(_, t)| *t)
 }
 
+/// The compute node traits Nova's resource tracker itself sets (not its virt driver): all rtrack
+/// sets when nova-compute runs on it and its driver sets the others.
+pub fn tracker_root_traits() -> BTreeSet<String> {
+    [COMPUTE_NODE, OWNER_NOVA, COMPUTE_REMOTE_MANAGED_PORTS]
+        .iter()
+        .map(|t| t.to_string())
+        .collect()
+}
+
 /// The traits on the compute node that rtrack decides: added when true, removed when false.
 /// Every other trait on the node belongs to someone else and is left alone.
 pub fn owned_root_traits() -> BTreeSet<String> {

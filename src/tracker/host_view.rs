@@ -138,7 +138,8 @@ impl HostView {
             host: settings.names.host.clone(),
             created_at: settings.node_created_at,
         };
-        let numa = HostTopology::build(&host, &policy.resources);
+        let mut numa = HostTopology::build(&host, &policy.resources);
+        numa.set_network_affinity(&policy.network_affinity);
         HostView {
             node_inventory,
             nested,

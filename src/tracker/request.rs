@@ -515,6 +515,22 @@ pub fn from_request_spec(
             ));
         }
     }
+    // The networks' NUMA affinity binds only a guest with a NUMA topology (Nova's filter and
+    // claim pass it in the NUMA limits).
+    let mut numa = numa;
+    if let (Some(n), Some(m)) = (numa.as_mut(), s.network_metadata.get()) {
+        n.networks = crate::tracker::numa::GuestNetworks {
+            physnets: m
+                .obj
+                .physnets
+                .get()
+                .into_iter()
+                .flatten()
+                .cloned()
+                .collect(),
+            tunneled: m.obj.tunneled.get().copied().unwrap_or(false),
+        };
+    }
     Ok((
         uuid,
         InstanceRequest {

@@ -272,6 +272,8 @@ pub struct TrackerPolicy {
     pub mdev: crate::config::devices::MdevPolicy,
     /// Operators' own inventories and traits (provider.yaml).
     pub provider_configs: crate::config::provider_yaml::ProviderConfigs,
+    /// The networks' NUMA affinity (NUMA-aware vSwitches).
+    pub network_affinity: crate::config::neutron::NetworkAffinity,
 }
 
 impl From<&ValidConfig> for TrackerPolicy {
@@ -285,6 +287,7 @@ impl From<&ValidConfig> for TrackerPolicy {
             report_pci_in_placement: c.report_pci_in_placement,
             mdev: c.mdev.clone(),
             provider_configs: c.provider_configs.clone(),
+            network_affinity: c.network_affinity.clone(),
         }
     }
 }
@@ -300,6 +303,7 @@ impl From<ValidConfig> for TrackerPolicy {
             report_pci_in_placement: c.report_pci_in_placement,
             mdev: c.mdev,
             provider_configs: c.provider_configs,
+            network_affinity: c.network_affinity,
         }
     }
 }

@@ -145,6 +145,7 @@ fn one_cell_guest(memory_mb: i64) -> crate::tracker::numa::GuestTopology {
         thread_policy: None,
         emulator_threads: None,
         pagesize: None,
+        networks: Default::default(),
     }
 }
 

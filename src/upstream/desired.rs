@@ -324,6 +324,19 @@ impl DesiredState {
         if service_disabled {
             root_traits.insert(traits::COMPUTE_STATUS_DISABLED.to_string());
         }
+        // Under nova-compute its virt driver sets the hypervisor's traits: only the tracker's
+        // own are rtrack's then.
+        let by_rtrack = config
+            .placement_settings
+            .as_ref()
+            .is_none_or(|p| p.hypervisor_traits_by_rtrack);
+        let owned_traits = if by_rtrack {
+            traits::owned_root_traits()
+        } else {
+            let tracker = traits::tracker_root_traits();
+            root_traits.retain(|t| tracker.contains(t));
+            tracker
+        };
         let mut providers = vec![DesiredProvider {
             uuid: node_uuid,
             name: hypervisor_hostname.to_string(),
@@ -332,7 +345,7 @@ impl DesiredState {
             inventories: root_inventories,
             owned_classes: None,
             traits: root_traits,
-            owned_traits: Some(traits::owned_root_traits()),
+            owned_traits: Some(owned_traits),
             aggregates: shared.into_iter().collect(),
         }];
 
@@ -679,6 +692,38 @@ mod tests {
             pci_provider_uuid(n, "cmp-1_0000:3B:00.0"),
             pci_provider_uuid(n, "cmp-1_0000:3B:00.1")
         );
+    }
+
+    #[test]
+    fn under_nova_compute_the_hypervisor_traits_are_its_drivers() {
+        let c =
+            config("[placement]\nendpoint = \"http://p\"\nhypervisor_traits = \"nova-compute\"\n");
+        let d = DesiredState::build(
+            &HostView::of_config(host(), &c),
+            &c,
+            Uuid::new_v4(),
+            "cmp-1",
+            true,
+            &[],
+        )
+        .unwrap();
+        let root = d.provider(d.root).unwrap();
+        assert_eq!(
+            root.traits.iter().map(String::as_str).collect::<Vec<_>>(),
+            ["COMPUTE_NODE", "OWNER_NOVA"],
+            "the service's disabled trait, the CPU and arch traits are the driver's"
+        );
+        let owned = root.owned_traits.as_ref().unwrap();
+        assert!(!owned.contains("HW_CPU_X86_AVX2") && !owned.contains("COMPUTE_STATUS_DISABLED"));
+        let e = Config::parse(
+            "[placement]\nendpoint = \"http://p\"\nhypervisor_traits = \"libvirt\"\n",
+            Path::new("t.toml"),
+        )
+        .unwrap()
+        .validate(Path::new("t.toml"))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("placement.hypervisor_traits"), "{e}");
     }
 
     #[test]

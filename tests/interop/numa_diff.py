@@ -65,6 +65,7 @@ def load():
         'fields': fields, 'hardware': hardware, 'vconfig': vconfig,
         'driver': libvirt_driver, 'filter': numa_topology_filter,
         'host_manager': host_manager, 'pci_stats': pci_stats,
+        'neutron_conf': nova.conf.neutron,
     }
 
 
@@ -85,6 +86,14 @@ def set_config(cfg):
         else:
             reserved.append({k: str(v) for k, v in r.items()})
     CONF.set_override('reserved_huge_pages', reserved or None)
+    # NUMA-aware vSwitches: [neutron] physnets and the dynamic [neutron_physnet_*] groups.
+    neutron = cfg.get('neutron') or {}
+    physnets = neutron.get('physnets') or {}
+    CONF.set_override('physnets', sorted(physnets), group='neutron')
+    N['neutron_conf'].register_dynamic_opts(CONF)
+    for name, nodes in physnets.items():
+        CONF.set_override('numa_nodes', nodes, group='neutron_physnet_%s' % name)
+    CONF.set_override('numa_nodes', neutron.get('tunnel') or [], group='neutron_tunnel')
 
 
 class FakeHost:
@@ -147,10 +156,22 @@ def host_topology(host, cfg):
     return drv._get_host_numa_topology()
 
 
-def limits(cfg):
-    return N['objects'].NUMATopologyLimits(
+def network_of(step):
+    """The step's NetworkMetadata (the RequestSpec's), or None."""
+    net = step.get('network')
+    if not net:
+        return None
+    return N['objects'].NetworkMetadata(physnets=set(net['physnets']), tunneled=net['tunneled'])
+
+
+def limits(cfg, step=None):
+    lim = N['objects'].NUMATopologyLimits(
         cpu_allocation_ratio=float(cfg.get('cpu_allocation_ratio') or 4.0),
         ram_allocation_ratio=float(cfg.get('ram_allocation_ratio') or 1.0))
+    net = network_of(step) if step else None
+    if net:
+        lim.network_metadata = net
+    return lim
 
 
 def flavor_of(step):
@@ -234,8 +255,13 @@ def nocache_fit(host, req, lim, pack):
 
     dead = set()
 
+    net = lim.network_metadata if 'network_metadata' in lim else None
+
     def search(g, used, chosen):
         if g == n:
+            if net and not hw._numa_cells_support_network_metadata(
+                    host, [cells[h] for h in used], net):
+                return None
             return list(chosen)
         if frozenset(used) in dead:
             return None
@@ -275,6 +301,8 @@ def filter_verdict(rtrack_host, step, cfg, req):
     spec = objects.RequestSpec(
         flavor=flavor_of(step), image=image_of(step), numa_topology=req,
         pci_requests=None, instance_uuid='00000000-0000-4000-8000-000000000001')
+    if network_of(step):
+        spec.network_metadata = network_of(step)
     return bool(N['filter'].NUMATopologyFilter().host_passes(hs, spec))
 
 
@@ -318,9 +346,10 @@ def run_case(case):
                     r['filter'] = filter_verdict(step['rtrack_host'], step, cfg, copy.deepcopy(req))
                 except Exception as e:
                     r['filter_error'] = '%s: %s' % (type(e).__name__, e)
-            nc = nocache_fit(host, copy.deepcopy(req), lim, pack)
+            step_lim = limits(cfg, step)
+            nc = nocache_fit(host, copy.deepcopy(req), step_lim, pack)
             r['nocache'] = {'result': 'fitted' if nc else 'refused', 'cells': cells_of(nc) if nc else None}
-            fit = hw.numa_fit_instance_to_host(host, copy.deepcopy(req), None, limits=lim)
+            fit = hw.numa_fit_instance_to_host(host, copy.deepcopy(req), None, limits=step_lim)
             if fit is None:
                 r['result'] = 'refused'
             else:

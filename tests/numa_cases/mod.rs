@@ -40,6 +40,23 @@ pub struct CaseConfig {
     pub ram_allocation_ratio: f64,
     #[serde(rename = "packing_host_numa_cells_allocation_strategy")]
     pub packing: bool,
+    /// NUMA-aware vSwitches: physnet -> nodes, and the tunnel's nodes.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub neutron: Option<NeutronCase>,
+}
+
+/// `[neutron] physnets`, `[neutron_physnet_*] numa_nodes`, `[neutron_tunnel] numa_nodes`.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct NeutronCase {
+    pub physnets: BTreeMap<String, Vec<u32>>,
+    pub tunnel: Vec<u32>,
+}
+
+/// A guest's networks (the RequestSpec's `network_metadata`).
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct NetworkCase {
+    pub physnets: Vec<String>,
+    pub tunneled: bool,
 }
 
 impl CaseConfig {
@@ -87,6 +104,9 @@ pub struct Step {
     /// The ComputeNode numa_topology rtrack reported before the step (filled by the test).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub rtrack_host: Option<String>,
+    /// The guest's networks.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub network: Option<NetworkCase>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -179,6 +199,7 @@ fn from_scenario(name: &str, v: &Value) -> Case {
             packing: cfg["packing_host_numa_cells_allocation_strategy"]
                 .as_bool()
                 .unwrap_or(false),
+            neutron: serde_json::from_value(cfg["neutron"].clone()).ok(),
         },
         steps: serde_json::from_value(v["steps"].clone()).expect("steps"),
         root,
@@ -413,11 +434,46 @@ fn random_flavor(r: &mut Rng, host: &Host) -> (Flavor, Option<serde_json::Map<St
 }
 
 /// `count` random cases from `seed`.
+/// Physnets p0 and p1 on random non-empty sets of the host's cells; the tunnel on some.
+fn random_neutron(r: &mut Rng, host: &Host) -> NeutronCase {
+    let ids: Vec<u32> = host.cells.iter().map(|c| c.id).collect();
+    let subset = |r: &mut Rng, non_empty: bool| -> Vec<u32> {
+        let mut v: Vec<u32> = ids.iter().copied().filter(|_| r.chance(40)).collect();
+        if v.is_empty() && non_empty {
+            v.push(*r.pick(&ids));
+        }
+        v
+    };
+    NeutronCase {
+        physnets: [
+            ("p0".to_string(), subset(r, true)),
+            ("p1".to_string(), subset(r, true)),
+        ]
+        .into(),
+        tunnel: subset(r, false),
+    }
+}
+
+/// Some of p0, p1 and p9 (a physnet with no affinity), tunneled or not.
+fn random_network(r: &mut Rng) -> NetworkCase {
+    NetworkCase {
+        physnets: ["p0", "p1", "p9"]
+            .iter()
+            .filter(|_| r.chance(40))
+            .map(|p| p.to_string())
+            .collect(),
+        tunneled: r.chance(40),
+    }
+}
+
 pub fn generate(seed: u64, count: usize) -> Vec<Case> {
     let mut r = Rng::new(seed);
     let mut out = Vec::with_capacity(count);
     for n in 0..count {
-        let (host, config) = random_host(&mut r);
+        let (host, mut config) = random_host(&mut r);
+        if r.chance(30) {
+            config.neutron = Some(random_neutron(&mut r, &host));
+        }
         let mut steps = Vec::new();
         let mut live: Vec<String> = Vec::new();
         let mut resizing: Vec<String> = Vec::new();
@@ -437,6 +493,7 @@ pub fn generate(seed: u64, count: usize) -> Vec<Case> {
                     flavor: Some(flavor),
                     image_properties: image,
                     rtrack_host: None,
+                    network: None,
                 });
             } else if roll < 72 {
                 let victim = live.remove(r.range(0, live.len() as u64 - 1) as usize);
@@ -447,6 +504,7 @@ pub fn generate(seed: u64, count: usize) -> Vec<Case> {
                     flavor: None,
                     image_properties: None,
                     rtrack_host: None,
+                    network: None,
                 });
             } else if roll < 84 {
                 let target = r.pick(&live).clone();
@@ -459,6 +517,7 @@ pub fn generate(seed: u64, count: usize) -> Vec<Case> {
                         flavor: None,
                         image_properties: None,
                         rtrack_host: None,
+                        network: None,
                     });
                 } else {
                     let (flavor, image) = random_flavor(&mut r, &host);
@@ -469,6 +528,7 @@ pub fn generate(seed: u64, count: usize) -> Vec<Case> {
                         flavor: Some(flavor),
                         image_properties: image,
                         rtrack_host: None,
+                        network: None,
                     });
                 }
             } else {
@@ -478,7 +538,15 @@ pub fn generate(seed: u64, count: usize) -> Vec<Case> {
                     flavor: None,
                     image_properties: None,
                     rtrack_host: None,
+                    network: None,
                 });
+            }
+        }
+        if config.neutron.is_some() {
+            for st in steps.iter_mut().filter(|s| s.flavor.is_some()) {
+                if r.chance(50) {
+                    st.network = Some(random_network(&mut r));
+                }
             }
         }
         out.push(Case {

@@ -307,6 +307,7 @@ pub fn numa_constraints(
             thread_policy: threads,
             emulator_threads: emulator,
             pagesize: pages,
+            networks: Default::default(),
         }),
         cpus,
     })

@@ -21,9 +21,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde::Serialize;
 
 use super::host::{HostCell, HostTopology};
+use super::networks::{network_reason, networks_allow};
 use super::pinning::pack_onto_cores;
 use super::usage::{CellUsage, NumaUsage};
-use super::{CpuPolicy, FittedCell, FittedTopology, GuestCell, GuestTopology, PageSize};
+use super::{
+    CpuPolicy, FittedCell, FittedTopology, GuestCell, GuestNetworks, GuestTopology, PageSize,
+};
 
 /// Assignments tried (PCI checks included) before the search gives up and refuses: far more
 /// than any real guest needs with the pruning, few enough to answer in milliseconds.
@@ -396,6 +399,11 @@ pub fn fit_instance<R, E>(
     struct Search<'s, R, E> {
         fits: &'s [Vec<bool>],
         ids: Vec<u32>,
+        host: &'s HostTopology,
+        nets: &'s GuestNetworks,
+        wants_pci: bool,
+        /// A set of cells was refused for the networks' NUMA affinity.
+        network_refused: bool,
         /// PCI verdicts by set of host cells.
         checked: HashMap<Vec<u32>, bool>,
         /// Sets of used host positions from which no assignment completes (what follows a
@@ -420,6 +428,15 @@ pub fn fit_instance<R, E>(
                 }
             }
             self.steps += 1;
+            if !networks_allow(self.host, &cells, self.nets) {
+                self.network_refused = true;
+                self.checked.insert(cells, false);
+                return false;
+            }
+            if !self.wants_pci {
+                // Only the networks to check; the PCI check runs once, at the end.
+                return true;
+            }
             let ok = match pci(&cells) {
                 Ok(r) => {
                     if keep {
@@ -442,15 +459,15 @@ pub fn fit_instance<R, E>(
             used: &mut Vec<bool>,
             chosen: &mut Vec<usize>,
             pci: &mut dyn FnMut(&[u32]) -> Result<R, E>,
-            wants_pci: bool,
+            checks: bool,
         ) -> bool {
             if g == self.fits.len() {
-                return !wants_pci || self.pci_ok(&chosen.clone(), pci, true);
+                return !checks || self.pci_ok(&chosen.clone(), pci, true);
             }
             if self.steps > SEARCH_LIMIT || self.dead.contains(used) {
                 return false;
             }
-            if wants_pci {
+            if checks {
                 // The requests must be met by the cells chosen plus some of the cells still
                 // open to the guest cells left; if all of those together cannot meet them, no
                 // completion can (more cells only allow more devices).
@@ -474,9 +491,7 @@ pub fn fit_instance<R, E>(
                 self.steps += 1;
                 used[h] = true;
                 chosen.push(h);
-                if matchable(self.fits, g + 1, used)
-                    && self.dfs(g + 1, used, chosen, pci, wants_pci)
-                {
+                if matchable(self.fits, g + 1, used) && self.dfs(g + 1, used, chosen, pci, checks) {
                     return true;
                 }
                 chosen.pop();
@@ -489,9 +504,14 @@ pub fn fit_instance<R, E>(
         }
     }
 
+    let nets = &input.guest.networks;
     let mut search: Search<'_, R, E> = Search {
         fits: &fits,
         ids: order.iter().map(|c| c.id).collect(),
+        host: input.host,
+        nets,
+        wants_pci: input.wants_pci,
+        network_refused: false,
         checked: HashMap::new(),
         dead: HashSet::new(),
         found: None,
@@ -500,14 +520,18 @@ pub fn fit_instance<R, E>(
     };
     let mut used = vec![false; m];
     let mut chosen = Vec::with_capacity(n);
-    let wants_pci = input.wants_pci;
+    // Sets of cells are checked when the guest asks for PCI devices or is on networks with a
+    // NUMA affinity: both only allow more as cells are added, so a set refused prunes.
+    let checks = input.wants_pci || !nets.is_empty();
     let found = {
         let mut call = |cells: &[u32]| pci(cells);
-        search.dfs(0, &mut used, &mut chosen, &mut call, wants_pci)
+        search.dfs(0, &mut used, &mut chosen, &mut call, checks)
     };
     if !found {
         let reason = if search.steps > SEARCH_LIMIT {
             format!("no fit found within {SEARCH_LIMIT} tries of host cell combinations")
+        } else if search.network_refused && search.last_error.is_none() {
+            network_reason(input.host, nets)
         } else {
             "no combination of host cells that fits every guest cell also meets the PCI requests' NUMA affinity".into()
         };

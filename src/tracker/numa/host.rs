@@ -71,6 +71,23 @@ pub struct HostCell {
     pub memory_mb: i64,
     /// Page pools, smallest first (the base page first).
     pub pages: Vec<PagePool>,
+    /// The physical networks whose vSwitch is on this node (`[neutron_physnet.<name>]
+    /// numa_nodes`).
+    #[serde(default)]
+    pub physnets: std::collections::BTreeSet<String>,
+    /// Tunneled networks' vSwitch is on this node (`[neutron_tunnel] numa_nodes`).
+    #[serde(default)]
+    pub tunneled: bool,
+}
+
+impl HostTopology {
+    /// Puts the networks' NUMA affinity on the cells it names.
+    pub fn set_network_affinity(&mut self, a: &crate::config::neutron::NetworkAffinity) {
+        for c in &mut self.cells {
+            c.physnets = a.physnets_on(c.id);
+            c.tunneled = a.tunnel.contains(&c.id);
+        }
+    }
 }
 
 impl HostCell {
@@ -192,6 +209,8 @@ impl HostTopology {
                     siblings,
                     memory_mb: memory_kb / 1024,
                     pages,
+                    physnets: Default::default(),
+                    tunneled: false,
                 }
             })
             .collect();

@@ -24,6 +24,7 @@ pub mod constraints;
 pub mod fit;
 pub mod host;
 pub mod image;
+pub mod networks;
 pub mod nova;
 pub mod pinning;
 pub mod report;
@@ -175,6 +176,26 @@ pub struct GuestTopology {
     pub emulator_threads: Option<EmulatorPolicy>,
     /// `hw:mem_page_size`.
     pub pagesize: Option<PageSize>,
+    /// The physical and tunneled networks its ports are on (Nova's `network_metadata`): only
+    /// host cells the networks' NUMA affinity allows may hold it.
+    #[serde(default, skip_serializing_if = "GuestNetworks::is_empty")]
+    pub networks: GuestNetworks,
+}
+
+/// The networks a guest's ports are on (the RequestSpec's `network_metadata`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestNetworks {
+    /// Physical networks (Neutron's `provider:physical_network`).
+    pub physnets: std::collections::BTreeSet<String>,
+    /// Some port is on a tunneled (vxlan, gre, geneve) network.
+    pub tunneled: bool,
+}
+
+impl GuestNetworks {
+    /// Asks for nothing.
+    pub fn is_empty(&self) -> bool {
+        self.physnets.is_empty() && !self.tunneled
+    }
 }
 
 impl GuestTopology {

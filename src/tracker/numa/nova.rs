@@ -53,8 +53,8 @@ pub fn host_object(host: &HostTopology, usage: &NumaUsage) -> Versioned<NUMATopo
                         .collect(),
                 ),
                 network_metadata: Field::Set(Versioned::new(NetworkMetadata {
-                    physnets: Field::Set(Vec::new()),
-                    tunneled: Field::Set(false),
+                    physnets: Field::Set(cell.physnets.iter().cloned().collect()),
+                    tunneled: Field::Set(cell.tunneled),
                 })),
                 socket: match cell.socket {
                     Some(s) => NField::Set(s),

@@ -175,6 +175,8 @@ mod tests {
             siblings: (0..4).map(|c| CpuSet::from_ids([c, c + 4])).collect(),
             memory_mb: 4096,
             pages: Vec::new(),
+            physnets: Default::default(),
+            tunneled: false,
         }
     }
 

@@ -49,6 +49,8 @@ fn cell(
                 kernel_free: None,
             },
         ],
+        physnets: Default::default(),
+        tunneled: false,
     }
 }
 
@@ -76,6 +78,7 @@ fn guest(cells: &[(&str, &str, i64)], policy: Option<CpuPolicy>) -> GuestTopolog
         thread_policy: None,
         emulator_threads: None,
         pagesize: None,
+        networks: Default::default(),
     }
 }
 
@@ -331,5 +334,73 @@ fn an_eight_cell_guest_on_sixteen_cells_is_answered_quickly_even_when_pci_never_
         start.elapsed() < std::time::Duration::from_secs(20),
         "{:?}",
         start.elapsed()
+    );
+}
+
+/// Nova's rule on the test_numa_servers configuration: physnet foo on cell 1, bar on cell 0,
+/// tunneled networks on both.
+#[test]
+fn networks_numa_affinity_chooses_the_cells_as_nova_does() {
+    let mut h = host(vec![
+        cell(0, 0, 4, 2, 8192, 0, 0),
+        cell(1, 8, 4, 2, 8192, 0, 0),
+    ]);
+    h.set_network_affinity(&crate::config::neutron::NetworkAffinity {
+        physnets: [
+            ("foo".to_string(), [1].into()),
+            ("bar".to_string(), [0].into()),
+        ]
+        .into(),
+        tunnel: [0, 1].into(),
+    });
+    let on = |g: GuestTopology, physnets: &[&str], tunneled: bool| GuestTopology {
+        networks: GuestNetworks {
+            physnets: physnets.iter().map(|p| p.to_string()).collect(),
+            tunneled,
+        },
+        ..g
+    };
+    let u = NumaUsage::default();
+    let one = guest(&[("0-1", "", 1024)], None);
+    let two = guest(&[("0", "", 512), ("1", "", 512)], None);
+    // Spread would pick cell 0 (equally empty, first); foo's vSwitch is on cell 1.
+    assert_eq!(fit(&h, &u, &one, false).unwrap().host_cells(), [0]);
+    assert_eq!(
+        fit(&h, &u, &on(one.clone(), &["foo"], false), false)
+            .unwrap()
+            .host_cells(),
+        [1]
+    );
+    // foo and bar on one cell: none has both.
+    let e = fit(&h, &u, &on(one.clone(), &["foo", "bar"], false), false).unwrap_err();
+    assert!(
+        e.reason.contains("physnet bar on host cells [0]")
+            && e.reason.contains("physnet foo on host cells [1]"),
+        "{}",
+        e.reason
+    );
+    // Two cells: one has each.
+    let mut cells = fit(&h, &u, &on(two, &["foo", "bar"], false), false)
+        .unwrap()
+        .host_cells();
+    cells.sort_unstable();
+    assert_eq!(cells, [0, 1]);
+    // foo and a tunnel: cell 1 has both. A physnet no cell names binds nothing.
+    assert_eq!(
+        fit(&h, &u, &on(one.clone(), &["foo", "other"], true), false)
+            .unwrap()
+            .host_cells(),
+        [1]
+    );
+    // A tunnel on no cell of a host whose tunnel is configured elsewhere.
+    h.set_network_affinity(&crate::config::neutron::NetworkAffinity {
+        physnets: Default::default(),
+        tunnel: [1].into(),
+    });
+    assert_eq!(
+        fit(&h, &u, &on(one, &[], true), false)
+            .unwrap()
+            .host_cells(),
+        [1]
     );
 }
