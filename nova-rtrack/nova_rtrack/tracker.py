@@ -1,0 +1,1334 @@
+"""A drop-in for Nova 34's ``nova.compute.resource_tracker.ResourceTracker`` backed by rtrackd.
+
+Every decision (does it fit, which host CPUs, which page size, which PCI devices, which vGPU)
+is rtrackd's, asked over its socket with Nova's own objects as the bodies. This class only:
+
+- builds the bodies (``RequestSpec.from_components(...)`` primitives, the instance's state,
+  Placement's allocations) and applies rtrackd's answers to Nova's objects (the instance's
+  ``numa_topology``, host/node, ``pci_devices``, the ``MigrationContext``);
+- keeps Nova's DB records in step: the ComputeNode (loaded from rtrackd's ComputeNode primitive
+  and saved through Nova's objects after every change, so the scheduler's filters read what
+  rtrackd computed) and the PciDevice rows;
+- keeps what is Nova's: the per-node ``Stats`` (derived counts), the driver's own traits on the
+  compute node provider (rtrackd reports the inventory), Placement allocation clean-ups, the
+  Migration records.
+
+rtrackd refusing, timing out or being down makes the claim fail with
+``ComputeResourcesUnavailable`` so that Nova reschedules: never a guest on an unclaimed host.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+from typing import Any, Callable, Optional
+
+import os_traits
+from oslo_log import log as logging
+from oslo_utils import excutils
+
+from nova.compute import monitors
+from nova.compute import stats as compute_stats
+from nova.compute import task_states
+from nova.compute import utils as compute_utils
+from nova.compute import vm_states
+import nova.conf
+from nova import exception
+from nova import objects
+from nova.objects import fields
+from nova.objects import migration as migration_obj
+from nova.pci import request as pci_request
+from nova.scheduler.client import report
+from nova import utils
+from nova.virt import node as virt_node
+
+from nova_rtrack import claims as rt_claims
+from nova_rtrack import client as rt_client
+from nova_rtrack import conf as rt_conf
+
+CONF = nova.conf.CONF
+rt_conf.register_opts(CONF)
+LOG = logging.getLogger(__name__)
+
+COMPUTE_RESOURCE_SEMAPHORE = 'compute_resources'
+
+# ComputeNode fields rtrackd decides. The rest (hypervisor facts, cpu_info, host_ip,
+# disk_available_least, supported_hv_specs) comes from the virt driver, and stats from Nova's
+# Stats.
+RTRACK_NODE_FIELDS = (
+    'vcpus', 'memory_mb', 'local_gb', 'vcpus_used', 'memory_mb_used', 'local_gb_used',
+    'free_ram_mb', 'free_disk_gb', 'running_vms', 'numa_topology', 'pci_device_pools',
+    'cpu_allocation_ratio', 'ram_allocation_ratio', 'disk_allocation_ratio',
+)
+
+NUMA_REFUSED = 'Requested instance NUMA topology cannot fit the given host NUMA topology'
+NUMA_PCI_REFUSED = ('Requested instance NUMA topology together with requested PCI devices '
+                    'cannot fit the given host NUMA topology')
+PAGE_SIZE_REFUSED = 'Requested page size is different from current page size.'
+PCI_REFUSED = 'Claim pci failed'
+
+OPEN_RTRACK_MIGRATION = ('pre-migrating', 'accepted', 'migrating', 'post-migrating',
+                         'finished', 'running', 'preparing', 'queued')
+
+
+# -- how the tracker reaches its rtrackd ---------------------------------------------------
+
+class DaemonBinding:
+    """Where the tracker's rtrackd is, and what to do before each audit.
+
+    Production: the socket of nova.conf's ``[rtrack] socket``. The test harness installs its
+    own (one rtrackd per fake host, its tree generated from the driver's view).
+    """
+
+    def __init__(self, tracker: 'RtrackResourceTracker') -> None:
+        self.tracker = tracker
+        self._checked = False
+        self._refresh_missing_logged = False
+
+    def client(self, nodename: str) -> rt_client.RtrackClient:
+        return rt_client.RtrackClient(CONF.rtrack.socket, timeout=CONF.rtrack.timeout)
+
+    def startup_check(self) -> None:
+        """At construction (service start): nova.conf and rtrack.toml must agree."""
+        if not self._checked:
+            self.check_config()
+            self._checked = True
+
+    def prepare(self, context: Any, nodename: str, resources: dict[str, Any],
+                startup: bool) -> None:
+        """Called at every update_available_resource before the ComputeNode is read."""
+        if CONF.rtrack.refresh_on_periodic or startup:
+            self.refresh(nodename)
+
+    def check_config(self) -> None:
+        if not CONF.rtrack.check_config:
+            return
+        try:
+            problems = rt_conf.check_file(CONF, CONF.rtrack.config_file)
+        except FileNotFoundError:
+            problems = rt_conf.unsupported(CONF)
+        if problems:
+            raise exception.InvalidConfiguration(
+                'nova.conf and %s disagree: %s' % (CONF.rtrack.config_file,
+                                                   '; '.join(problems)))
+
+    def refresh(self, nodename: str) -> None:
+        try:
+            self.client(nodename).refresh()
+        except rt_client.NotFound:
+            if not self._refresh_missing_logged:
+                LOG.warning('rtrackd has no POST /v1/refresh; relying on its own audit and '
+                            'report intervals')
+                self._refresh_missing_logged = True
+        except rt_client.RtrackError as e:
+            LOG.warning('rtrackd refresh failed: %s', e)
+
+    def stop(self) -> None:
+        """The tracker is going away (service stop); nothing to do in production."""
+
+
+_binding_factory: Callable[['RtrackResourceTracker'], DaemonBinding] = DaemonBinding
+
+
+def set_binding_factory(factory: Callable[['RtrackResourceTracker'], DaemonBinding]) -> None:
+    global _binding_factory
+    _binding_factory = factory
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+def _unavailable(reason: str) -> exception.ComputeResourcesUnavailable:
+    return exception.ComputeResourcesUnavailable(reason=reason)
+
+
+def _refusal_reason(err: rt_client.RtrackError, has_pci: bool,
+                    live_migration: bool = False) -> str:
+    """Nova's sentence for a refusal (tests and operators grep for these)."""
+    d = err.details or {}
+    msg = err.message or ''
+    if live_migration and 'page size' in msg.lower():
+        return PAGE_SIZE_REFUSED
+    if d.get('numa'):
+        reason = str(d['numa'].get('reason') or '')
+        if live_migration and 'page size' in reason.lower():
+            return PAGE_SIZE_REFUSED
+        return NUMA_PCI_REFUSED if has_pci else NUMA_REFUSED
+    if d.get('pci'):
+        return PCI_REFUSED
+    return msg or 'rtrackd refused the claim'
+
+
+def _in_resize_state(instance: Any) -> bool:
+    """Nova's rule (resource_tracker._instance_in_resize_state)."""
+    vm, task = instance.vm_state, instance.task_state
+    if vm == vm_states.RESIZED:
+        return True
+    return vm in (vm_states.ACTIVE, vm_states.STOPPED) and task in (
+        task_states.resizing_states + task_states.rebuild_states)
+
+
+def _is_live_migrating(instance: Any) -> bool:
+    return (instance.task_state == task_states.MIGRATING and
+            instance.vm_state in (vm_states.ACTIVE, vm_states.PAUSED))
+
+
+def _state(v: Optional[str]) -> str:
+    return '' if v is None else v
+
+
+class RtrackResourceTracker(object):
+    """Nova's ResourceTracker interface, every decision asked of rtrackd."""
+
+    def __init__(self, host: str, driver: Any, reportclient: Any = None) -> None:
+        self.service_ref = None
+        self.host = host
+        self.driver = driver
+        self.pci_tracker = None
+        self.compute_nodes: dict[str, Any] = {}
+        self.stats: dict[str, compute_stats.Stats] = collections.defaultdict(
+            compute_stats.Stats)
+        self.tracked_instances: set[str] = set()
+        self.tracked_migrations: dict[str, Any] = {}
+        self.is_bfv: dict[str, bool] = {}
+        monitor_handler = monitors.MonitorHandler(self)
+        self.monitors = monitor_handler.monitors
+        self.old_resources: dict[str, Any] = collections.defaultdict(objects.ComputeNode)
+        self.reportclient = reportclient or report.report_client_singleton()
+        self.ram_allocation_ratio = CONF.ram_allocation_ratio
+        self.cpu_allocation_ratio = CONF.cpu_allocation_ratio
+        self.disk_allocation_ratio = CONF.disk_allocation_ratio
+        self.provider_tree = None
+        self.assigned_resources: dict = collections.defaultdict(
+            lambda: collections.defaultdict(set))
+        self.absent_providers: set = set()
+        self.provider_configs: dict = {}
+        # Last driver resources per node (the harness and the ComputeNode sync read it).
+        self.driver_resources: dict[str, dict[str, Any]] = {}
+        self.binding = _binding_factory(self)
+        # A disagreement between nova.conf and rtrack.toml stops nova-compute here, naming
+        # the option (the manager builds the tracker while the service is created).
+        self.binding.startup_check()
+
+    # -- service ----------------------------------------------------------------------------
+
+    def set_service_ref(self, service_ref: Any) -> None:
+        if self.service_ref and self.service_ref.id != service_ref.id:
+            raise exception.ComputeServiceInUse(
+                'Resource tracker re-initialized with a different service')
+        elif service_ref.host != self.host:
+            raise exception.ServiceNotUnique(
+                'Resource tracker initialized with service that does '
+                'not match host')
+        self.service_ref = service_ref
+
+    def disabled(self, nodename: str) -> bool:
+        return (nodename not in self.compute_nodes or
+                not self.driver.node_is_available(nodename))
+
+    def _client(self, nodename: str) -> rt_client.RtrackClient:
+        return self.binding.client(nodename)
+
+    # -- request bodies ---------------------------------------------------------------------
+
+    def _instance_ref(self, instance: Any, with_numa: bool = False,
+                      host: Any = Ellipsis, node: Any = Ellipsis) -> dict[str, Any]:
+        ref: dict[str, Any] = {
+            'uuid': instance.uuid,
+            'project_id': instance.project_id,
+            'user_id': instance.user_id,
+            'vm_state': instance.vm_state,
+            'task_state': instance.task_state,
+        }
+        if 'os_type' in instance and instance.os_type:
+            ref['os_type'] = instance.os_type
+        h = instance.host if host is Ellipsis else host
+        n = instance.node if node is Ellipsis else node
+        if h:
+            ref['host'] = h
+        if n:
+            ref['node'] = n
+        if with_numa and instance.numa_topology:
+            ref['numa_topology'] = instance.numa_topology.obj_to_primitive()
+        return ref
+
+    def _is_bfv(self, context: Any, instance: Any) -> bool:
+        if instance.uuid not in self.is_bfv:
+            self.is_bfv[instance.uuid] = compute_utils.is_volume_backed_instance(
+                instance._context or context, instance)
+        return self.is_bfv[instance.uuid]
+
+    @staticmethod
+    def _network_metadata(limits: Any) -> Any:
+        """The NUMA-affine networks the scheduler's filter found (Nova hands them to the
+        compute's claim in the limits)."""
+        if not limits:
+            return None
+        if isinstance(limits, objects.SchedulerLimits):
+            limits = limits.to_dict()
+        nl = limits.get('numa_topology') if isinstance(limits, dict) else None
+        if nl is not None and 'network_metadata' in nl:
+            return nl.network_metadata
+        return None
+
+    def _request_spec(self, context: Any, instance: Any, flavor: Any, image_meta: Any,
+                      pci_requests: Any, limits: Any = None) -> dict[str, Any]:
+        if pci_requests is None:
+            pci_requests = objects.InstancePCIRequests(requests=[],
+                                                       instance_uuid=instance.uuid)
+        if image_meta is None:
+            image_meta = instance.image_meta
+        if isinstance(image_meta, dict):
+            image_meta = objects.ImageMeta.from_dict(image_meta)
+        spec = objects.RequestSpec.from_components(
+            context, instance.uuid, image_meta, flavor, None, pci_requests, {}, None,
+            instance.availability_zone if 'availability_zone' in instance else None,
+            project_id=instance.project_id, user_id=instance.user_id)
+        spec.is_bfv = self._is_bfv(context, instance)
+        netmeta = self._network_metadata(limits)
+        if netmeta is not None:
+            spec.network_metadata = netmeta
+        return spec.obj_to_primitive()
+
+    @staticmethod
+    def _allocations(allocations: Any) -> Optional[dict[str, Any]]:
+        if not allocations:
+            return None
+        out = {}
+        for rp, alloc in allocations.items():
+            body = {'resources': dict(alloc.get('resources', {}))}
+            if alloc.get('generation') is not None:
+                body['generation'] = alloc['generation']
+            out[rp] = body
+        return out
+
+    @staticmethod
+    def _rid(context: Any) -> Optional[str]:
+        return getattr(context, 'request_id', None)
+
+    # -- instance claims --------------------------------------------------------------------
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def instance_claim(self, context: Any, instance: Any, nodename: str, allocations: Any,
+                       limits: Any = None) -> rt_claims.RtrackClaim:
+        if self.disabled(nodename):
+            raise exception.ComputeResourcesUnavailable(
+                ('Attempt to claim resources for instance %(inst)s '
+                 'on unknown node %(node)s failed') % {
+                     'inst': instance.uuid, 'node': nodename})
+        if instance.host:
+            LOG.warning('Host field should not be set on the instance '
+                        'until resources have been claimed.', instance=instance)
+        if instance.node:
+            LOG.warning('Node field should not be set on the instance '
+                        'until resources have been claimed.', instance=instance)
+
+        cn = self.compute_nodes[nodename]
+        client = self._client(nodename)
+        pci_requests = instance.pci_requests
+        body: dict[str, Any] = {
+            'instance': self._instance_ref(instance, host=None, node=None),
+            'request_spec': self._request_spec(context, instance, instance.flavor,
+                                               instance.image_meta, pci_requests, limits),
+        }
+        allocs = self._allocations(allocations)
+        if allocs:
+            body['allocations'] = allocs
+        try:
+            _status, answer = client.claim(body, request_id=self._rid(context))
+        except rt_client.Refused as e:
+            reason = _refusal_reason(e, bool(pci_requests and pci_requests.requests))
+            LOG.info('Failed to claim: %s (rtrackd: %s)', reason, e.message,
+                     instance=instance)
+            raise _unavailable(reason)
+        except rt_client.RtrackError as e:
+            LOG.warning('Failed to claim on node %s: %s', nodename, e, instance=instance)
+            raise _unavailable(str(e))
+
+        LOG.info('Claim successful on node %s', nodename, instance=instance)
+        claim = rt_claims.RtrackClaim(context, instance, nodename, self, answer)
+        try:
+            instance.numa_topology = claim.claimed_numa_topology
+            self._set_instance_host_and_node(instance, cn)
+            self._apply_pci(context, nodename, instance, answer)
+            instance.resources = None
+            self.tracked_instances.add(instance.uuid)
+            self.stats[nodename].update_stats_for_instance(instance, False)
+            self._sync_node(context, nodename)
+        except Exception:
+            with excutils.save_and_reraise_exception():
+                LOG.warning('Undoing the claim after a failure to record it',
+                            instance=instance)
+                try:
+                    client.abort(instance.uuid)
+                except rt_client.RtrackError as e:
+                    LOG.error('Could not abort the claim in rtrackd: %s', e,
+                              instance=instance)
+        return claim
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def abort_instance_claim(self, context: Any, instance: Any, nodename: str) -> None:
+        try:
+            self._client(nodename).abort(instance.uuid, request_id=self._rid(context))
+        except rt_client.RtrackError as e:
+            LOG.error('rtrackd did not abort the claim: %s', e, instance=instance)
+        self._forget_instance(nodename, instance)
+        instance.clear_numa_topology()
+        self._unset_instance_host_and_node(instance)
+        self._apply_pci(context, nodename, instance, None)
+        if nodename in self.compute_nodes:
+            self._sync_node(context.elevated(), nodename)
+
+    def _forget_instance(self, nodename: str, instance: Any) -> None:
+        if instance.uuid in self.tracked_instances:
+            self.tracked_instances.discard(instance.uuid)
+            self.stats[nodename].update_stats_for_instance(instance, True)
+        self.is_bfv.pop(instance.uuid, None)
+
+    def _set_instance_host_and_node(self, instance: Any, node: Any) -> None:
+        instance.host = self.host
+        instance.launched_on = self.host
+        if node is not None:
+            instance.node = node.hypervisor_hostname
+            instance.compute_id = node.id
+        instance.save()
+
+    def _unset_instance_host_and_node(self, instance: Any) -> None:
+        instance.host = None
+        instance.node = None
+        instance.compute_id = None
+        instance.save()
+
+    # -- moves ------------------------------------------------------------------------------
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def rebuild_claim(self, context: Any, instance: Any, nodename: str, allocations: Any,
+                      limits: Any = None, image_meta: Any = None,
+                      migration: Any = None) -> rt_claims.RtrackMoveClaim:
+        return self._move_claim(
+            context, instance, instance.flavor, nodename, migration, allocations,
+            move_type=fields.MigrationType.EVACUATION, image_meta=image_meta,
+            limits=limits)
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def resize_claim(self, context: Any, instance: Any, flavor: Any, nodename: str,
+                     migration: Any, allocations: Any, image_meta: Any = None,
+                     limits: Any = None) -> rt_claims.RtrackMoveClaim:
+        return self._move_claim(context, instance, flavor, nodename, migration,
+                                allocations, image_meta=image_meta, limits=limits)
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def live_migration_claim(self, context: Any, instance: Any, nodename: str,
+                             migration: Any, limits: Any,
+                             allocs: Any) -> rt_claims.RtrackMoveClaim:
+        return self._move_claim(
+            context, instance, instance.flavor, nodename, migration, allocs,
+            move_type=fields.MigrationType.LIVE_MIGRATION,
+            image_meta=instance.image_meta, limits=limits)
+
+    def _move_claim(self, context: Any, instance: Any, new_flavor: Any, nodename: str,
+                    migration: Any, allocations: Any, move_type: Optional[str] = None,
+                    image_meta: Any = None, limits: Any = None) -> rt_claims.RtrackMoveClaim:
+        image_meta = image_meta or {}
+        if self.disabled(nodename):
+            raise exception.ComputeResourcesUnavailable(
+                ('Attempt to claim move resources for instance %(inst)s on '
+                 'unknown node %(node)s failed') % {
+                     'inst': instance.uuid, 'node': 'nodename'})
+        cn = self.compute_nodes[nodename]
+        if migration:
+            self._claim_existing_migration(migration, cn)
+        else:
+            migration = self._create_migration(context, instance, new_flavor, cn, move_type)
+
+        new_pci_requests = pci_request.get_pci_requests_from_flavor(new_flavor)
+        new_pci_requests.instance_uuid = instance.uuid
+        if instance.pci_requests:
+            for request in instance.pci_requests.requests:
+                if request.source == objects.InstancePCIRequest.NEUTRON_PORT:
+                    new_pci_requests.requests.append(request)
+
+        client = self._client(nodename)
+        self._settle_migrations(context, client, nodename, instance.uuid)
+        is_live = migration.is_live_migration
+        body: dict[str, Any] = {
+            'instance': self._instance_ref(instance, with_numa=True),
+            'request_spec': self._request_spec(context, instance, new_flavor, image_meta,
+                                               new_pci_requests, limits),
+            'current': {'request_spec': self._request_spec(
+                context, instance, instance.flavor, instance.image_meta,
+                instance.pci_requests)},
+            'move_type': migration.migration_type,
+            'migration_id': migration.id,
+            'dest_compute': self.host,
+            'dest_node': nodename,
+        }
+        if 'uuid' in migration and migration.uuid:
+            body['migration_uuid'] = migration.uuid
+        if migration.source_compute:
+            body['source_compute'] = migration.source_compute
+        if migration.source_node:
+            body['source_node'] = migration.source_node
+        allocs = self._allocations(self._own_allocations(cn, allocations))
+        if allocs:
+            body['allocations'] = allocs
+        try:
+            _status, answer = client.migrate(body, request_id=self._rid(context))
+        except (rt_client.Refused, rt_client.Conflict) as e:
+            # A live migration's page-size check is a 409 conflict in rtrackd.
+            reason = _refusal_reason(e, bool(new_pci_requests.requests), is_live)
+            LOG.info('Failed to claim: %s (rtrackd: %s)', reason, e.message,
+                     instance=instance)
+            raise _unavailable(reason)
+        except rt_client.RtrackError as e:
+            LOG.warning('Failed to claim a move on node %s: %s', nodename, e,
+                        instance=instance)
+            raise _unavailable(str(e))
+        LOG.info('Claim successful on node %s', nodename, instance=instance)
+
+        claim_answer = answer.get('claim', {})
+        claim = rt_claims.RtrackMoveClaim(context, instance, nodename, new_flavor,
+                                          image_meta, self, claim_answer, migration)
+        try:
+            claimed_pci = objects.PciDeviceList(objects=[])
+            if not is_live:
+                claimed_pci = objects.PciDeviceList(objects=self._pci_objects_for(
+                    context, nodename, claim_answer.get('pci_devices') or []))
+            mig_context = objects.MigrationContext(
+                context=context, instance_uuid=instance.uuid,
+                migration_id=migration.id,
+                old_numa_topology=instance.numa_topology,
+                new_numa_topology=claim.claimed_numa_topology,
+                old_pci_devices=copy.deepcopy(instance.pci_devices),
+                new_pci_devices=claimed_pci,
+                old_pci_requests=instance.pci_requests,
+                new_pci_requests=new_pci_requests,
+                old_resources=instance.resources,
+                new_resources=None)
+            instance.migration_context = mig_context
+            instance.save()
+            self.tracked_migrations[instance.uuid] = migration
+            self._sync_pci_rows(context, nodename)
+            self._sync_node(context.elevated(), nodename)
+        except Exception:
+            with excutils.save_and_reraise_exception():
+                try:
+                    client.revert(migration.id)
+                except rt_client.RtrackError as e:
+                    LOG.error('Could not revert the move in rtrackd: %s', e,
+                              instance=instance)
+        return claim
+
+    def _own_allocations(self, cn: Any, allocations: Any) -> Any:
+        """The part of an allocation on this host's tree (an evacuation holds both hosts)."""
+        if not allocations:
+            return allocations
+        mine = {}
+        tree = self._tree_uuids(cn)
+        for rp, alloc in allocations.items():
+            if tree is None or rp in tree:
+                mine[rp] = alloc
+        return mine
+
+    def _tree_uuids(self, cn: Any) -> Optional[set]:
+        try:
+            pt = self.reportclient._provider_tree
+            if pt.exists(cn.uuid):
+                return set(pt.get_provider_uuids_in_tree(cn.uuid))
+        except Exception:  # noqa
+            pass
+        return None
+
+    def _claim_existing_migration(self, migration: Any, node: Any) -> None:
+        migration.dest_compute = self.host
+        migration.dest_node = node.hypervisor_hostname
+        migration.dest_compute_id = node.id
+        migration.dest_host = self.driver.get_host_ip_addr()
+        if not migration.is_live_migration:
+            migration.status = 'pre-migrating'
+        migration.save()
+
+    def _create_migration(self, context: Any, instance: Any, new_flavor: Any, node: Any,
+                          move_type: Optional[str] = None) -> Any:
+        migration = objects.Migration(context=context.elevated())
+        migration.dest_compute = self.host
+        migration.dest_node = node.hypervisor_hostname
+        migration.dest_compute_id = node.id
+        migration.dest_host = self.driver.get_host_ip_addr()
+        migration.old_instance_type_id = instance.flavor.id
+        migration.new_instance_type_id = new_flavor.id
+        migration.status = 'pre-migrating'
+        migration.instance_uuid = instance.uuid
+        migration.source_compute = instance.host
+        migration.source_node = instance.node
+        if move_type:
+            migration.migration_type = move_type
+        else:
+            migration.migration_type = migration_obj.determine_migration_type(migration)
+        migration.create()
+        return migration
+
+    def _settle_migrations(self, context: Any, client: rt_client.RtrackClient,
+                           nodename: str, instance_uuid: Optional[str] = None) -> None:
+        """Confirms or reverts in rtrackd the moves Nova has finished meanwhile.
+
+        Nova does not tell a destination's tracker that its incoming resize was confirmed,
+        nor a source's that its outgoing one was reverted: rtrackd learns it here, from the
+        Migration records, before the next operation on the instance and at every audit.
+        """
+        try:
+            rmigs = client.migrations()
+        except rt_client.RtrackError as e:
+            LOG.warning('Cannot list rtrackd migrations: %s', e)
+            return
+        for rm in rmigs:
+            if instance_uuid and rm.get('instance_uuid') != instance_uuid:
+                continue
+            if rm.get('status') not in OPEN_RTRACK_MIGRATION:
+                continue
+            try:
+                mig = objects.Migration.get_by_id(context.elevated(), rm['id'])
+            except exception.MigrationNotFound:
+                mig = None
+            status = mig.status if mig else 'error'
+            try:
+                if status in ('confirmed', 'done', 'completed'):
+                    client.confirm(rm['id'])
+                elif status in ('reverted', 'error', 'failed', 'cancelled'):
+                    client.revert(rm['id'])
+            except rt_client.RtrackError as e:
+                LOG.warning('Cannot settle migration %s in rtrackd: %s', rm['id'], e)
+
+    def _ensure_outgoing(self, context: Any, client: rt_client.RtrackClient, instance: Any,
+                         migration: Any, nodename: str) -> bool:
+        """Makes sure rtrackd knows a move leaving this node (Nova never says so)."""
+        if client.get_migration(migration.id) is not None:
+            return True
+        old_flavor = instance.old_flavor or instance.flavor
+        new_flavor = instance.new_flavor or instance.flavor
+        body: dict[str, Any] = {
+            'instance': self._instance_ref(instance, with_numa=False, host=self.host,
+                                           node=nodename),
+            'request_spec': self._request_spec(context, instance, new_flavor,
+                                               instance.image_meta, None),
+            'current': {'request_spec': self._request_spec(
+                context, instance, old_flavor, instance.image_meta, None)},
+            'move_type': migration.migration_type,
+            'migration_id': migration.id,
+            'source_compute': self.host,
+            'source_node': nodename,
+            'dest_compute': migration.dest_compute,
+            'dest_node': migration.dest_node,
+        }
+        if 'uuid' in migration and migration.uuid:
+            body['migration_uuid'] = migration.uuid
+        try:
+            client.migrate(body, request_id=self._rid(context))
+            return True
+        except rt_client.RtrackError as e:
+            LOG.warning('rtrackd did not record the outgoing move %s: %s', migration.id, e,
+                        instance=instance)
+            return False
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def drop_move_claim_at_source(self, context: Any, instance: Any, migration: Any) -> None:
+        migration.status = 'confirmed'
+        migration.save()
+        nodename = migration.source_node
+        if nodename in self.compute_nodes:
+            client = self._client(nodename)
+            same_node = (migration.dest_compute == self.host and
+                         migration.dest_node == nodename)
+            if same_node or self._ensure_outgoing(context, client, instance, migration,
+                                                   nodename):
+                try:
+                    client.confirm(migration.id, request_id=self._rid(context))
+                except rt_client.NotFound:
+                    pass
+                except rt_client.RtrackError as e:
+                    LOG.error('rtrackd did not confirm migration %s: %s', migration.id, e,
+                              instance=instance)
+            if not same_node:
+                self._forget_instance(nodename, instance)
+            self.tracked_migrations.pop(instance.uuid, None)
+            self._sync_pci_rows(context, nodename)
+            self._sync_node(context.elevated(), nodename)
+        instance.drop_migration_context()
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def drop_move_claim_at_dest(self, context: Any, instance: Any, migration: Any) -> None:
+        migration.status = 'reverted'
+        migration.save()
+        nodename = migration.dest_node
+        if nodename in self.compute_nodes:
+            client = self._client(nodename)
+            try:
+                client.revert(migration.id, request_id=self._rid(context))
+            except rt_client.NotFound:
+                pass
+            except rt_client.RtrackError as e:
+                LOG.error('rtrackd did not revert migration %s: %s', migration.id, e,
+                          instance=instance)
+            self.tracked_migrations.pop(instance.uuid, None)
+            if migration.source_compute != self.host or migration.source_node != nodename:
+                self._forget_instance(nodename, instance)
+        instance.revert_migration_context()
+        instance.save(expected_task_state=[task_states.RESIZE_REVERTING])
+        if nodename in self.compute_nodes:
+            self._apply_pci(context, nodename, instance, None)
+            self._sync_node(context.elevated(), nodename)
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def drop_move_claim(self, context: Any, instance: Any, nodename: str,
+                        flavor: Any = None, prefix: str = 'new_') -> None:
+        """Drops the incoming move claim at this node (abort, live-migration rollback)."""
+        if nodename in self.compute_nodes:
+            client = self._client(nodename)
+            mig_id = None
+            mc = instance.migration_context if 'migration_context' in instance else None
+            if mc is not None:
+                mig_id = mc.migration_id
+            elif instance.uuid in self.tracked_migrations:
+                mig_id = self.tracked_migrations[instance.uuid].id
+            if mig_id is None:
+                mig_id = self._incoming_migration_id(client, instance.uuid, nodename)
+            if mig_id is not None:
+                try:
+                    client.revert(mig_id, request_id=self._rid(context))
+                except rt_client.NotFound:
+                    pass
+                except rt_client.RtrackError as e:
+                    LOG.error('rtrackd did not drop move %s: %s', mig_id, e,
+                              instance=instance)
+            self._sync_pci_rows(context, nodename)
+            self._sync_node(context.elevated(), nodename)
+        self.tracked_migrations.pop(instance.uuid, None)
+        if instance.uuid in self.tracked_instances and instance.host != self.host:
+            self._forget_instance(nodename, instance)
+
+    def _incoming_migration_id(self, client: rt_client.RtrackClient, instance_uuid: str,
+                               nodename: str) -> Optional[int]:
+        try:
+            for rm in client.migrations():
+                if (rm.get('instance_uuid') == instance_uuid and
+                        rm.get('dest_node') == nodename and
+                        rm.get('status') in OPEN_RTRACK_MIGRATION):
+                    return rm['id']
+        except rt_client.RtrackError:
+            pass
+        return None
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def finish_evacuation(self, instance: Any, node: Optional[str], migration: Any) -> None:
+        instance.apply_migration_context()
+        instance.host = self.host
+        instance.node = node
+        instance.compute_id = node and self.compute_nodes[node].id or None
+        instance.save()
+        instance.drop_migration_context()
+        if migration:
+            migration.status = 'done'
+            migration.save()
+            if node in self.compute_nodes:
+                try:
+                    self._client(node).confirm(migration.id)
+                except rt_client.RtrackError as e:
+                    LOG.warning('rtrackd did not confirm evacuation %s: %s', migration.id, e)
+                self.tracked_migrations.pop(instance.uuid, None)
+                self.tracked_instances.add(instance.uuid)
+                self.stats[node].update_stats_for_instance(instance, False)
+                self._sync_node(instance._context, node)
+
+    # -- state updates ----------------------------------------------------------------------
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def update_usage(self, context: Any, instance: Any, nodename: str) -> None:
+        if self.disabled(nodename):
+            return
+        uuid = instance['uuid']
+        if uuid not in self.tracked_instances:
+            return
+        client = self._client(nodename)
+        changes = {
+            'vm_state': instance.vm_state,
+            'task_state': _state(instance.task_state),
+            'host': instance.host,
+            'node': instance.node,
+        }
+        removed = vm_states.allow_resource_removal(
+            vm_state=instance.vm_state, task_state=instance.task_state)
+        try:
+            answer = client.update_state(uuid, changes, request_id=self._rid(context))
+            if answer.get('instance') is None:
+                removed = True
+        except rt_client.NotFound:
+            removed = True
+        except rt_client.RtrackError as e:
+            LOG.error('rtrackd refused the state update: %s', e, instance=instance)
+        stats = self.stats[nodename]
+        stats.update_stats_for_instance(instance, removed)
+        if removed:
+            self.tracked_instances.discard(uuid)
+            self.is_bfv.pop(uuid, None)
+            self._apply_pci(context, nodename, instance, None, keep_instance=True)
+        self._sync_node(context.elevated(), nodename)
+
+    # -- PCI --------------------------------------------------------------------------------
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def claim_pci_devices(self, context: Any, pci_requests: Any,
+                          instance_numa_topology: Any) -> list:
+        """Devices for ports (interface attach, live-migration destination)."""
+        nodename = self._only_node()
+        if nodename is None or not pci_requests.requests:
+            return []
+        client = self._client(nodename)
+        instance_uuid = pci_requests.instance_uuid
+        # A live migration's move already took the ports' devices at this destination.
+        held = self._held_devices(client, instance_uuid, pci_requests)
+        if held is not None:
+            return self._pci_objects_for(context, nodename, held)
+        try:
+            answer = client.attach_pci(instance_uuid, pci_requests.obj_to_primitive(),
+                                       request_id=self._rid(context))
+        except rt_client.RtrackError as e:
+            raise exception.PciDeviceRequestFailed(requests=pci_requests.requests) from e
+        self._sync_pci_rows(context, nodename)
+        self._sync_node(context, nodename)
+        return self._pci_objects_for(context, nodename, answer.get('pci_devices') or [])
+
+    def _held_devices(self, client: rt_client.RtrackClient, instance_uuid: str,
+                      pci_requests: Any) -> Optional[list]:
+        wanted = {r.request_id for r in pci_requests.requests}
+        claim = client.get_claim(instance_uuid)
+        if not claim:
+            return None
+        held = [d for d in claim.get('pci_devices') or [] if d.get('request_id') in wanted]
+        return held if held else None
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def unclaim_pci_devices(self, context: Any, pci_device: Any, instance: Any) -> None:
+        nodename = self._only_node()
+        if nodename is None:
+            return
+        try:
+            self._client(nodename).detach_pci(instance.uuid, pci_device.request_id,
+                                              request_id=self._rid(context))
+        except rt_client.RtrackError as e:
+            LOG.warning('rtrackd did not free device %s: %s', pci_device.address, e,
+                        instance=instance)
+        self._sync_pci_rows(context, nodename)
+        self._sync_node(context, nodename)
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def allocate_pci_devices_for_instance(self, context: Any, instance: Any) -> None:
+        nodename = self._only_node()
+        if nodename is not None:
+            self._sync_pci_rows(context, nodename)
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def free_pci_device_allocations_for_instance(self, context: Any, instance: Any) -> None:
+        nodename = self._only_node()
+        if nodename is not None:
+            self._sync_pci_rows(context, nodename)
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def free_pci_device_claims_for_instance(self, context: Any, instance: Any) -> None:
+        nodename = self._only_node()
+        if nodename is not None:
+            self._sync_pci_rows(context, nodename)
+
+    def _only_node(self) -> Optional[str]:
+        if not self.compute_nodes:
+            return None
+        return next(iter(self.compute_nodes))
+
+    def _pci_rows(self, context: Any, nodename: str) -> dict[str, Any]:
+        cn = self.compute_nodes.get(nodename)
+        if cn is None or 'id' not in cn:
+            return {}
+        rows = objects.PciDeviceList.get_by_compute_node(context, cn.id)
+        return {r.address: r for r in rows}
+
+    def _pci_objects_for(self, context: Any, nodename: str, devices: list) -> list:
+        if not devices:
+            return []
+        self._sync_pci_rows(context, nodename, force=True)
+        rows = self._pci_rows(context, nodename)
+        return [rows[d['address']] for d in devices if d.get('address') in rows]
+
+    def _apply_pci(self, context: Any, nodename: str, instance: Any,
+                   answer: Optional[dict[str, Any]], keep_instance: bool = False) -> None:
+        """Writes rtrackd's device states to the rows and the instance's pci_devices."""
+        if not self._tracks_pci(nodename) and not (answer and answer.get('pci_devices')):
+            return
+        self._sync_pci_rows(context, nodename, force=True)
+        if keep_instance:
+            return
+        rows = self._pci_rows(context, nodename)
+        mine = [r for r in rows.values()
+                if r.instance_uuid == instance.uuid and r.status == 'allocated']
+        instance.pci_devices = objects.PciDeviceList(objects=mine)
+
+    def _tracks_pci(self, nodename: str) -> bool:
+        res = self.driver_resources.get(nodename) or {}
+        return bool(res.get('pci_passthrough_devices') not in (None, '[]'))
+
+    def _sync_pci_rows(self, context: Any, nodename: str, force: bool = False) -> None:
+        """PciDevice rows = rtrackd's tracked devices (static facts merged from the driver)."""
+        cn = self.compute_nodes.get(nodename)
+        if cn is None or 'id' not in cn:
+            return
+        if not force and not self._tracks_pci(nodename):
+            return
+        try:
+            devices = self._client(nodename).pci_devices()
+        except rt_client.RtrackError as e:
+            LOG.warning('Cannot read rtrackd PCI devices: %s', e)
+            return
+        import json as _json
+        drv = {}
+        raw = (self.driver_resources.get(nodename) or {}).get('pci_passthrough_devices')
+        if raw:
+            for d in _json.loads(raw):
+                drv[d['address']] = d
+        rows = self._pci_rows(context, nodename)
+        seen = set()
+        for d in devices:
+            addr = d['address']
+            seen.add(addr)
+            row = rows.get(addr)
+            static = drv.get(addr, {})
+            if row is None:
+                dev = {
+                    'compute_node_id': cn.id,
+                    'address': addr,
+                    'vendor_id': d.get('vendor_id'),
+                    'product_id': d.get('product_id'),
+                    'dev_type': d.get('dev_type'),
+                    'numa_node': d.get('numa_node'),
+                    'parent_addr': d.get('parent_addr'),
+                    'label': static.get('label', 'label_%s_%s' % (
+                        d.get('vendor_id'), d.get('product_id'))),
+                    'dev_id': static.get('dev_id', 'pci_%s' % addr.replace(':', '_').replace(
+                        '.', '_')),
+                }
+                for k in ('parent_ifname', 'capabilities'):
+                    if k in static:
+                        dev[k] = static[k]
+                row = objects.PciDevice.create(context, dev)
+                row.compute_node_id = cn.id
+            status = d.get('status') or 'available'
+            nova_status = {'reserved': 'unavailable'}.get(status, status)
+            changed = False
+            for k, v in (('status', nova_status), ('instance_uuid', d.get('instance_uuid')),
+                         ('request_id', d.get('request_id'))):
+                if getattr(row, k, None) != v:
+                    setattr(row, k, v)
+                    changed = True
+            if 'id' not in row or changed:
+                row._context = context
+                row.save()
+        for addr, row in rows.items():
+            if addr not in seen and row.status not in ('deleted', 'removed'):
+                row.status = 'removed'
+                row._context = context
+                row.save()
+
+    # -- the periodic -----------------------------------------------------------------------
+
+    def update_available_resource(self, context: Any, nodename: str,
+                                  startup: bool = False) -> None:
+        LOG.debug('Auditing locally available compute resources for '
+                  '%(host)s (node: %(node)s)', {'node': nodename, 'host': self.host})
+        resources = self.driver.get_available_resource(nodename)
+        resources['host_ip'] = CONF.my_ip
+        if 'uuid' not in resources:
+            resources['uuid'] = virt_node.get_local_node_uuid()
+        if 'cpu_info' not in resources or resources['cpu_info'] is None:
+            resources['cpu_info'] = ''
+        self.driver_resources[nodename] = resources
+        # Outside the lock: starting or refreshing rtrackd may wait on Placement.
+        self.binding.prepare(context, nodename, resources, startup)
+        self._update_available_resource(context, resources, startup=startup)
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def _update_available_resource(self, context: Any, resources: dict[str, Any],
+                                   startup: bool = False) -> None:
+        nodename = resources['hypervisor_hostname']
+        is_new = self._init_compute_node(context, resources)
+        if self.disabled(nodename):
+            return
+        cn = self.compute_nodes[nodename]
+        client = self._client(nodename)
+
+        instances = objects.InstanceList.get_by_host_and_node(
+            context, self.host, nodename,
+            expected_attrs=['system_metadata', 'numa_topology', 'flavor',
+                            'migration_context', 'resources'])
+        migrations = objects.MigrationList.get_in_progress_and_error(
+            context, self.host, nodename)
+        self._settle_migrations(context, client, nodename)
+        instance_by_uuid = self._sync_instances(context, client, nodename, instances,
+                                                migrations)
+        self._ensure_compute_id_for_instances(context, instances, cn)
+        if not is_new:
+            self._remove_deleted_instances_allocations(context, cn, migrations,
+                                                       instance_by_uuid)
+        self._sync_pci_rows(context, nodename)
+        self._sync_node(context, nodename, resources=resources, startup=startup)
+        self._sync_traits(context, cn)
+
+    def _sync_instances(self, context: Any, client: rt_client.RtrackClient, nodename: str,
+                        instances: Any, migrations: Any) -> dict[str, Any]:
+        """Stats from Nova's instances; rtrackd told of instances that left this node."""
+        stats = self.stats[nodename]
+        prev_failed = stats.get('failed_builds', 0)
+        stats.clear()
+        stats['failed_builds'] = prev_failed
+        self.tracked_instances.clear()
+        instance_by_uuid = {}
+        for inst in instances:
+            instance_by_uuid[inst.uuid] = inst
+            if not vm_states.allow_resource_removal(vm_state=inst.vm_state,
+                                                    task_state=inst.task_state):
+                self.tracked_instances.add(inst.uuid)
+                stats.update_stats_for_instance(inst, False)
+        moving = {m.instance_uuid for m in migrations}
+        self.tracked_migrations = {m.instance_uuid: m for m in migrations
+                                   if m.dest_compute == self.host}
+        try:
+            rclaims = client.claims()
+        except rt_client.RtrackError as e:
+            LOG.warning('Cannot list rtrackd claims: %s', e)
+            return instance_by_uuid
+        held = {rc['instance_uuid'] for rc in rclaims}
+        for uuid in sorted(self.tracked_instances - held - moving):
+            # On this node for Nova, unknown to rtrackd: an instance that arrived without a
+            # move claim (Nova claims a live migration only for NUMA guests). Claim it now so
+            # that rtrackd counts it; a refusal is an overcommit to report, not to hide.
+            self._claim_found_instance(context, client, nodename, instance_by_uuid[uuid])
+        read_deleted = context.elevated(read_deleted='yes')
+        for rc in rclaims:
+            if rc.get('migration_id'):
+                continue
+            uuid = rc['instance_uuid']
+            if uuid in self.tracked_instances:
+                continue
+            try:
+                inst = objects.Instance.get_by_uuid(read_deleted, uuid, expected_attrs=[])
+            except exception.InstanceNotFound:
+                inst = None
+            if (inst is not None and uuid in moving and
+                    (_in_resize_state(inst) or _is_live_migrating(inst))):
+                # The source side of a move still counts here (Nova's rule), until the
+                # confirm (or, for a live migration, its end).
+                continue
+            if inst is None or inst.deleted:
+                changes = {'vm_state': 'deleted', 'task_state': ''}
+            elif inst.host == self.host and inst.node == nodename:
+                if not vm_states.allow_resource_removal(vm_state=inst.vm_state,
+                                                        task_state=inst.task_state):
+                    continue
+                changes = {'vm_state': inst.vm_state,
+                           'task_state': _state(inst.task_state)}
+            elif inst.host is None and inst.vm_state == vm_states.BUILDING:
+                continue
+            else:
+                changes = {'host': inst.host, 'node': inst.node,
+                           'vm_state': inst.vm_state,
+                           'task_state': _state(inst.task_state)}
+            LOG.info('Telling rtrackd that instance %s left node %s: %s', uuid, nodename,
+                     changes)
+            try:
+                client.update_state(uuid, changes)
+            except rt_client.RtrackError as e:
+                LOG.warning('rtrackd refused %s for %s: %s; aborting its claim', changes,
+                            uuid, e)
+                client.abort(uuid)
+        return instance_by_uuid
+
+    def _claim_found_instance(self, context: Any, client: rt_client.RtrackClient,
+                              nodename: str, inst: Any) -> None:
+        body: dict[str, Any] = {
+            'instance': self._instance_ref(inst, with_numa=True),
+            'request_spec': self._request_spec(context, inst, inst.flavor, inst.image_meta,
+                                               inst.pci_requests),
+        }
+        try:
+            client.claim(body, request_id=self._rid(context))
+            LOG.info('rtrackd did not hold instance %s found on node %s: claimed it', inst.uuid,
+                     nodename)
+        except rt_client.RtrackError as e:
+            LOG.error('Instance %s is on node %s but rtrackd holds no claim for it and '
+                      'refused one: %s', inst.uuid, nodename, e)
+
+    def _ensure_compute_id_for_instances(self, context: Any, instances: Any,
+                                         node: Any) -> None:
+        for instance in instances:
+            if 'compute_id' not in instance or instance.compute_id != node.id:
+                instance.compute_id = node.id
+                instance.save()
+
+    def _init_compute_node(self, context: Any, resources: dict[str, Any]) -> bool:
+        nodename = resources['hypervisor_hostname']
+        node_uuid = resources['uuid']
+        if nodename in self.compute_nodes:
+            cn = self.compute_nodes[nodename]
+            if 'service_id' not in cn or cn.service_id is None:
+                cn.service_id = self.service_ref.id
+            elif cn.service_id != self.service_ref.id:
+                LOG.warning('Moving ComputeNode %s from service %i to %i',
+                            cn.uuid, cn.service_id, self.service_ref.id)
+                cn.service_id = self.service_ref.id
+            return False
+        with utils.temporary_mutation(context, read_deleted='yes'):
+            try:
+                cn = objects.ComputeNode.get_by_uuid(context, node_uuid)
+            except exception.NotFound:
+                cn = None
+            if cn and cn.deleted:
+                LOG.info('Undeleting compute node %s', cn.uuid)
+                cn.deleted = False
+                cn.deleted_at = None
+                cn.save()
+        if cn:
+            if cn.host != self.host:
+                LOG.info('ComputeNode %(name)s moving from %(old)s to %(new)s',
+                         {'name': nodename, 'old': cn.host, 'new': self.host})
+                cn.host = self.host
+                cn.service_id = self.service_ref.id
+                cn.save()
+            self.compute_nodes[nodename] = cn
+            return False
+        cn = objects.ComputeNode(context)
+        cn.host = self.host
+        cn.service_id = self.service_ref.id
+        self._fill_node(cn, resources, self._rtrack_node(nodename), initial=True)
+        try:
+            cn.create()
+        except exception.DuplicateRecord:
+            raise exception.InvalidConfiguration(
+                'Duplicate compute node record found for host %s node %s' % (
+                    cn.host, cn.hypervisor_hostname))
+        self.compute_nodes[nodename] = cn
+        self.old_resources[nodename] = copy.deepcopy(cn)
+        LOG.info('Compute node record created for %(host)s:%(node)s with uuid: %(uuid)s',
+                 {'host': self.host, 'node': nodename, 'uuid': cn.uuid})
+        return True
+
+    def _rtrack_node(self, nodename: str) -> Any:
+        prim = self._client(nodename).compute_node()
+        return objects.ComputeNode.obj_from_primitive(prim)
+
+    def _fill_node(self, cn: Any, resources: Optional[dict[str, Any]], rcn: Any,
+                   initial: bool = False) -> bool:
+        """Copies the driver's facts and rtrackd's resources into ``cn``; True if changed."""
+        changed = False
+
+        def put(key: str, value: Any) -> None:
+            nonlocal changed
+            if key not in cn or getattr(cn, key) != value:
+                setattr(cn, key, value)
+                changed = True
+
+        if resources is not None:
+            for key in ('cpu_info', 'hypervisor_type', 'hypervisor_version',
+                        'hypervisor_hostname', 'disk_available_least', 'host_ip'):
+                if key in resources:
+                    put(key, resources[key])
+            if initial and 'uuid' in resources:
+                cn.uuid = resources['uuid']
+            if 'supported_instances' in resources:
+                specs = [objects.HVSpec.from_list(s)
+                         for s in resources['supported_instances']]
+                if ('supported_hv_specs' not in cn or
+                        [s.obj_to_primitive() for s in cn.supported_hv_specs] !=
+                        [s.obj_to_primitive() for s in specs]):
+                    cn.supported_hv_specs = specs
+                    changed = True
+        for key in RTRACK_NODE_FIELDS:
+            if key not in rcn:
+                continue
+            value = getattr(rcn, key)
+            if key == 'pci_device_pools':
+                if ('pci_device_pools' not in cn or cn.pci_device_pools is None or
+                        cn.pci_device_pools.obj_to_primitive() != value.obj_to_primitive()):
+                    cn.pci_device_pools = value
+                    changed = True
+                continue
+            put(key, value)
+        nodename = cn.hypervisor_hostname if 'hypervisor_hostname' in cn else None
+        stats = self.stats[nodename] if nodename else compute_stats.Stats()
+        put('current_workload', stats.calculate_workload())
+        if 'stats' not in cn or dict(cn.stats or {}) != dict(stats):
+            cn.stats = copy.copy(stats)
+            changed = True
+        return changed
+
+    def _sync_node(self, context: Any, nodename: str,
+                   resources: Optional[dict[str, Any]] = None, startup: bool = False) -> None:
+        """The ComputeNode in the DB = the driver's facts + rtrackd's accounting."""
+        cn = self.compute_nodes.get(nodename)
+        if cn is None:
+            return
+        try:
+            rcn = self._rtrack_node(nodename)
+        except rt_client.RtrackError as e:
+            LOG.error('Cannot read the ComputeNode from rtrackd: %s', e)
+            return
+        if rcn.uuid != cn.uuid:
+            LOG.error('rtrackd tracks compute node %s, Nova has %s for node %s', rcn.uuid,
+                      cn.uuid, nodename)
+        if self._fill_node(cn, resources, rcn):
+            cn.save()
+
+    # -- Placement: what is still Nova's ----------------------------------------------------
+
+    def _sync_traits(self, context: Any, cn: Any) -> None:
+        """The driver's traits on the compute node provider (rtrackd reports the inventory).
+
+        Nova's own rule (resource_tracker._get_traits): the traits of the provider, plus the
+        driver's static traits and capabilities (removing those it says are false),
+        COMPUTE_NODE, OWNER_NOVA, and COMPUTE_STATUS_DISABLED from the service record.
+        """
+        rc = self.reportclient
+        uuid = cn.uuid
+        try:
+            rc.get_provider_tree_and_ensure_root(context, uuid,
+                                                 name=cn.hypervisor_hostname)
+        except Exception as e:  # noqa
+            LOG.warning('Cannot read the provider tree of %s: %s', uuid, e)
+        for _attempt in range(4):
+            try:
+                info = rc.get_provider_traits(context, uuid)
+            except Exception as e:  # noqa
+                LOG.warning('Cannot read the traits of %s: %s', uuid, e)
+                return
+            traits = set(info.traits)
+            try:
+                owned = dict(self.driver.static_traits)
+            except Exception:  # noqa
+                owned = {}
+            for trait, supported in self.driver.capabilities_as_traits().items():
+                if trait == os_traits.COMPUTE_REMOTE_MANAGED_PORTS:
+                    supported = supported and self._has_remote_managed(cn)
+                owned[trait] = supported
+            for trait, on in owned.items():
+                if on:
+                    traits.add(trait)
+                else:
+                    traits.discard(trait)
+            traits.add(os_traits.COMPUTE_NODE)
+            traits.add(os_traits.OWNER_NOVA)
+            try:
+                service = objects.Service.get_by_compute_host(context, self.host)
+                if service.disabled:
+                    traits.add(os_traits.COMPUTE_STATUS_DISABLED)
+                else:
+                    traits.discard(os_traits.COMPUTE_STATUS_DISABLED)
+            except exception.NotFound:
+                LOG.error('Unable to find services table record for nova-compute host %s',
+                          self.host)
+            pt = getattr(rc, '_provider_tree', None)
+            if pt is not None and pt.exists(uuid):
+                pt.update_traits(uuid, info.traits, generation=info.generation)
+            if traits == info.traits:
+                return
+            try:
+                rc.set_traits_for_provider(context, uuid, traits,
+                                           generation=info.generation)
+                return
+            except exception.ResourceProviderUpdateConflict:
+                continue
+            except Exception as e:  # noqa
+                LOG.warning('Cannot set the traits of %s: %s', uuid, e)
+                return
+
+    @staticmethod
+    def _has_remote_managed(cn: Any) -> bool:
+        pools = cn.pci_device_pools.objects if cn.pci_device_pools else []
+        return any(p.tags.get('remote_managed') == 'true' for p in pools)
+
+    def _remove_deleted_instances_allocations(self, context: Any, cn: Any, migrations: Any,
+                                              instance_by_uuid: dict[str, Any]) -> None:
+        """Nova's clean-up of allocations of instances deleted behind its back (as in
+        nova.compute.resource_tracker; allocations are the scheduler's and Nova's)."""
+        migration_uuids = [m.uuid for m in migrations if 'uuid' in m]
+        try:
+            pai = self.reportclient.get_allocations_for_resource_provider(context, cn.uuid)
+        except Exception as e:  # noqa
+            LOG.error('Skipping removal of allocations for deleted instances: %s', e)
+            return
+        allocations = pai.allocations
+        if not allocations:
+            return
+        read_deleted = context.elevated(read_deleted='yes')
+        for consumer_uuid, alloc in allocations.items():
+            if consumer_uuid in self.tracked_instances or consumer_uuid in migration_uuids:
+                continue
+            instance = instance_by_uuid.get(consumer_uuid)
+            if not instance:
+                try:
+                    instance = objects.Instance.get_by_uuid(read_deleted, consumer_uuid,
+                                                            expected_attrs=[])
+                except exception.InstanceNotFound:
+                    continue
+            if instance.deleted and not instance.hidden:
+                LOG.debug('Instance %s has been deleted (perhaps locally). Deleting '
+                          'allocations that remained for this instance against this '
+                          'compute host: %s.', consumer_uuid, alloc)
+                self.reportclient.delete_allocation_for_instance(context, consumer_uuid,
+                                                                 force=False)
+                continue
+            if not instance.host:
+                continue
+            if instance.host == cn.host and instance.node == cn.hypervisor_hostname:
+                if not instance.task_state:
+                    LOG.warning('Instance %s is not being actively managed by this compute '
+                                'host but has allocations referencing this compute host: '
+                                '%s. Skipping heal of allocation because we do not know '
+                                'what to do.', consumer_uuid, alloc)
+                continue
+            if instance.host != cn.host:
+                LOG.warning('Instance %s has been moved to another host %s(%s). There are '
+                            'allocations remaining against the source host that might '
+                            'need to be removed: %s.', consumer_uuid, instance.host,
+                            instance.node, alloc)
+
+    def delete_allocation_for_evacuated_instance(self, context: Any, instance: Any,
+                                                 node: str, node_type: str = 'source') -> None:
+        cn_uuid = self.compute_nodes[node].uuid
+        if not self.reportclient.remove_provider_tree_from_instance_allocation(
+                context, instance.uuid, cn_uuid):
+            LOG.error('Failed to clean allocation of evacuated instance on the %s node %s',
+                      node_type, cn_uuid, instance=instance)
+
+    def delete_allocation_for_shelve_offloaded_instance(self, context: Any,
+                                                        instance: Any) -> None:
+        self.reportclient.delete_allocation_for_instance(context, instance.uuid, force=True)
+
+    # -- bookkeeping ------------------------------------------------------------------------
+
+    def build_failed(self, nodename: str) -> None:
+        self.stats[nodename].build_failed()
+
+    def build_succeeded(self, nodename: str) -> None:
+        self.stats[nodename].build_succeeded()
+
+    def remove_node(self, nodename: str) -> None:
+        self.stats.pop(nodename, None)
+        self.compute_nodes.pop(nodename, None)
+        self.old_resources.pop(nodename, None)
+
+    @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def clean_compute_node_cache(self, compute_nodes_in_db: Any) -> None:
+        names = {cn.hypervisor_hostname for cn in compute_nodes_in_db}
+        for stale in set(self.compute_nodes) - names:
+            self.remove_node(stale)
+            self.reportclient.invalidate_resource_provider(stale)
+
+    def get_node_by_name(self, nodename: str) -> Any:
+        try:
+            return self.compute_nodes[nodename]
+        except KeyError:
+            raise exception.ComputeHostNotFound(host=nodename)

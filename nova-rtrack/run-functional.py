@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Runs Nova's functional test modules with nova-compute on rtrack (or, --baseline, on
+Nova's own tracker), one process per module, and prints ``N passed, N failed, N skipped``.
+
+    run-functional.py [--baseline] [--python PY] [--out DIR] [--rtrackd BIN]
+                      [MODULE_OR_TEST...]
+
+MODULE may be short (``test_rt_servers``: looked up under nova.tests.functional.libvirt) or a
+dotted name down to one test. JUnit XML goes to ``DIR/<mode>/<module>.xml`` (default DIR:
+the repository's target/nova-functional), each module's output to ``<module>.log`` beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+DEFAULT_PY = '/work/nova-venv/bin/python'
+DEFAULT_OUT = os.path.join(REPO, 'target', 'nova-functional')
+PREFIX = 'nova.tests.functional.libvirt.'
+
+
+def site_packages(py: str) -> str:
+    return subprocess.check_output(
+        [py, '-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
+        text=True).strip()
+
+
+def full_name(name: str) -> str:
+    return name if name.startswith('nova.') else PREFIX + name
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--baseline', action='store_true', help="Nova's own tracker")
+    p.add_argument('--python', default=DEFAULT_PY)
+    p.add_argument('--out', default=DEFAULT_OUT)
+    p.add_argument('--rtrackd', default=os.environ.get('RTRACKD', '/work/rtrackd-bin/rtrackd'))
+    p.add_argument('--nice', type=int, default=10)
+    p.add_argument('--quiet', action='store_true', help='no per-test lines')
+    p.add_argument('names', nargs='*', default=['test_rt_servers'])
+    a = p.parse_args()
+
+    mode = 'baseline' if a.baseline else 'rtrack'
+    outdir = os.path.join(a.out, mode)
+    os.makedirs(outdir, exist_ok=True)
+    sp = site_packages(a.python)
+    env = dict(os.environ)
+    env['PYTHONPATH'] = HERE + (os.pathsep + env['PYTHONPATH'] if env.get('PYTHONPATH') else '')
+    env['RTRACKD'] = a.rtrackd
+    env.setdefault('RTRACK_HARNESS_DIR', os.path.join(a.out, 'harness'))
+
+    totals = {'passed': 0, 'failed': 0, 'skipped': 0}
+    rows = []
+    t_all = time.time()
+    for name in a.names:
+        full = full_name(name)
+        short = full[len(PREFIX):] if full.startswith(PREFIX) else full
+        junit = os.path.join(outdir, short + '.xml')
+        summary = os.path.join(outdir, short + '.json')
+        log = os.path.join(outdir, short + '.log')
+        cmd = ['nice', '-n', str(a.nice), a.python, '-m', 'nova_rtrack.testing.worker',
+               '--junit', junit, '--summary', summary, '--suite', short]
+        if a.baseline:
+            cmd.append('--baseline')
+        cmd.append(full)
+        t0 = time.time()
+        with open(log, 'w') as logf:
+            proc = subprocess.Popen(cmd, cwd=sp, env=env, stdout=logf,
+                                    stderr=subprocess.PIPE, text=True)
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                if line.startswith(('PASSED ', 'FAILED ', 'SKIPPED ')):
+                    if not a.quiet:
+                        print('  ' + line.rstrip(), flush=True)
+                elif not line.startswith('START '):
+                    logf.write(line)
+            rc = proc.wait()
+        wall = time.time() - t0
+        try:
+            with open(summary) as f:
+                s = json.load(f)
+        except (OSError, ValueError):
+            s = {'records': [{'id': full, 'outcome': 'failed', 'time': 0.0,
+                              'detail': 'worker exited %s without a summary (see %s)' % (
+                                  rc, log)}]}
+        counts = {'passed': 0, 'failed': 0, 'skipped': 0}
+        for r in s['records']:
+            counts[r['outcome']] += 1
+        for k in totals:
+            totals[k] += counts[k]
+        rows.append((short, counts, wall, s.get('harness')))
+        print('%s: %d passed, %d failed, %d skipped in %.1f s' % (
+            short, counts['passed'], counts['failed'], counts['skipped'], wall), flush=True)
+    print('== %s, %.1f s' % (mode, time.time() - t_all))
+    for short, counts, wall, h in rows:
+        extra = ''
+        if h:
+            extra = ' (rtrackd: %d spawns, %d restarts, %d refreshes; spawn %.1f s, ' \
+                    'refresh %.1f s)' % (h['counts']['spawn'], h['counts']['restart'],
+                                         h['counts']['refresh'], h['timings']['spawn'],
+                                         h['timings']['refresh'])
+        print('  %-40s %3d passed %3d failed %3d skipped %7.1f s%s' % (
+            short, counts['passed'], counts['failed'], counts['skipped'], wall, extra))
+    print('%d passed, %d failed, %d skipped' % (totals['passed'], totals['failed'],
+                                                totals['skipped']))
+    return 0 if totals['failed'] == 0 else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())

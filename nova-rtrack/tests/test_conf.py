@@ -1,0 +1,147 @@
+"""nova.conf -> rtrack.toml: the mapping, the TOML written, and the start-up mismatch check."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import tomllib
+import unittest
+
+import nova.conf
+from nova.conf import devices as devices_conf
+
+from nova_rtrack import conf as rt_conf
+
+CONF = nova.conf.CONF
+
+
+class ConfTest(unittest.TestCase):
+    def setUp(self) -> None:
+        CONF([], project='nova', default_config_files=[])
+        rt_conf.register_opts(CONF)
+        self.addCleanup(CONF.reset)
+        self.addCleanup(CONF.clear_override_all_for_test
+                        if hasattr(CONF, 'clear_override_all_for_test') else lambda: None)
+
+    def flags(self, group: str | None = None, **kw: object) -> None:
+        for k, v in kw.items():
+            CONF.set_override(k, v, group=group)
+            self.addCleanup(CONF.clear_override, k, group=group)
+
+    def test_resources(self) -> None:
+        self.flags(reserved_host_memory_mb=1024, reserved_host_cpus=2,
+                   reserved_host_disk_mb=1500, cpu_allocation_ratio=8.0,
+                   ram_allocation_ratio=0.0,
+                   reserved_huge_pages=[{'node': '0', 'size': '2048', 'count': '64'},
+                                        {'node': '1', 'size': '1GB', 'count': '1'}])
+        self.flags(group='compute', cpu_dedicated_set='4-15', cpu_shared_set='0-3,^2',
+                   packing_host_numa_cells_allocation_strategy=True)
+        d = rt_conf.derive(CONF, host='cmp-1', hypervisor_hostname='cmp-1.example',
+                           compute_node_uuid='9d3a1b2c-0000-4000-8000-000000000001',
+                           include_placement=False)
+        r = d['resources']
+        self.assertEqual(1024, r['reserved_host_memory_mb'])
+        self.assertEqual(2, r['reserved_host_cpus'])
+        self.assertEqual(1500, r['reserved_host_disk_mb'])
+        self.assertEqual(8.0, r['cpu_allocation_ratio'])
+        self.assertNotIn('ram_allocation_ratio', r)        # Nova's 0.0 means unset
+        self.assertEqual(4.0, r['initial_cpu_allocation_ratio'])
+        self.assertEqual('4-15', r['cpu_dedicated_set'])
+        self.assertEqual('0-3,^2', r['cpu_shared_set'])
+        self.assertTrue(r['packing_host_numa_cells_allocation_strategy'])
+        self.assertEqual(['node:0,size:2048,count:64', 'node:1,size:1GB,count:1'],
+                         r['reserved_huge_pages'])
+        self.assertEqual('cmp-1', d['host']['host'])
+        self.assertEqual('cmp-1.example', d['host']['hypervisor_hostname'])
+        self.assertNotIn('placement', d)
+
+    def test_pci_and_mdev(self) -> None:
+        self.flags(group='pci', device_spec=[
+            json.dumps({'vendor_id': '8086', 'product_id': '1528',
+                        'physical_network': 'physnet1', 'trusted': 'true'}),
+            json.dumps([{'address': {'domain': '0000', 'bus': '81', 'slot': '00',
+                                     'function': '[1-7]'}}, {'devname': 'eth1'}])],
+            alias=[json.dumps({'name': 'vf', 'vendor_id': '8086', 'product_id': '1515',
+                               'device_type': 'type-VF', 'numa_policy': 'preferred'})],
+            report_in_placement=True)
+        self.flags(group='devices', enabled_mdev_types=['nvidia-11', 'nvidia-12'])
+        devices_conf.register_dynamic_opts(CONF)
+        self.flags(group='mdev_nvidia-11', device_addresses=['0000:81:00.0'])
+        self.flags(group='mdev_nvidia-12', max_instances=4, mdev_class='CUSTOM_NOTVGPU')
+        d = rt_conf.derive(CONF, include_placement=False)
+        self.assertEqual(3, len(d['pci']['device_spec']))
+        self.assertEqual('physnet1', d['pci']['device_spec'][0]['physical_network'])
+        self.assertEqual('[1-7]', d['pci']['device_spec'][1]['address']['function'])
+        self.assertEqual('vf', d['pci']['alias'][0]['name'])
+        self.assertTrue(d['pci']['report_in_placement'])
+        self.assertEqual(['nvidia-11', 'nvidia-12'], d['devices']['enabled_mdev_types'])
+        self.assertEqual({'device_addresses': ['0000:81:00.0']}, d['mdev']['nvidia-11'])
+        self.assertEqual({'mdev_class': 'CUSTOM_NOTVGPU', 'max_instances': 4},
+                         d['mdev']['nvidia-12'])
+        # and it is valid TOML that reads back the same
+        back = tomllib.loads(rt_conf.dumps_toml(d))
+        self.assertEqual(d, back)
+
+    def test_placement_keystone(self) -> None:
+        # A private ConfigOpts: keystoneauth registers its plugin's options at load time.
+        from oslo_config import cfg
+        conf = cfg.ConfigOpts()
+        conf.register_opts([cfg.StrOpt(n) for n in (
+            'auth_type', 'auth_url', 'username', 'password', 'project_name',
+            'endpoint_override')] + [cfg.ListOpt('valid_interfaces',
+                                                 default=['internal', 'public'])],
+            group='placement')
+        conf([], default_config_files=[])
+        for k, v in dict(auth_type='password', auth_url='http://keystone:5000/v3',
+                         username='nova', password='secret', project_name='service',
+                         endpoint_override='http://placement:8778').items():
+            conf.set_override(k, v, group='placement')
+        d = rt_conf.derive(conf)
+        self.assertEqual('password', d['placement']['auth'])
+        self.assertEqual('http://placement:8778', d['placement']['endpoint'])
+        self.assertEqual('nova', d['placement']['username'])
+        self.assertEqual('internal,public', d['placement']['interface'])
+        self.assertNotIn('resources', d)
+
+    def test_toml_writer(self) -> None:
+        data = {'host': {'root': '/x "y"', 'n': 3, 'f': 1.0, 'b': False},
+                'pci': {'report_in_placement': True,
+                        'alias': [{'name': 'a', 'vendor_id': '8086'}]},
+                'mdev': {'nvidia-11': {'device_addresses': ['0000:81:00.0']},
+                         'odd name': {'max_instances': 2}}}
+        self.assertEqual(data, tomllib.loads(rt_conf.dumps_toml(data)))
+
+    def test_mismatch_names_the_option(self) -> None:
+        self.flags(reserved_host_memory_mb=2048, instances_path='/var/lib/nova/instances')
+        self.flags(group='compute', cpu_dedicated_set='2-7')
+        with tempfile.NamedTemporaryFile('w', suffix='.toml', delete=False) as f:
+            f.write('[resources]\nreserved_host_memory_mb = 1024\n'
+                    'cpu_dedicated_set = "2-7"\n')
+        self.addCleanup(os.unlink, f.name)
+        problems = rt_conf.check_file(CONF, f.name)
+        self.assertEqual(1, len(problems), problems)
+        self.assertIn('[DEFAULT] reserved_host_memory_mb = 2048 in nova.conf', problems[0])
+        self.assertIn('resources.reserved_host_memory_mb = 1024', problems[0])
+
+    def test_defaults_match_an_empty_file(self) -> None:
+        self.flags(instances_path='/var/lib/nova/instances')
+        with tempfile.NamedTemporaryFile('w', suffix='.toml', delete=False) as f:
+            f.write('')
+        self.addCleanup(os.unlink, f.name)
+        # provider_config_location: Nova's default has a trailing slash, rtrack's not: equal.
+        self.assertEqual([], rt_conf.check_file(CONF, f.name))
+
+    def test_disk_reserved_rounds_like_nova(self) -> None:
+        self.flags(reserved_host_disk_mb=1500)
+        self.assertEqual([], rt_conf.mismatches(
+            {'resources': {'reserved_host_disk_mb': 1500}},
+            {'resources': {'reserved_host_disk_mb': 2048}}))
+
+    def test_vcpu_pin_set_is_refused(self) -> None:
+        self.flags(vcpu_pin_set='0-3')
+        self.assertIn('vcpu_pin_set', rt_conf.unsupported(CONF)[0])
+
+
+if __name__ == '__main__':
+    unittest.main()
