@@ -124,6 +124,7 @@ pub fn run_once(
         .node
         .with_usage(&NodeUsage::empty(), &numa, &pools, now);
     let mut report = InventoryReport::new(view.host.as_ref().clone(), now);
+    report.offered = Some(view.offered());
     report.compute_node = Some(node.to_primitive());
     Ok(OnceResult {
         report,
