@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 
+use rtrack_fixtures::facts::FactsHost;
 use rtrack_fixtures::real::{scratch_dir, unpack, REAL_FIXTURES};
 use rtrack_fixtures::synthetic::SyntheticHost;
 use rtrack_fixtures::vgpu::VgpuHost;
@@ -28,13 +29,18 @@ physical_network = "physnet1"
 "#;
 
 fn run_once(root: &Path, extra: &[&str]) -> std::process::Output {
+    run_once_with(root, CONFIG, extra)
+}
+
+/// [`run_once`] with another configuration.
+fn run_once_with(root: &Path, config: &str, extra: &[&str]) -> std::process::Output {
     let state = scratch_dir();
     std::fs::write(
         state.path().join("compute_id"),
         "11111111-2222-3333-4444-555555555555\n",
     )
     .unwrap();
-    std::fs::write(state.path().join("rtrack.toml"), CONFIG).unwrap();
+    std::fs::write(state.path().join("rtrack.toml"), config).unwrap();
     Command::new(env!("CARGO_BIN_EXE_rtrackd"))
         .args(["--once", "--instances-path", "none", "--root"])
         .arg(root)
@@ -49,7 +55,12 @@ fn run_once(root: &Path, extra: &[&str]) -> std::process::Output {
 
 /// The report with what changes from run to run replaced by placeholders.
 fn normalized_report(root: &Path) -> serde_json::Value {
-    let out = run_once(root, &[]);
+    normalized_report_with(root, CONFIG)
+}
+
+/// [`normalized_report`] with another configuration.
+fn normalized_report_with(root: &Path, config: &str) -> serde_json::Value {
+    let out = run_once_with(root, config, &[]);
     assert!(
         out.status.success(),
         "rtrackd failed: {}",
@@ -142,6 +153,180 @@ fn synthetic_vgpu_hosts_match_their_golden_reports() {
     }
 }
 
+/// `[devices]` for the TDX and PMEM goldens: TDX as Nova offers it, Nova's vPMEM test labels.
+const FACTS: &str = "[devices]\ncpu_mode = \"host-passthrough\"\npmem_namespaces = [\"4GB:ns_0\", \"SMALL:ns_1|ns_2\"]\n";
+
+#[test]
+fn synthetic_tdx_and_pmem_hosts_match_their_golden_reports() {
+    let tdx = scratch_dir();
+    FactsHost::tdx_host().write(tdx.path());
+    let config = format!("{CONFIG}\n[devices]\ncpu_mode = \"host-passthrough\"\n");
+    let v = normalized_report_with(tdx.path(), &config);
+    check_golden("synthetic-tdx", &v);
+    assert_eq!(
+        v["offered"]["memory_encryption"],
+        serde_json::json!({"intel-tdx": 63})
+    );
+    let pmem = scratch_dir();
+    FactsHost::pmem_host().write(pmem.path());
+    let config = format!("{CONFIG}\n{FACTS}");
+    let v = normalized_report_with(pmem.path(), &config);
+    check_golden("synthetic-pmem", &v);
+    let offered: Vec<(&str, &str, &str)> = v["offered"]["pmem_namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["name"].as_str().unwrap(),
+                n["resource_class"].as_str().unwrap(),
+                n["devpath"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        offered,
+        [
+            ("ns_0", "CUSTOM_PMEM_NAMESPACE_4GB", "/dev/dax0.0"),
+            ("ns_1", "CUSTOM_PMEM_NAMESPACE_SMALL", "/dev/dax0.1"),
+            ("ns_2", "CUSTOM_PMEM_NAMESPACE_SMALL", "/dev/dax0.2")
+        ]
+    );
+}
+
+/// `[devices]` keys, kvm parameter, misc.capacity -> supported, guests offered, warned.
+type TdxCase = (
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+    bool,
+    u64,
+    bool,
+);
+
+/// Nova's `_get_tdx_capacity` and `supports_intel_tdx` on the TDX host: (configuration, kvm
+/// parameter, misc.capacity) -> (supported, TDX guests offered, a warning expected).
+#[test]
+fn tdx_is_offered_as_novas_code_offers_it() {
+    let cases: [TdxCase; 6] = [
+        ("", "Y", Some("tdx 63\n"), false, 0, true),
+        (
+            "cpu_mode = \"host-passthrough\"\n",
+            "Y",
+            Some("tdx 63\n"),
+            true,
+            63,
+            false,
+        ),
+        (
+            "cpu_mode = \"host-passthrough\"\nnum_intel_tdx_guests = 100\n",
+            "Y",
+            Some("tdx 63\n"),
+            true,
+            100,
+            true,
+        ),
+        (
+            "cpu_mode = \"host-passthrough\"\n",
+            "Y",
+            Some("sev 0\n"),
+            true,
+            0,
+            true,
+        ),
+        (
+            "cpu_mode = \"host-passthrough\"\nnum_intel_tdx_guests = 5\n",
+            "Y",
+            None,
+            true,
+            5,
+            false,
+        ),
+        (
+            "cpu_mode = \"host-passthrough\"\n",
+            "N",
+            Some("tdx 63\n"),
+            false,
+            0,
+            false,
+        ),
+    ];
+    for (devices, param, misc, supported, slots, warned) in cases {
+        let mut host = FactsHost::tdx_host();
+        if let Some(t) = &mut host.tdx {
+            t.param = Some(param.to_string());
+            t.misc_capacity = misc.map(str::to_string);
+        }
+        let dir = scratch_dir();
+        host.write(dir.path());
+        let config = format!("{CONFIG}\n[devices]\n{devices}");
+        let v = normalized_report_with(dir.path(), &config);
+        let tdx = &v["offered"]["intel_tdx"];
+        let case = format!("{devices:?} {param} {misc:?}: {}", v["offered"]);
+        assert_eq!(tdx["supported"], supported, "{case}");
+        assert_eq!(tdx["slots"], slots, "{case}");
+        let warnings = v["offered"]["warnings"].as_array().unwrap();
+        assert_eq!(
+            warnings
+                .iter()
+                .any(|w| w.as_str().unwrap().contains("Intel TDX")),
+            warned,
+            "{case}"
+        );
+        let offered = &v["offered"]["memory_encryption"]["intel-tdx"];
+        assert_eq!(offered.as_u64(), (slots > 0).then_some(slots), "{case}");
+    }
+}
+
+#[test]
+fn table_format_shows_tdx_and_pmem_namespaces() {
+    let dir = scratch_dir();
+    FactsHost::pmem_host().write(dir.path());
+    let config = format!("{CONFIG}\n{FACTS}");
+    let out = run_once_with(dir.path(), &config, &["--format", "table"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("PMEM namespaces:   4"), "{text}");
+    let row = |dev: &str| -> Vec<String> {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(dev))
+            .unwrap_or_else(|| panic!("no {dev} row in {text}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(
+        row("namespace0.1"),
+        [
+            "namespace0.1",
+            "ns_1",
+            "devdax",
+            "4292870144",
+            "2097152",
+            "/dev/dax0.1",
+            "0",
+            "SMALL",
+            "CUSTOM_PMEM_NAMESPACE_SMALL"
+        ]
+    );
+    assert_eq!(row("namespace1.0")[..3], ["namespace1.0", "fs_0", "fsdax"]);
+    assert_eq!(row("namespace1.0")[7..], ["-", "-"]);
+    let tdx = scratch_dir();
+    FactsHost::tdx_host().write(tdx.path());
+    let out = run_once_with(tdx.path(), &config, &["--format", "table"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("Intel TDX:         KVM 1, platform flag 1; guests misc cgroup 63, configured -; offered 63 guest(s)"),
+        "{text}"
+    );
+    let out = run_once_with(tdx.path(), CONFIG, &["--format", "table"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("; not offered: devices.cpu_mode is not host-passthrough"),
+        "{text}"
+    );
+}
+
 #[test]
 fn vgpu_and_sev_keep_their_fixed_names() {
     let dir = scratch_dir();
@@ -214,6 +399,8 @@ fn report_has_the_fixed_top_level_keys() {
         "pci_devices",
         "mediated_devices",
         "memory_encryption",
+        "pmem_namespaces",
+        "offered",
         "warnings",
     ] {
         assert!(keys.contains(&k), "missing {k} in {keys:?}");

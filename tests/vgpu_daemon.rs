@@ -52,6 +52,10 @@ fn claim_body(instance: &str, extra: &[(&str, &str)]) -> Value {
     for (k, v) in extra {
         spec["nova_object.data"]["flavor"]["nova_object.data"]["extra_specs"][*k] = json!(v);
     }
+    // An encrypted guest boots a UEFI image (Nova refuses it otherwise).
+    if extra.iter().any(|(k, _)| *k == "hw:mem_encryption") {
+        spec = support::with_image(spec, "uefi", json!({"hw_firmware_type": "uefi"}));
+    }
     json!({"request_spec": spec})
 }
 
@@ -69,6 +73,10 @@ fn ctl_claim(d: &Daemon, instance: &str, extra: &[(&str, &str)]) -> (i32, String
     for (k, v) in extra {
         args.push("--extra-spec".into());
         args.push(format!("{k}={v}"));
+    }
+    if extra.iter().any(|(k, _)| *k == "hw:mem_encryption") {
+        args.push("--image-property".into());
+        args.push("hw_firmware_type=uefi".into());
     }
     let out = Command::new(RTRACKCTL)
         .arg("--socket")
@@ -184,6 +192,21 @@ fn vgpus_contexts_and_custom_classes_are_claimed_refused_and_freed() {
 
     // SEV: two contexts, then refused naming the model's provider; SEV-ES still has room.
     let sev = [("hw:mem_encryption", "true")];
+    // Without a UEFI image: Nova's reason, nothing claimed.
+    let mut bare = claim_body(&uuid(10), &sev);
+    bare["request_spec"]["nova_object.data"]
+        .as_object_mut()
+        .unwrap()
+        .remove("image");
+    let (s, v) = d.call("POST", "/v1/claims", Some(&bare));
+    assert_eq!(s, 400, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("doesn't have the 'hw_firmware_type' property set to 'uefi'"),
+        "{v}"
+    );
     for n in 10..12 {
         let (s, v) = d.call("POST", "/v1/claims", Some(&claim_body(&uuid(n), &sev)));
         assert_eq!(s, 201, "{v}");

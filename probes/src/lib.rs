@@ -2,8 +2,9 @@
 //!
 //! In: a [`HostRoot`] and [`ProbeOptions`] (the instances path to measure, whether to list virtual
 //! block devices). Out: a [`HostInventory`] (host identity, CPUs, NUMA nodes, memory, disks, PCI
-//! functions, mediated devices, memory encryption, and the [`Warning`]s in probe order), or a [`ProbeError`] only when neither root is a
-//! readable directory.
+//! functions, mediated devices, memory encryption, persistent memory namespaces, and the
+//! [`Warning`]s in probe order), or a [`ProbeError`] only when neither root is a readable
+//! directory.
 //!
 //! Every probe is a function of a [`HostRoot`] (separate sysfs and procfs roots, so that tests
 //! run on captured trees and containers can point at a bind-mounted host `/sys`) that returns
@@ -11,7 +12,7 @@
 //! file contents and never aborts the whole inventory because one file is bad.
 //!
 //! One module per probe: [`cpu`], [`numa`], [`memory`], [`disk`], [`pci`] (with [`vpd`]),
-//! [`mdev`], [`mem_encryption`], [`host`], [`uptime`];
+//! [`mdev`], [`mem_encryption`], [`pmem`], [`host`], [`uptime`];
 //! [`probe_host`] runs them all in the order their inputs need.
 
 pub mod confine;
@@ -26,6 +27,7 @@ pub mod numa;
 pub mod pci;
 pub mod pci_names;
 pub mod pci_uevent;
+pub mod pmem;
 pub mod read;
 mod root;
 pub mod uptime;
@@ -75,9 +77,12 @@ pub struct HostInventory {
     /// Mediated device parents, their types, and the mediated devices that exist.
     #[serde(default)]
     pub mediated_devices: mdev::MediatedDevices,
-    /// AMD SEV state and encrypted guest capacity.
+    /// AMD SEV and Intel TDX state and encrypted guest capacity.
     #[serde(default)]
     pub memory_encryption: mem_encryption::MemoryEncryption,
+    /// Persistent memory namespaces (vPMEM), sorted by region and number.
+    #[serde(default)]
+    pub pmem_namespaces: Vec<pmem::PmemNamespace>,
     /// What could not be read or understood, in probe order.
     pub warnings: Vec<Warning>,
 }
@@ -104,7 +109,8 @@ pub fn probe_host(root: &HostRoot, opts: &ProbeOptions) -> Result<HostInventory,
     let disks = disk::probe_disks(root, &opts.disk, &mut w);
     let pci_devices = pci::probe_pci(root, &numa, opts.pci_vpd, &mut w);
     let mediated_devices = mdev::probe_mdevs(root, &mut w);
-    let memory_encryption = mem_encryption::probe_mem_encryption(root, &mut w);
+    let memory_encryption = mem_encryption::probe_mem_encryption(root, &cpu.flags, &mut w);
+    let pmem_namespaces = pmem::probe_pmem(root, &mut w);
     let host = host::probe_host_identity(root, cpu.arch.clone(), &mut w);
     let uptime = uptime::probe_uptime(root, &mut w);
     Ok(HostInventory {
@@ -117,6 +123,7 @@ pub fn probe_host(root: &HostRoot, opts: &ProbeOptions) -> Result<HostInventory,
         pci_devices,
         mediated_devices,
         memory_encryption,
+        pmem_namespaces,
         warnings: w.into_vec(),
     })
 }

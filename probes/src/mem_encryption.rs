@@ -1,11 +1,14 @@
-//! Memory encryption: AMD SEV, SEV-ES and SEV-SNP as KVM offers them, and how many encrypted
-//! guests the host can run.
+//! Memory encryption: AMD SEV, SEV-ES and SEV-SNP, and Intel TDX, as KVM offers them, and how
+//! many encrypted guests the host can run.
 //!
 //! In: `sys/module/kvm_amd/parameters/{sev,sev_es,sev_snp}` (the files Nova's libvirt driver
 //! reads), `sys/class/misc/sev` (the firmware device behind `/dev/sev`, outside the sysfs root
-//! otherwise), and the `sev`/`sev_es` lines of the misc cgroup's `misc.capacity` (the number of
-//! encryption ASIDs, which bounds the guests; libvirt reads the same from CPUID). Out:
-//! [`MemoryEncryption`], each value null when the tree does not tell.
+//! otherwise), `sys/module/kvm_intel/parameters/tdx` (KVM runs TD guests: what libvirt needs to
+//! report TDX in its domain capabilities; the kernel sets it back to `N` when the TDX module
+//! fails to come up), the `sev`/`sev_es`/`tdx` lines of the misc cgroup's `misc.capacity` (the
+//! encryption ASIDs or TDX private KeyIDs, which bound the guests; Nova reads the `tdx` line
+//! there), and the CPU flags (`tdx_host_platform`: the platform has TDX KeyIDs, a fact shown,
+//! not a condition). Out: [`MemoryEncryption`], each value null when the tree does not tell.
 //!
 //! "Unknown" and "no" differ: a tree with no `sys/module` at all (a captured snapshot) says
 //! nothing, so every flag is null; a host whose `kvm_amd` is not loaded (an Intel host) has no
@@ -34,36 +37,63 @@ pub struct MemoryEncryption {
     pub sev_guests: Option<u64>,
     /// Encryption contexts for SEV-ES (and SEV-SNP) guests (`sev_es` in `misc.capacity`).
     pub sev_es_guests: Option<u64>,
+    /// KVM runs Intel TDX guests (`kvm_intel` parameter `tdx`).
+    #[serde(default)]
+    pub tdx: Option<bool>,
+    /// TDX guests the host can run at once (`tdx` in `misc.capacity`: its private KeyIDs).
+    #[serde(default)]
+    pub tdx_guests: Option<u64>,
+    /// The CPU flags show `tdx_host_platform` (the platform has TDX KeyIDs); null when the CPU
+    /// flags are unknown. `tdx_guest` would mean this is itself a TD guest.
+    #[serde(default)]
+    pub tdx_host_platform: Option<bool>,
 }
 
-/// Reads the memory encryption state.
-pub fn probe_mem_encryption(root: &HostRoot, w: &mut Warnings) -> MemoryEncryption {
+/// The misc cgroup's capacities rtrack reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct MiscCapacity {
+    sev: Option<u64>,
+    sev_es: Option<u64>,
+    tdx: Option<u64>,
+}
+
+/// Reads the memory encryption state. `cpu_flags` are the probed CPU flags (empty: unknown).
+pub fn probe_mem_encryption(
+    root: &HostRoot,
+    cpu_flags: &[String],
+    w: &mut Warnings,
+) -> MemoryEncryption {
     let modules = root.sys_path("module");
-    let params = root.sys_path("module/kvm_amd/parameters");
-    let flag = |name: &str, w: &mut Warnings| -> Option<bool> {
+    let flag = |module: &str, name: &str, w: &mut Warnings| -> Option<bool> {
         if !is_present(&modules) {
             return None;
         }
-        let path = params.join(name);
+        let path = modules.join(module).join("parameters").join(name);
         match read_optional(&path, w) {
             None if is_present(&path) => None,
             None => Some(false),
             Some(raw) => parse_param_bool(&raw, &path, w),
         }
     };
-    let sev = flag("sev", w);
-    let sev_es = flag("sev_es", w);
-    let sev_snp = flag("sev_snp", w);
+    let sev = flag("kvm_amd", "sev", w);
+    let sev_es = flag("kvm_amd", "sev_es", w);
+    let sev_snp = flag("kvm_amd", "sev_snp", w);
+    let tdx = flag("kvm_intel", "tdx", w);
     let sev_firmware = is_present(&root.sys_path("class/misc"))
         .then(|| is_present(&root.sys_path("class/misc/sev")));
-    let (sev_guests, sev_es_guests) = misc_capacity(root, w);
+    let misc = misc_capacity(root, w);
+    let tdx_host_platform =
+        (!cpu_flags.is_empty()).then(|| cpu_flags.iter().any(|f| f == "tdx_host_platform"));
     MemoryEncryption {
         sev,
         sev_es,
         sev_snp,
         sev_firmware,
-        sev_guests,
-        sev_es_guests,
+        sev_guests: misc.sev,
+        sev_es_guests: misc.sev_es,
+        tdx,
+        tdx_guests: misc.tdx,
+        tdx_host_platform,
     }
 }
 
@@ -88,9 +118,10 @@ fn parse_param_bool(raw: &str, path: &Path, w: &mut Warnings) -> Option<bool> {
     }
 }
 
-/// The `sev` and `sev_es` capacities of the misc cgroup controller (cgroup v2 root, else the
-/// v1 `misc` hierarchy). Missing file or line: unknown, no warning (older kernels).
-fn misc_capacity(root: &HostRoot, w: &mut Warnings) -> (Option<u64>, Option<u64>) {
+/// The `sev`, `sev_es` and `tdx` capacities of the misc cgroup controller (cgroup v2 root,
+/// else the v1 `misc` hierarchy). Missing file or line: unknown, no warning (older kernels; the
+/// kernel lists only resources with a capacity).
+fn misc_capacity(root: &HostRoot, w: &mut Warnings) -> MiscCapacity {
     for rel in ["fs/cgroup/misc.capacity", "fs/cgroup/misc/misc.capacity"] {
         let path = root.sys_path(rel);
         match read_text(&path, SYSFS_CAP) {
@@ -98,24 +129,24 @@ fn misc_capacity(root: &HostRoot, w: &mut Warnings) -> (Option<u64>, Option<u64>
             Err(ReadFailure::Missing) => continue,
             Err(e) => {
                 w.push(&path, format!("file is {e}"));
-                return (None, None);
+                return MiscCapacity::default();
             }
         }
     }
-    (None, None)
+    MiscCapacity::default()
 }
 
-fn parse_misc_capacity(text: &str, path: &Path, w: &mut Warnings) -> (Option<u64>, Option<u64>) {
-    let mut sev = None;
-    let mut sev_es = None;
+fn parse_misc_capacity(text: &str, path: &Path, w: &mut Warnings) -> MiscCapacity {
+    let mut out = MiscCapacity::default();
     for line in text.lines() {
         let mut fields = line.split_whitespace();
         let (Some(key), Some(value)) = (fields.next(), fields.next()) else {
             continue;
         };
         let slot = match key {
-            "sev" => &mut sev,
-            "sev_es" => &mut sev_es,
+            "sev" => &mut out.sev,
+            "sev_es" => &mut out.sev_es,
+            "tdx" => &mut out.tdx,
             _ => continue,
         };
         match value.parse::<u64>() {
@@ -129,7 +160,7 @@ fn parse_misc_capacity(text: &str, path: &Path, w: &mut Warnings) -> (Option<u64
             ),
         }
     }
-    (sev, sev_es)
+    out
 }
 
 #[cfg(test)]
@@ -144,8 +175,13 @@ mod tests {
     }
 
     fn probe(root: &Path) -> (MemoryEncryption, Vec<crate::Warning>) {
+        probe_with_flags(root, &[])
+    }
+
+    fn probe_with_flags(root: &Path, flags: &[&str]) -> (MemoryEncryption, Vec<crate::Warning>) {
         let mut w = Warnings::new();
-        let m = probe_mem_encryption(&HostRoot::under(root), &mut w);
+        let flags: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
+        let m = probe_mem_encryption(&HostRoot::under(root), &flags, &mut w);
         (m, w.into_vec())
     }
 
@@ -169,8 +205,48 @@ mod tests {
                 sev_firmware: Some(true),
                 sev_guests: Some(509),
                 sev_es_guests: Some(0),
+                tdx: Some(false),
+                tdx_guests: None,
+                tdx_host_platform: None,
             }
         );
+    }
+
+    #[test]
+    fn a_tdx_host_shows_the_parameter_its_keyids_and_the_platform_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = dir.path();
+        put(r, "sys/module/kvm_intel/parameters/tdx", "Y\n");
+        put(r, "sys/fs/cgroup/misc.capacity", "tdx 63\n");
+        let (m, w) = probe_with_flags(r, &["tdx_host_platform", "vmx"]);
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!(
+            (m.tdx, m.tdx_guests, m.tdx_host_platform),
+            (Some(true), Some(63), Some(true))
+        );
+        // No kvm_amd on an Intel host: SEV is off, not unknown.
+        assert_eq!((m.sev, m.sev_guests), (Some(false), None));
+        // TDX brought up and failed: the kernel writes N back.
+        put(r, "sys/module/kvm_intel/parameters/tdx", "N\n");
+        put(r, "sys/fs/cgroup/misc.capacity", "sev 0\n");
+        let (m, _) = probe_with_flags(r, &["vmx"]);
+        assert_eq!(
+            (m.tdx, m.tdx_guests, m.tdx_host_platform),
+            (Some(false), None, Some(false))
+        );
+    }
+
+    #[test]
+    fn a_tdx_line_that_is_not_a_count_is_unknown_and_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = dir.path();
+        put(r, "sys/fs/cgroup/misc/misc.capacity", "tdx lots\nsev 4\n");
+        let (m, w) = probe(r);
+        assert_eq!((m.tdx_guests, m.sev_guests), (None, Some(4)));
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].message.starts_with("tdx: value \"lots\""), "{w:?}");
+        // No sys/module at all: TDX is unknown, like SEV.
+        assert_eq!(m.tdx, None);
     }
 
     #[test]

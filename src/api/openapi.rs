@@ -159,8 +159,11 @@ pub fn document() -> Value {
         "flavor": {"type": "object"}, "is_bfv": {"type": "boolean"}, "mdevs": {"type": "array", "description": "mediated devices given, one per vGPU", "items": {"type": "object", "properties": {
             "uuid": {"type": "string"}, "parent": {"type": "string"}, "type": {"type": "string"},
             "existing": {"type": "boolean", "description": "it existed when given; else the hypervisor side creates it with this uuid"}}}},
-        "nested": {"type": "array", "description": "units held below the compute node", "items": {"type": "object", "properties": {
-            "provider": {"type": "object", "description": "{\"mdev\": parent} or {\"mem_encryption\": model}"}, "class": {"type": "string"}, "amount": {"type": "integer"}}}},
+        "pmem_namespaces": {"type": "array", "description": "persistent memory namespaces given (vPMEM), one per unit of a CUSTOM_PMEM_NAMESPACE_ class (Nova's LibvirtVPMEMDevice)", "items": {"type": "object", "properties": {
+            "name": {"type": "string"}, "label": {"type": "string"}, "resource_class": {"type": "string"}, "devpath": {"type": "string"},
+            "size": {"type": "integer", "format": "int64"}, "align": {"type": "integer", "format": "int64"}}}},
+        "nested": {"type": "array", "description": "units held below (vPMEM: on) the compute node", "items": {"type": "object", "properties": {
+            "provider": {"type": "object", "description": "{\"mdev\": parent}, {\"mem_encryption\": model}, {\"operator\": {provider, class}} or {\"pmem\": class}"}, "class": {"type": "string"}, "amount": {"type": "integer"}}}},
         "numa_cells": {"type": "array", "items": {"type": "integer"}, "description": "host NUMA cells the guest's cells are on, in guest order"},
         "numa_topology": {"type": "object", "nullable": true, "description": "the fitted InstanceNUMATopology primitive (Nova's): per guest cell the host cell (id), cpuset, pcpuset, cpu_pinning_raw, cpuset_reserved, memory, pagesize, policies"},
         "claimed_at": {"type": "string"}});
@@ -364,7 +367,25 @@ fn inventory_report_schema() -> Value {
                 "memory_encryption": {"type": "object", "properties": {
                     "sev": {"type": "boolean", "nullable": true}, "sev_es": {"type": "boolean", "nullable": true},
                     "sev_snp": {"type": "boolean", "nullable": true}, "sev_firmware": {"type": "boolean", "nullable": true},
-                    "sev_guests": {"type": "integer", "nullable": true}, "sev_es_guests": {"type": "integer", "nullable": true}}},
+                    "sev_guests": {"type": "integer", "nullable": true}, "sev_es_guests": {"type": "integer", "nullable": true},
+                    "tdx": {"type": "boolean", "nullable": true}, "tdx_guests": {"type": "integer", "nullable": true},
+                    "tdx_host_platform": {"type": "boolean", "nullable": true}}},
+                "pmem_namespaces": {"type": "array", "items": {"type": "object", "properties": {
+                    "dev": {"type": "string"}, "name": {"type": "string", "nullable": true}, "mode": {"type": "string", "nullable": true},
+                    "enabled": {"type": "boolean"}, "size": {"type": "integer", "format": "int64", "nullable": true},
+                    "align": {"type": "integer", "format": "int64", "nullable": true}, "devpath": {"type": "string", "nullable": true},
+                    "dax_driver": {"type": "string", "nullable": true}, "numa_node": {"type": "integer", "nullable": true},
+                    "uuid": {"type": "string", "nullable": true}}}},
+                "offered": {"type": "object", "description": "what the host offers guests under the configuration: memory encryption contexts per model, the Intel TDX decision, vPMEM namespaces", "properties": {
+                    "memory_encryption": {"type": "object", "additionalProperties": {"type": "integer"}},
+                    "intel_tdx": {"type": "object", "properties": {
+                        "supported": {"type": "boolean"}, "why_not": {"type": "string", "nullable": true},
+                        "cgroup_capacity": {"type": "integer", "nullable": true}, "configured": {"type": "integer", "nullable": true},
+                        "slots": {"type": "integer"}}},
+                    "pmem_namespaces": {"type": "array", "items": {"type": "object", "properties": {
+                        "name": {"type": "string"}, "label": {"type": "string"}, "resource_class": {"type": "string"},
+                        "devpath": {"type": "string"}, "size": {"type": "integer", "format": "int64"}, "align": {"type": "integer", "format": "int64"}}}},
+                    "warnings": {"type": "array", "items": {"type": "string"}}}},
                 "warnings": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "message": {"type": "string"}}}},
                 "compute_node": {"type": "object"}}})
 }

@@ -1,6 +1,9 @@
 //! `[devices]` and `[mdev.<type>]`: which mediated device types are offered as vGPUs, on which
-//! parents, as which resource class; and how many memory-encrypted guests the host runs when the
-//! kernel does not say. Nova's `[devices] enabled_mdev_types` and `[mdev_<type>]` groups.
+//! parents, as which resource class; how many memory-encrypted guests the host runs when the
+//! kernel does not say; whether Intel TDX can be offered (`cpu_mode`) and how many TDX guests;
+//! which persistent memory namespaces are offered as vPMEM. Nova's `[devices]
+//! enabled_mdev_types`, its `[mdev_<type>]` groups, and its `[libvirt] cpu_mode`,
+//! `num_intel_tdx_guests` and `pmem_namespaces`.
 //!
 //! In: the sections as written and the file's path. Out: an [`MdevPolicy`], or a
 //! [`ConfigError`] naming the key. Nova's rules, stricter where Nova silently drops a setting
@@ -26,7 +29,19 @@ pub struct DevicesConfig {
     /// How many SEV guests the host runs, when the kernel's misc cgroup does not say (or fewer
     /// than it says). Nova's former `[libvirt] num_memory_encrypted_guests`.
     pub num_memory_encrypted_guests: Option<i64>,
+    /// The CPU mode guests run with (Nova's `[libvirt] cpu_mode`): Intel TDX is offered only
+    /// with `host-passthrough`, as Nova offers it.
+    pub cpu_mode: Option<String>,
+    /// How many Intel TDX guests the host runs (Nova's `[libvirt] num_intel_tdx_guests`): when
+    /// set it wins over the kernel's count, as in Nova's code.
+    pub num_intel_tdx_guests: Option<i64>,
+    /// Persistent memory namespaces offered as vPMEM, Nova's `[libvirt] pmem_namespaces`
+    /// entries (`"LABEL:name|name"`).
+    pub pmem_namespaces: Option<Vec<String>>,
 }
+
+/// Nova's `[libvirt] cpu_mode` choices.
+pub const CPU_MODES: [&str; 4] = ["host-model", "host-passthrough", "custom", "none"];
 
 /// `[mdev.<type>]`
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -54,13 +69,19 @@ pub struct EnabledMdevType {
     pub max_instances: Option<u64>,
 }
 
-/// The validated vGPU and memory encryption settings.
+/// The validated `[devices]` settings: vGPUs, memory encryption, vPMEM.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MdevPolicy {
     /// Enabled types, in configuration order.
     pub types: Vec<EnabledMdevType>,
     /// `[devices] num_memory_encrypted_guests`.
     pub num_memory_encrypted_guests: Option<u64>,
+    /// `[devices] cpu_mode`.
+    pub cpu_mode: Option<String>,
+    /// `[devices] num_intel_tdx_guests`.
+    pub num_intel_tdx_guests: Option<u64>,
+    /// `[devices] pmem_namespaces`, parsed.
+    pub pmem: Vec<super::pmem::PmemLabel>,
 }
 
 impl MdevPolicy {
@@ -197,20 +218,41 @@ pub(super) fn validate(
             max_instances,
         });
     }
-    let num_memory_encrypted_guests = match devices.num_memory_encrypted_guests {
-        None => None,
-        Some(n) if n >= 0 => Some(n as u64),
-        Some(n) => {
-            return Err(err(
-                "devices.num_memory_encrypted_guests".into(),
-                n.to_string(),
-                "must be 0 or more",
-            ))
-        }
+    let settings = device_settings(devices, file)?;
+    Ok(MdevPolicy { types, ..settings })
+}
+
+/// The `[devices]` keys besides the mdev types: encryption counts, `cpu_mode`, vPMEM.
+fn device_settings(devices: &DevicesConfig, file: &Path) -> Result<MdevPolicy, ConfigError> {
+    let err = |key: &str, value: String, expected: &str| ConfigError::Value {
+        file: file.to_path_buf(),
+        key: format!("devices.{key}"),
+        value,
+        expected: expected.to_string(),
     };
+    let count = |key: &str, v: Option<i64>| match v {
+        None => Ok(None),
+        Some(n) if n >= 0 => Ok(Some(n as u64)),
+        Some(n) => Err(err(key, n.to_string(), "must be 0 or more")),
+    };
+    if let Some(m) = &devices.cpu_mode {
+        if !CPU_MODES.contains(&m.as_str()) {
+            return Err(err(
+                "cpu_mode",
+                crate::echo::quoted(m),
+                "must be one of host-model, host-passthrough, custom, none (Nova's [libvirt] cpu_mode)",
+            ));
+        }
+    }
     Ok(MdevPolicy {
-        types,
-        num_memory_encrypted_guests,
+        types: Vec::new(),
+        num_memory_encrypted_guests: count(
+            "num_memory_encrypted_guests",
+            devices.num_memory_encrypted_guests,
+        )?,
+        cpu_mode: devices.cpu_mode.clone(),
+        num_intel_tdx_guests: count("num_intel_tdx_guests", devices.num_intel_tdx_guests)?,
+        pmem: super::pmem::validate(devices.pmem_namespaces.as_deref().unwrap_or_default(), file)?,
     })
 }
 
@@ -284,10 +326,34 @@ max_instances = 20
                 "[devices]\nnum_memory_encrypted_guests = -1\n",
                 "devices.num_memory_encrypted_guests",
             ),
+            (
+                "[devices]\nnum_intel_tdx_guests = -1\n",
+                "devices.num_intel_tdx_guests",
+            ),
+            ("[devices]\ncpu_mode = \"host\"\n", "devices.cpu_mode"),
+            (
+                "[devices]\npmem_namespaces = [\"ns_0\"]\n",
+                "devices.pmem_namespaces[0]",
+            ),
         ] {
             let e = policy(text).unwrap_err();
             assert!(e.contains(&format!("{key} =")), "{key}: {e}");
         }
+    }
+
+    #[test]
+    fn tdx_and_pmem_settings_are_read() {
+        let p = policy(
+            "[devices]\ncpu_mode = \"host-passthrough\"\nnum_intel_tdx_guests = 100\npmem_namespaces = [\"4GB:ns_0\", \"SMALL:ns_1|ns_2\"]\n",
+        )
+        .unwrap();
+        assert_eq!(p.cpu_mode.as_deref(), Some("host-passthrough"));
+        assert_eq!(p.num_intel_tdx_guests, Some(100));
+        assert_eq!(p.pmem.len(), 2);
+        assert_eq!(p.pmem[1].class, "CUSTOM_PMEM_NAMESPACE_SMALL");
+        let p = policy("[devices]\n").unwrap();
+        assert_eq!((p.cpu_mode, p.num_intel_tdx_guests), (None, None));
+        assert!(p.pmem.is_empty());
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod numa;
 mod pci;
 mod placement;
 pub mod placement_sources;
+pub mod pmem;
 pub mod provider_yaml;
 pub mod upstream;
 pub mod yaml;

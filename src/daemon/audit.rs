@@ -194,6 +194,12 @@ fn finish(state: &DaemonState, result: AuditResult, elapsed: Duration) -> Result
                     "a mediated device given to this instance is gone from the host (sys/bus/mdev/devices)"
                 );
             }
+            for (instance, namespace) in &outcome.pmem_missing {
+                tracing::warn!(
+                    instance, namespace,
+                    "a PMEM namespace given to this instance is no longer offered (gone from sys/bus/nd/devices or from [devices] pmem_namespaces; Nova refuses to start then)"
+                );
+            }
             let changed = !outcome.devices_added.is_empty()
                 || !outcome.devices_removed.is_empty()
                 || !outcome.devices_deferred.is_empty()

@@ -116,7 +116,8 @@ pub fn socket_path(cfg: &ValidConfig) -> PathBuf {
 }
 
 /// What the configuration names that the probed host does not have (CPU sets naming CPUs that
-/// are not online, `reserved_huge_pages` for nodes or page sizes it lacks), one line per key
+/// are not online, `reserved_huge_pages` for nodes or page sizes it lacks, mdev types and
+/// parents, PMEM namespaces), one line per key
 /// with the file: startup and `--check-config` refuse such a file, SIGHUP keeps the old one.
 pub fn check_against_host(
     loaded: &LoadedConfig,
@@ -139,6 +140,10 @@ pub fn check_against_host(
     problems.extend(crate::config::neutron::host_problems(
         &loaded.valid.network_affinity,
         host,
+    ));
+    problems.extend(crate::tracker::nested::pmem::host_problems(
+        host,
+        &loaded.valid.mdev.pmem,
     ));
     if problems.is_empty() {
         return Ok(());

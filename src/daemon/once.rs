@@ -126,6 +126,7 @@ pub fn run_once(
     }
     let node = view.node.with_usage(&usage, &numa, &pools, now);
     let mut report = InventoryReport::new(view.host.as_ref().clone(), now);
+    report.offered = Some(view.offered());
     report.compute_node = Some(node.to_primitive());
     Ok(OnceResult {
         report,

@@ -3,7 +3,9 @@
 //!
 //! In: an [`InventoryReport`] (from `--once`, or rebuilt by `rtrackctl inventory` from
 //! `/v1/inventory`). Out: text: host, CPUs, memory and hugepages, NUMA nodes, the instances
-//! filesystem and block devices, PCI function groups, and the probe's warnings.
+//! filesystem and block devices, PCI function groups, mediated devices, memory encryption
+//! (Intel TDX with what the configuration makes of it), persistent memory namespaces and the
+//! labels offering them, and the probe's warnings.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -200,12 +202,88 @@ pub fn render(report: &InventoryReport) -> String {
         enc.sev_guests.map_or("-".to_string(), |n| n.to_string()),
         enc.sev_es_guests.map_or("-".to_string(), |n| n.to_string()),
     );
+    intel_tdx(&mut out, report);
+    pmem_namespaces(&mut out, report);
 
     let _ = writeln!(out, "\nWarnings:      {}", inv.warnings.len());
     for w in &inv.warnings {
         let _ = writeln!(out, "  {}: {}", w.path, w.message);
     }
     out
+}
+
+/// Intel TDX: what the kernel says, and what is offered under the configuration.
+fn intel_tdx(out: &mut String, report: &InventoryReport) {
+    let enc = &report.inventory.memory_encryption;
+    let count = |v: Option<u64>| v.map_or("-".to_string(), |n| n.to_string());
+    let offered = match report.offered.as_ref().map(|o| &o.intel_tdx) {
+        None => String::new(),
+        Some(t) if t.supported => format!("; offered {} guest(s)", t.slots),
+        Some(t) => format!(
+            "; not offered: {}",
+            t.why_not.as_deref().unwrap_or("unsupported")
+        ),
+    };
+    let configured = report
+        .offered
+        .as_ref()
+        .map(|o| format!(", configured {}", count(o.intel_tdx.configured)))
+        .unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "Intel TDX:         KVM {}, platform flag {}; guests misc cgroup {}{configured}{offered}",
+        flag(enc.tdx),
+        flag(enc.tdx_host_platform),
+        count(enc.tdx_guests),
+    );
+}
+
+/// Persistent memory namespaces, with the vPMEM label and class offering each.
+fn pmem_namespaces(out: &mut String, report: &InventoryReport) {
+    let all = &report.inventory.pmem_namespaces;
+    let _ = writeln!(out, "\nPMEM namespaces:   {}", all.len());
+    if all.is_empty() {
+        return;
+    }
+    let offered: &[crate::inventory::offered::VpmemNamespace] = report
+        .offered
+        .as_ref()
+        .map_or(&[], |o| o.pmem_namespaces.as_slice());
+    let opt = |v: Option<u64>| v.map_or("-".to_string(), |n| n.to_string());
+    let mut rows = vec![[
+        "NAMESPACE",
+        "NAME",
+        "MODE",
+        "SIZE",
+        "ALIGN",
+        "DEVPATH",
+        "NUMA",
+        "LABEL",
+        "RESOURCE_CLASS",
+    ]
+    .map(str::to_string)
+    .to_vec()];
+    for n in all {
+        let given = offered
+            .iter()
+            .find(|o| Some(o.name.as_str()) == n.name.as_deref());
+        rows.push(vec![
+            n.dev.clone(),
+            n.name.clone().unwrap_or_else(|| "-".to_string()),
+            format!(
+                "{}{}",
+                n.mode.as_deref().unwrap_or("-"),
+                if n.enabled { "" } else { " (disabled)" }
+            ),
+            opt(n.size),
+            opt(n.align),
+            n.devpath.clone().unwrap_or_else(|| "-".to_string()),
+            n.numa_node.map_or("-".to_string(), |v| v.to_string()),
+            given.map_or("-".to_string(), |g| g.label.clone()),
+            given.map_or("-".to_string(), |g| g.resource_class.clone()),
+        ]);
+    }
+    push_table(out, &rows);
 }
 
 /// One row per type: on how many parents, how many more can be created, how many exist.

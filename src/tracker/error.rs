@@ -60,7 +60,16 @@ impl fmt::Display for Refusal {
                 .as_ref()
                 .map(|p| format!(" on {p}"))
                 .unwrap_or_default();
-            if r.requested > r.max_unit {
+            if r.class.as_str().starts_with("CUSTOM_PMEM_NAMESPACE_") {
+                // Nova's words when it cannot give the namespaces (`_claim_resources`).
+                write!(
+                    f,
+                    "{sep}Needed {} units of resource class {}, but {} are available.",
+                    r.requested,
+                    r.class,
+                    (r.capacity - r.used).max(0)
+                )?;
+            } else if r.requested > r.max_unit {
                 write!(
                     f,
                     "{sep}{}{on} requested {} is more than the largest allowed unit {}",

@@ -10,13 +10,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::nested::operator::{operator_providers, TreeNames};
-use super::nested::{class_inventory, nested_providers, NestedProvider};
+use super::nested::{class_inventory, nested_offer, NestedProvider};
 use super::node_template::{NodeIdentity, NodeTemplate};
 use super::numa::HostTopology;
 use super::pci::claim::CellSockets;
 use super::pci::devices::{select_tracked, TrackedDevice};
 use super::pci::providers::{provider_groups, ProviderGroup};
 use super::state::TrackerSettings;
+use crate::inventory::offered::{IntelTdxOffer, Offered, VpmemNamespace};
 use crate::inventory::resources::{
     compute_inventory, InventoryOptions, ResourceClass, ResourceInventory,
 };
@@ -30,10 +31,15 @@ pub struct HostView {
     pub host: Arc<HostInventory>,
     /// The compute node's own inventory per class with a total above zero.
     pub node_inventory: BTreeMap<ResourceClass, ResourceInventory>,
-    /// Providers below the compute node: vGPU parents, encryption models.
+    /// Providers below the compute node (vGPU parents, encryption models), the vPMEM classes
+    /// and provider.yaml's classes.
     pub nested: Vec<NestedProvider>,
-    /// Parents or models left out, and why.
+    /// Parents, models or namespaces left out, and why.
     pub nested_warnings: Vec<String>,
+    /// Intel TDX under the configuration.
+    pub intel_tdx: IntelTdxOffer,
+    /// The vPMEM namespaces offered, in configuration order.
+    pub pmem: Vec<VpmemNamespace>,
     /// Everything claims are checked against first: the compute node's inventory with the
     /// nested providers' units added per class.
     pub inventory: BTreeMap<ResourceClass, ResourceInventory>,
@@ -87,7 +93,8 @@ impl HostView {
         .map(|r| (r.class.clone(), r))
         .collect();
         let mut nested_warnings = Vec::new();
-        let mut nested = nested_providers(&host, &policy.mdev, &mut nested_warnings);
+        let offer = nested_offer(&host, &policy.mdev, &mut nested_warnings);
+        let mut nested = offer.providers;
         let tracked = select_tracked(&host.pci_devices, &policy.device_specs)
             .into_iter()
             .map(|d| (d.address, d))
@@ -118,7 +125,7 @@ impl HostView {
         }
         for p in &nested {
             classes
-                .entry(format!("{node_name}_{}", p.key.name_suffix()))
+                .entry(p.key.provider_name(node_name))
                 .or_default()
                 .insert(p.class.as_str().to_string());
         }
@@ -144,6 +151,8 @@ impl HostView {
             node_inventory,
             nested,
             nested_warnings,
+            intel_tdx: offer.intel_tdx,
+            pmem: offer.pmem,
             inventory,
             tracked,
             pci_providers,
@@ -154,6 +163,25 @@ impl HostView {
             generation,
             uptime: None,
             host,
+        }
+    }
+
+    /// What the host offers guests beyond its four classes (the report's `offered`).
+    pub fn offered(&self) -> Offered {
+        Offered {
+            memory_encryption: self
+                .nested
+                .iter()
+                .filter_map(|p| match &p.key {
+                    super::nested::NestedKey::MemEncryption(m) => {
+                        Some((m.as_str().to_string(), p.total))
+                    }
+                    _ => None,
+                })
+                .collect(),
+            intel_tdx: self.intel_tdx.clone(),
+            pmem_namespaces: self.pmem.clone(),
+            warnings: self.nested_warnings.clone(),
         }
     }
 

@@ -18,6 +18,7 @@
 //! - [`host_view`]: what one probe means under the settings, derived once per audit.
 //! - [`node_template`]: the ComputeNode: host facts once per probe, usage at each read.
 
+pub mod encryption_request;
 pub mod error;
 pub mod flavor_classes;
 pub mod host_view;

@@ -473,6 +473,16 @@ pub fn from_request_spec(
     })?;
     let mut flavor = flavor_usage(&flavor_obj.obj, "request_spec.flavor")?;
     let image = ImageProps::from_image(s.image.get().map(|i| &i.obj.data), "request_spec.image")?;
+    // The flavor's classes again, now that the image is known (it may ask for memory
+    // encryption, and the model judges it).
+    let (extra, model) = super::flavor_classes::extra_classes_with(
+        &flavor.extra_specs,
+        flavor.name.as_deref(),
+        Some(&image),
+        "request_spec.flavor",
+    )?;
+    flavor.extra_resources = extra;
+    flavor.mem_encryption_model = model;
     let numa = numa_of(
         &mut flavor,
         &image,

@@ -1,10 +1,11 @@
 //! The compute node's children other than PCI devices: one per vGPU parent and one per memory
-//! encryption model (named as nova-compute names them), and what provider.yaml adds to any
-//! provider of the tree.
+//! encryption model (named as nova-compute names them); the vPMEM classes, which Nova reports on
+//! the compute node itself; and what provider.yaml adds to any provider of the tree.
 //!
-//! In: the view's nested providers, the local consumers (a child's total never drops below
-//! what is allocated on it), the provider configs. Out: the children with their uuids, and the
-//! providers with the operators' inventories and traits merged in.
+//! In: the view's nested providers, the local consumers (a child's or a vPMEM class's total
+//! never drops below what is allocated on it), the provider configs. Out: the children with
+//! their uuids, the compute node's vPMEM inventories, and the providers with the operators'
+//! inventories and traits merged in.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -60,7 +61,7 @@ pub fn nested_children(
         }
     }
     for p in &view.nested {
-        if matches!(p.key, NestedKey::Operator { .. }) {
+        if !p.key.is_child() {
             continue;
         }
         let name = nested_provider_name(hypervisor_hostname, &p.key);
@@ -99,9 +100,7 @@ pub fn nested_children(
     for c in consumers {
         for (key, amount) in &c.resources {
             if let ResourceKey::Nested(k, class) = key {
-                if !matches!(k, NestedKey::Operator { .. })
-                    && !view.nested.iter().any(|p| &p.key == k)
-                {
+                if k.is_child() && !view.nested.iter().any(|p| &p.key == k) {
                     *gone.entry((k, class)).or_default() += amount;
                 }
             }
@@ -131,6 +130,45 @@ pub fn nested_children(
         });
     }
     (providers, nested_provider)
+}
+
+/// The vPMEM classes on the compute node, as Nova's libvirt driver reports them (total =
+/// max_unit = the class's namespaces), each never below what the consumers hold of it: a class
+/// whose namespaces are gone while claims hold them stays with those units.
+pub fn pmem_inventories(
+    view: &HostView,
+    consumers: &[Consumer],
+) -> BTreeMap<NestedKey, (String, DesiredInventory)> {
+    let mut out: BTreeMap<NestedKey, (String, DesiredInventory)> = BTreeMap::new();
+    for p in &view.nested {
+        if let NestedKey::Pmem(_) = &p.key {
+            out.insert(
+                p.key.clone(),
+                (
+                    p.class.as_str().to_string(),
+                    DesiredInventory::units(p.total),
+                ),
+            );
+        }
+    }
+    let mut used: BTreeMap<(&NestedKey, &String), u64> = BTreeMap::new();
+    for c in consumers {
+        for (key, amount) in &c.resources {
+            if let ResourceKey::Nested(k @ NestedKey::Pmem(_), class) = key {
+                *used.entry((k, class)).or_default() += amount;
+            }
+        }
+    }
+    for ((k, class), n) in used {
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        let (_, inv) = out
+            .entry(k.clone())
+            .or_insert_with(|| (class.clone(), DesiredInventory::units(0)));
+        if inv.total < n {
+            *inv = DesiredInventory::units(n);
+        }
+    }
+    out
 }
 
 /// provider.yaml's additional inventories and traits, on the providers they name (the compute

@@ -20,6 +20,7 @@ use crate::probes::pci::PciAddress;
 use crate::tracker::host_view::HostView;
 use crate::tracker::nested::NestedKey;
 
+use super::children::pmem_inventories;
 pub use super::children::{is_nested_provider_name, nested_provider_name};
 use super::children::{merge_provider_configs, nested_children};
 
@@ -269,7 +270,7 @@ impl DesiredState {
             ResourceClass::Pcpu => RatioRule::Fixed(1.0),
             _ => RatioRule::Fixed(r.allocation_ratio),
         };
-        let root_inventories: BTreeMap<String, DesiredInventory> = view
+        let mut root_inventories: BTreeMap<String, DesiredInventory> = view
             .node_inventory
             .values()
             .map(|r| {
@@ -287,6 +288,11 @@ impl DesiredState {
                 )
             })
             .collect();
+        // vPMEM: the classes of its namespaces, on the compute node as Nova reports them.
+        let pmem = pmem_inventories(view, consumers);
+        for (class, inv) in pmem.values() {
+            root_inventories.insert(class.clone(), inv.clone());
+        }
         let mut root_traits = BTreeSet::from([
             traits::COMPUTE_NODE.to_string(),
             traits::OWNER_NOVA.to_string(),
@@ -428,6 +434,7 @@ impl DesiredState {
         // ---- vGPU parents and encryption models, named as nova-compute names them
         let (children, mut nested_provider) =
             nested_children(view, node_uuid, hypervisor_hostname, consumers);
+        nested_provider.extend(pmem.into_keys().map(|k| (k, node_uuid)));
         providers.extend(children);
         warnings.extend(view.nested_warnings.iter().cloned());
 

@@ -292,6 +292,18 @@ pub fn request_spec(
     })
 }
 
+/// `spec` (a RequestSpec primitive) with an image of these properties (an ImageMetaProps
+/// primitive's data: typed values), as Nova sends it.
+pub fn with_image(mut spec: Value, name: &str, properties: Value) -> Value {
+    spec["nova_object.data"]["image"] = serde_json::json!({
+        "nova_object.name": "ImageMeta", "nova_object.namespace": "nova",
+        "nova_object.version": "1.8",
+        "nova_object.data": {"id": format!("{name}-id"), "name": name, "properties": {
+            "nova_object.name": "ImageMetaProps", "nova_object.namespace": "nova",
+            "nova_object.version": "1.44", "nova_object.data": properties}}});
+    spec
+}
+
 /// A claim body for `alias` (of VFs 8086:1889) whose PCI request `request_id` Placement
 /// allocated from `providers` (one per device), as Nova sends it: the request in
 /// `pci_requests`, one request group `<request_id>-<n>` per device with its provider.

@@ -3,10 +3,14 @@
 //! the `openstack` client against it.
 #![allow(dead_code)]
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serde_json::Value;
+use rtrack::upstream::desired::{ProviderRole, RatioRule};
+use rtrack::upstream::DesiredState;
+use serde_json::{json, Value};
+use uuid::Uuid;
 
 /// One Placement server; stopped when dropped.
 pub struct Server {
@@ -171,4 +175,97 @@ impl Raw {
     pub async fn put(&self, path: &str, body: Value) -> (u16, Value) {
         self.send(reqwest::Method::PUT, path, Some(body)).await
     }
+}
+
+/// Checks with plain GETs that Placement holds what `d` describes (our traits and classes;
+/// others' traits and aggregates may be there too).
+pub async fn assert_placement_matches(raw: &Raw, d: &DesiredState) {
+    for p in &d.providers {
+        let rp = raw.get(&format!("/resource_providers/{}", p.uuid)).await;
+        if p.role != ProviderRole::Sharing {
+            assert_eq!(rp["name"], json!(p.name));
+        }
+        assert_eq!(
+            rp["parent_provider_uuid"],
+            p.parent.map_or(Value::Null, |u| json!(u.to_string()))
+        );
+        let inv = raw
+            .get(&format!("/resource_providers/{}/inventories", p.uuid))
+            .await;
+        let held: BTreeMap<String, Value> =
+            serde_json::from_value(inv["inventories"].clone()).unwrap();
+        for (class, want) in &p.inventories {
+            let h = held
+                .get(class)
+                .unwrap_or_else(|| panic!("{}: no {class} in {held:?}", p.name));
+            assert!(h["total"].as_i64().unwrap() >= want.total, "{class} total");
+            if !want.floor_at_usage {
+                assert_eq!(h["total"], json!(want.total), "{} {class}", p.name);
+                assert_eq!(h["max_unit"], json!(want.max_unit), "{} {class}", p.name);
+            }
+            assert_eq!(h["reserved"], json!(want.reserved), "{} {class}", p.name);
+            assert_eq!(h["min_unit"], json!(want.min_unit));
+            assert_eq!(h["step_size"], json!(want.step_size));
+            if let RatioRule::Fixed(r) = want.ratio {
+                assert_eq!(h["allocation_ratio"].as_f64(), Some(r), "{class} ratio");
+            }
+        }
+        if p.owned_classes.is_none() {
+            let want: BTreeSet<&String> = p.inventories.keys().collect();
+            let have: BTreeSet<&String> = held.keys().collect();
+            assert_eq!(have, want, "{} classes", p.name);
+        }
+        let traits = raw
+            .get(&format!("/resource_providers/{}/traits", p.uuid))
+            .await;
+        let traits: BTreeSet<String> = serde_json::from_value(traits["traits"].clone()).unwrap();
+        for t in &p.traits {
+            assert!(
+                traits.contains(t),
+                "{}: {t} missing from {traits:?}",
+                p.name
+            );
+        }
+        match &p.owned_traits {
+            None => assert_eq!(traits, p.traits, "{} traits", p.name),
+            Some(owned) => {
+                for t in traits.intersection(owned) {
+                    assert!(p.traits.contains(t), "{}: {t} should be gone", p.name);
+                }
+            }
+        }
+        let aggs = raw
+            .get(&format!("/resource_providers/{}/aggregates", p.uuid))
+            .await;
+        let aggs: BTreeSet<Uuid> = serde_json::from_value(aggs["aggregates"].clone()).unwrap();
+        assert!(aggs.is_superset(&p.aggregates), "{} aggregates", p.name);
+    }
+    if let Some(allocs) = &d.allocations {
+        for (c, a) in allocs {
+            let got = raw.get(&format!("/allocations/{c}")).await;
+            let mut have: BTreeMap<Uuid, BTreeMap<String, u64>> = BTreeMap::new();
+            for (rp, e) in got["allocations"].as_object().unwrap() {
+                have.insert(
+                    rp.parse().unwrap(),
+                    serde_json::from_value(e["resources"].clone()).unwrap(),
+                );
+            }
+            assert_eq!(have, a.resources, "allocations of {c}");
+            assert_eq!(got["consumer_type"], json!(a.consumer_type));
+            assert_eq!(got["project_id"], json!(a.project_id));
+        }
+    }
+}
+
+/// Placement's providers in the tree of `root`, by name.
+pub async fn tree_names(raw: &Raw, root: Uuid) -> BTreeSet<String> {
+    let v = raw
+        .get(&format!("/resource_providers?in_tree={root}"))
+        .await;
+    v["resource_providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect()
 }

@@ -124,6 +124,7 @@ pub fn claim_view(c: &ClaimRecord) -> Value {
         "numa_cells": c.numa_topology.as_ref().map(|t| t.host_cells()).unwrap_or_default(),
         "numa_topology": c.numa_topology.as_ref().map(|t| instance_object(t).to_primitive()),
         "mdevs": c.nested.as_ref().map(|n| n.mdevs.clone()).unwrap_or_default(),
+        "pmem_namespaces": c.nested.as_ref().map(|n| n.pmem.clone()).unwrap_or_default(),
         "nested": c.nested.as_ref().map(|n| n.units.clone()).unwrap_or_default(),
         "claimed_at": time::OffsetDateTime::from_unix_timestamp(c.claimed_at).map(format_utc).unwrap_or_default(),
     })

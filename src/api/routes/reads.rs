@@ -37,12 +37,14 @@ pub async fn inventory(State(state): St) -> ApiResult {
             probed_at: &'a str,
             #[serde(flatten)]
             inventory: &'a crate::probes::HostInventory,
+            offered: crate::inventory::offered::Offered,
             compute_node: Value,
         }
         let report = Report {
             rtrack_version: env!("CARGO_PKG_VERSION"),
             probed_at: &probed_at,
             inventory: &view.host,
+            offered: view.offered(),
             compute_node: node.to_primitive(),
         };
         serde_json::to_value(&report).map_err(|e| {

@@ -378,6 +378,9 @@ pub fn run(cli: &Cli) -> Result<String, Failure> {
                 rtrack_version: v["rtrack_version"].as_str().unwrap_or("?").to_string(),
                 probed_at: v["probed_at"].as_str().unwrap_or("?").to_string(),
                 inventory,
+                offered: v
+                    .get("offered")
+                    .and_then(|o| serde_json::from_value(o.clone()).ok()),
                 compute_node: v.get("compute_node").cloned(),
             };
             Ok(crate::inventory::table::render(&report))

@@ -59,6 +59,24 @@ pub(super) fn claim_line(c: &Value) -> String {
     if !mdevs.is_empty() {
         let _ = write!(s, " MDEV {}", mdevs.join(","));
     }
+    // vPMEM: each namespace with its character device.
+    let pmem: Vec<String> = c["pmem_namespaces"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|n| {
+                    format!(
+                        "{}@{}",
+                        n["name"].as_str().unwrap_or("?"),
+                        n["devpath"].as_str().unwrap_or("?")
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if !pmem.is_empty() {
+        let _ = write!(s, " PMEM {}", pmem.join(","));
+    }
     s
 }
 
@@ -250,6 +268,7 @@ pub(super) fn claims_table(list: &[Value]) -> String {
                     .as_array()
                     .map(|a| a.len().to_string())
                     .unwrap_or_else(|| "0".into()),
+                pmem_names(c),
                 c["claimed_at"].as_str().unwrap_or("-").to_string(),
             ]
         })
@@ -263,10 +282,24 @@ pub(super) fn claims_table(list: &[Value]) -> String {
             "MEMORY_MB",
             "DISK_GB",
             "PCI",
+            "PMEM",
             "CLAIMED_AT",
         ],
         &rows,
     )
+}
+
+/// A claim's vPMEM namespaces by name, `-` for none.
+fn pmem_names(c: &Value) -> String {
+    let names: Vec<&str> = c["pmem_namespaces"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|n| n["name"].as_str()).collect())
+        .unwrap_or_default();
+    if names.is_empty() {
+        "-".into()
+    } else {
+        names.join(",")
+    }
 }
 
 pub(super) fn migrations_table(list: &[Value]) -> String {

@@ -1,4 +1,5 @@
-//! Places a claim's units of nested classes on providers, and gives it its mediated devices.
+//! Places a claim's units of nested classes on providers, and gives it its mediated devices and
+//! vPMEM namespaces.
 //!
 //! In: the units asked per class, the encryption model, the providers and their usage, the
 //! providers Placement allocated from (when the caller sends them), the host's mdevs. Out: a
@@ -9,7 +10,8 @@
 //! most free units that holds them all: Placement takes one class of one request group from
 //! one provider. Each vGPU unit gets an mdev of the parent's type that exists and is not given
 //! to anyone (lowest uuid first; Nova pops an arbitrary one), else a new uuid, distinct from
-//! every mdev given or present, for the hypervisor side to create it with.
+//! every mdev given or present, for the hypervisor side to create it with. Each vPMEM unit gets
+//! a free namespace of its class ([`super::pmem::give_namespaces`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -33,6 +35,8 @@ pub struct AssignInput<'a> {
     pub usage: &'a NestedUsage,
     /// The host's mediated devices.
     pub mdevs: &'a MediatedDevices,
+    /// The vPMEM namespaces offered.
+    pub pmem: &'a [crate::inventory::offered::VpmemNamespace],
     /// Makes new mdev uuids unique to this claim and stable across its retries (instance and
     /// side of a move).
     pub salt: &'a str,
@@ -172,7 +176,8 @@ pub fn assign(
         return Err(AssignError::Shortfall(shortfalls));
     }
     let mdevs = give_mdevs(providers, &units, input);
-    Ok(NestedAllocation { units, mdevs })
+    let pmem = super::pmem::give_namespaces(&units, input.pmem, &input.usage.pmem);
+    Ok(NestedAllocation { units, mdevs, pmem })
 }
 
 /// One mdev per vGPU unit: unassigned existing ones of the parent's type first.

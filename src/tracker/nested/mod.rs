@@ -1,11 +1,13 @@
 //! Resources that live on providers below the compute node: vGPUs (one provider per mdev parent,
 //! as Nova's libvirt driver makes them) and memory encryption contexts (one provider per
-//! encryption model, as Nova 34 makes them).
+//! encryption model, as Nova 34 makes them: AMD SEV here, Intel TDX in [`tdx`]); and the named
+//! devices a claim is given whatever provider holds their units: vPMEM namespaces ([`pmem`],
+//! whose classes are the compute node's own).
 //!
-//! In: the probe (mdev parents, types and devices; SEV state) and the [`MdevPolicy`]. Out: the
-//! [`NestedProvider`]s with their totals, the [`NestedAllocation`] a claim holds (units per
-//! provider, and the mediated devices given), and the configuration's problems on this host.
-//! Pure: no I/O. [`assign`] places a claim's units.
+//! In: the probe (mdev parents, types and devices; SEV and TDX state; PMEM namespaces) and the
+//! [`MdevPolicy`]. Out: the [`NestedProvider`]s with their totals, the [`NestedAllocation`] a
+//! claim holds (units per provider, and the mediated devices and namespaces given), and the
+//! configuration's problems on this host. Pure: no I/O. [`assign`] places a claim's units.
 //!
 //! Totals follow Nova's `_get_gpu_inventories`: a parent's total is the mdevs of its type that
 //! exist plus the type's `available_instances`, with `max_unit` = total. Where Nova zeroes a
@@ -15,6 +17,8 @@
 
 pub mod assign;
 pub mod operator;
+pub mod pmem;
+pub mod tdx;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -22,11 +26,11 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::config::devices::MdevPolicy;
+use crate::inventory::offered::{IntelTdxOffer, VpmemNamespace};
 use crate::inventory::resources::{ResourceClass, ResourceInventory};
 use crate::probes::HostInventory;
 
-/// Memory encryption models, Nova's `MemEncryptionModel` (rtrack offers the AMD ones the
-/// kernel shows).
+/// Memory encryption models, Nova's `MemEncryptionModel`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum EncryptionModel {
     /// AMD SEV.
@@ -38,7 +42,7 @@ pub enum EncryptionModel {
     /// AMD SEV-SNP.
     #[serde(rename = "amd-sev-snp")]
     AmdSevSnp,
-    /// Intel TDX (never offered: rtrack does not probe it).
+    /// Intel TDX.
     #[serde(rename = "intel-tdx")]
     IntelTdx,
 }
@@ -92,6 +96,8 @@ pub enum NestedKey {
         /// The class.
         class: String,
     },
+    /// The vPMEM namespaces of one class (`CUSTOM_PMEM_NAMESPACE_<LABEL>`), on the compute node.
+    Pmem(String),
 }
 
 impl NestedKey {
@@ -109,6 +115,22 @@ impl NestedKey {
             },
             NestedKey::MemEncryption(m) => m.as_str().replace('-', "_"),
             NestedKey::Operator { provider, .. } => provider.clone(),
+            NestedKey::Pmem(class) => class.clone(),
+        }
+    }
+
+    /// A child provider rtrack makes under the compute node (a vGPU parent's, an encryption
+    /// model's); not an operator's class on a provider of its own, nor a compute node class.
+    pub fn is_child(&self) -> bool {
+        matches!(self, NestedKey::Mdev(_) | NestedKey::MemEncryption(_))
+    }
+
+    /// The name of the provider holding these units under the compute node named `node`.
+    pub fn provider_name(&self, node: &str) -> String {
+        match self {
+            NestedKey::Operator { provider, .. } => provider.clone(),
+            NestedKey::Pmem(_) => node.to_string(),
+            other => format!("{node}_{}", other.name_suffix()),
         }
     }
 }
@@ -119,6 +141,7 @@ impl std::fmt::Display for NestedKey {
             NestedKey::Mdev(p) => write!(f, "mdev parent {p}"),
             NestedKey::MemEncryption(m) => write!(f, "{} contexts", m.as_str()),
             NestedKey::Operator { provider, class } => write!(f, "{class} of {provider}"),
+            NestedKey::Pmem(class) => write!(f, "vPMEM namespaces of {class}"),
         }
     }
 }
@@ -165,13 +188,16 @@ pub struct MdevGiven {
     pub existing: bool,
 }
 
-/// What a claim holds below the compute node.
+/// What a claim holds below the compute node, and the named devices it is given.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NestedAllocation {
     /// Units per provider.
     pub units: Vec<NestedUnits>,
     /// Mediated devices, one per vGPU unit.
     pub mdevs: Vec<MdevGiven>,
+    /// Persistent memory namespaces, one per vPMEM unit (Nova's `Instance.resources`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pmem: Vec<VpmemNamespace>,
 }
 
 impl NestedAllocation {
@@ -181,13 +207,16 @@ impl NestedAllocation {
     }
 }
 
-/// Units used per provider by the counted consumers' allocations, and the mdevs they hold.
+/// Units used per provider by the counted consumers' allocations, and the mdevs and
+/// namespaces they hold.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NestedUsage {
     /// Units used per provider.
     pub used: BTreeMap<NestedKey, i64>,
     /// Mdev uuids given.
     pub mdevs: BTreeSet<String>,
+    /// vPMEM namespace names given.
+    pub pmem: BTreeSet<String>,
 }
 
 impl NestedUsage {
@@ -197,20 +226,49 @@ impl NestedUsage {
             *self.used.entry(u.provider.clone()).or_default() += u.amount;
         }
         self.mdevs.extend(a.mdevs.iter().map(|m| m.uuid.clone()));
+        self.pmem.extend(a.pmem.iter().map(|n| n.name.clone()));
     }
 }
 
-/// The providers the host offers under `policy`, in key order, and warnings (a parent or a
-/// model left out, and why).
+/// What the host offers below (and, for vPMEM, on) the compute node under `policy`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NestedOffer {
+    /// The providers, in key order.
+    pub providers: Vec<NestedProvider>,
+    /// The Intel TDX decision.
+    pub intel_tdx: IntelTdxOffer,
+    /// The vPMEM namespaces offered.
+    pub pmem: Vec<VpmemNamespace>,
+}
+
+/// The providers the host offers under `policy`, in key order, and warnings (a parent, a model
+/// or a namespace left out, and why).
 pub fn nested_providers(
     host: &HostInventory,
     policy: &MdevPolicy,
     warnings: &mut Vec<String>,
 ) -> Vec<NestedProvider> {
-    let mut out = vgpu_providers(host, policy, warnings);
-    out.extend(encryption_providers(host, policy, warnings));
-    out.sort_by(|a, b| a.key.cmp(&b.key));
-    out
+    nested_offer(host, policy, warnings).providers
+}
+
+/// [`nested_providers`] with the TDX decision and the vPMEM namespaces.
+pub fn nested_offer(
+    host: &HostInventory,
+    policy: &MdevPolicy,
+    warnings: &mut Vec<String>,
+) -> NestedOffer {
+    let mut providers = vgpu_providers(host, policy, warnings);
+    providers.extend(sev_providers(host, policy, warnings));
+    let intel_tdx = tdx::tdx_offer(host, policy, warnings);
+    providers.extend(tdx::tdx_provider(&intel_tdx));
+    let pmem = pmem::offered_namespaces(host, &policy.pmem, warnings);
+    providers.extend(pmem::pmem_providers(&pmem));
+    providers.sort_by(|a, b| a.key.cmp(&b.key));
+    NestedOffer {
+        providers,
+        intel_tdx,
+        pmem,
+    }
 }
 
 fn vgpu_providers(
@@ -297,7 +355,8 @@ fn vgpu_providers(
     out
 }
 
-fn encryption_providers(
+/// The AMD models' providers (SEV, and SEV-ES or SEV-SNP) when KVM runs SEV guests.
+fn sev_providers(
     host: &HostInventory,
     policy: &MdevPolicy,
     warnings: &mut Vec<String>,

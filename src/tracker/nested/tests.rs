@@ -16,7 +16,7 @@ fn gpu_type(id: &str, available: Option<u64>) -> MdevType {
 }
 
 /// Two M60s: 84:00.0 with two nvidia-35 mdevs and 14 more, 85:00.0 with 16.
-fn host() -> HostInventory {
+pub(super) fn host() -> HostInventory {
     let mut h: HostInventory = serde_json::from_value(serde_json::json!({
         "host": {"hostname": null, "arch": "x86_64", "kernel": null},
         "cpu": {"arch": "x86_64", "vendor": null, "model": null, "flags": [], "sockets": 1, "cores": 1,
@@ -68,7 +68,7 @@ fn policy(types: &[(&str, &[&str], Option<u64>)]) -> MdevPolicy {
                 max_instances: *max,
             })
             .collect(),
-        num_memory_encrypted_guests: None,
+        ..MdevPolicy::default()
     }
 }
 
@@ -201,6 +201,7 @@ fn input<'a>(
         mapping: None,
         usage,
         mdevs,
+        pmem: &[],
         salt: "instance-1/build",
     }
 }

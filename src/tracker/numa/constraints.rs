@@ -234,14 +234,11 @@ pub fn numa_constraints(
 
     let nodes = node_count(f, image, image_path)?;
     let pages = pagesize(f, image, image_path)?;
-    if f.spec("hw:pmem")
-        .is_some_and(|v| v.split(',').any(|l| !l.trim().is_empty()))
-    {
-        return Err(invalid(
-            f.field("hw:pmem"),
-            "virtual persistent memory (vPMEM) is not tracked by rtrack; this host cannot claim it",
-        ));
-    }
+    // Nova's `get_vpmems`: labels trimmed, empty ones dropped; vPMEM gives the guest a NUMA
+    // topology (one cell by default), as pinning and page sizes do.
+    let vpmems = f
+        .spec("hw:pmem")
+        .is_some_and(|v| v.split(',').any(|l| !l.trim().is_empty()));
     locked_memory(f, image, image_path)?;
 
     let all = all_cpus(f.vcpus);
@@ -277,7 +274,7 @@ pub fn numa_constraints(
         }
     };
 
-    if nodes.is_none() && pages.is_none() && !policy.is_some_and(CpuPolicy::pins) {
+    if nodes.is_none() && pages.is_none() && !vpmems && !policy.is_some_and(CpuPolicy::pins) {
         return Ok(Constraints { numa: None, cpus });
     }
     let nodes = nodes.unwrap_or(1);

@@ -1,6 +1,6 @@
-//! The NUMA-related properties of an image, read the way Nova's ImageMetaProps reads them: from
-//! a primitive (typed values) or from a glance dict (strings, `hw_numa_cpus.N` keys,
-//! `trait:NAME=required`).
+//! The properties of an image rtrack judges a guest by (NUMA, CPU policies, memory encryption),
+//! read the way Nova's ImageMetaProps reads them: from a primitive (typed values) or from a
+//! glance dict (strings, `hw_numa_cpus.N` keys, `trait:NAME=required`).
 //!
 //! In: an ImageMeta's `nova_object.data` (or nothing). Out: [`ImageProps`], or a
 //! [`ClaimError::Invalid`] naming `<path>.properties.<key>` for a value the field refuses.
@@ -21,11 +21,14 @@ fn invalid(field: String, message: impl Into<String>) -> ClaimError {
     }
 }
 
-/// The NUMA-related image properties (Nova's ImageMetaProps fields of the same names).
+/// The image properties rtrack reads (Nova's ImageMetaProps fields of the same names).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImageProps {
     /// The image's name (for messages).
     pub name: Option<String>,
+    /// The image's id (for messages; none for a volume's image).
+    #[serde(default)]
+    pub id: Option<String>,
     /// `hw_cpu_policy`.
     pub cpu_policy: Option<String>,
     /// `hw_cpu_thread_policy`.
@@ -46,11 +49,34 @@ pub struct ImageProps {
     pub pci_numa_affinity_policy: Option<String>,
     /// `traits_required` (or `trait:NAME=required` in a glance dict).
     pub traits_required: Vec<String>,
+    /// `hw_mem_encryption`.
+    #[serde(default)]
+    pub mem_encryption: Option<bool>,
+    /// `hw_mem_encryption_model`.
+    #[serde(default)]
+    pub mem_encryption_model: Option<crate::tracker::nested::EncryptionModel>,
+    /// `hw_firmware_type` (`bios`, `uefi`).
+    #[serde(default)]
+    pub firmware_type: Option<String>,
+    /// `hw_firmware_stateless`.
+    #[serde(default)]
+    pub firmware_stateless: Option<bool>,
+    /// `hw_machine_type`.
+    #[serde(default)]
+    pub machine_type: Option<String>,
+    /// `hw_video_model`.
+    #[serde(default)]
+    pub video_model: Option<String>,
 }
 
 const CPU_POLICIES: [&str; 3] = ["dedicated", "shared", "mixed"];
 const THREAD_POLICIES: [&str; 3] = ["prefer", "isolate", "require"];
 const PCI_POLICIES: [&str; 4] = ["required", "legacy", "preferred", "socket"];
+const FIRMWARE_TYPES: [&str; 2] = ["uefi", "bios"];
+const VIDEO_MODELS: [&str; 9] = [
+    "cirrus", "qxl", "vga", "vmvga", "xen", "virtio", "gop", "none", "bochs",
+];
+const ENCRYPTION_MODELS: [&str; 4] = ["amd-sev", "amd-sev-es", "amd-sev-snp", "intel-tdx"];
 
 /// oslo's `bool_from_string`, not strict: anything but a true word is false.
 pub(super) fn truthy(v: &str) -> bool {
@@ -77,6 +103,7 @@ impl ImageProps {
             .get("name")
             .and_then(Value::as_str)
             .map(str::to_string);
+        props.id = image.get("id").and_then(Value::as_str).map(str::to_string);
         let data = match image.get("properties") {
             Some(Value::Object(p)) => match p.get("nova_object.data") {
                 Some(Value::Object(d)) => d,
@@ -128,18 +155,8 @@ impl ImageProps {
             None | Some(Value::Null) => None,
             Some(v) => Some(integer("hw_numa_nodes", v)?),
         };
-        props.locked_memory = match data.get("hw_locked_memory") {
-            None | Some(Value::Null) => None,
-            Some(Value::Bool(b)) => Some(*b),
-            Some(Value::String(s)) => Some(truthy(s)),
-            Some(Value::Number(n)) => Some(n.as_i64() == Some(1)),
-            Some(other) => {
-                return Err(invalid(
-                    field("hw_locked_memory"),
-                    format!("expected a boolean, got {}", quoted(&other.to_string())),
-                ))
-            }
-        };
+        props.locked_memory = flexible(data, "hw_locked_memory", path)?;
+        props.read_encryption(data, path, &enumerated, &string)?;
         // The primitive's lists, or a glance dict's numbered keys.
         props.numa_cpus = match data.get("hw_numa_cpus") {
             Some(Value::Array(cells)) => Some(
@@ -217,6 +234,43 @@ impl ImageProps {
             }
         }
         Ok(props)
+    }
+}
+
+/// A FlexibleBooleanField: a boolean, or a string or number read as one.
+fn flexible(data: &Map<String, Value>, k: &str, path: &str) -> Result<Option<bool>, ClaimError> {
+    match data.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(Value::String(s)) => Ok(Some(truthy(s))),
+        Some(Value::Number(n)) => Ok(Some(n.as_i64() == Some(1))),
+        Some(other) => Err(invalid(
+            format!("{path}.properties.{k}"),
+            format!("expected a boolean, got {}", quoted(&other.to_string())),
+        )),
+    }
+}
+
+type Read<'a, T> = &'a dyn Fn(&str) -> Result<Option<T>, ClaimError>;
+type ReadEnum<'a> = &'a dyn Fn(&str, &[&str]) -> Result<Option<String>, ClaimError>;
+
+impl ImageProps {
+    /// The memory encryption properties and what the models demand of the image.
+    fn read_encryption(
+        &mut self,
+        data: &Map<String, Value>,
+        path: &str,
+        enumerated: ReadEnum<'_>,
+        string: Read<'_, String>,
+    ) -> Result<(), ClaimError> {
+        self.mem_encryption = flexible(data, "hw_mem_encryption", path)?;
+        self.firmware_stateless = flexible(data, "hw_firmware_stateless", path)?;
+        self.mem_encryption_model = enumerated("hw_mem_encryption_model", &ENCRYPTION_MODELS)?
+            .and_then(|m| crate::tracker::nested::EncryptionModel::from_name(&m));
+        self.firmware_type = enumerated("hw_firmware_type", &FIRMWARE_TYPES)?;
+        self.video_model = enumerated("hw_video_model", &VIDEO_MODELS)?;
+        self.machine_type = string("hw_machine_type")?;
+        Ok(())
     }
 }
 

@@ -114,16 +114,7 @@ impl Tracker {
 
         let usage = self.usage();
         let mdevs_now = mdev_uuids(&view.host);
-        let mdevs_missing = crate::tracker::nested::missing_mdevs(
-            &view.host,
-            usage
-                .consumers
-                .iter()
-                .filter_map(|c| c.nested.as_ref().map(|n| (c.instance_uuid.as_str(), n))),
-        )
-        .into_iter()
-        .map(|(instance, m)| (instance, m.uuid))
-        .collect();
+        let (mdevs_missing, pmem_missing) = missing_named(&view, &usage);
         for id in &usage.stale_migrations {
             self.set_migration_status(*id, "error", &mut changes);
         }
@@ -153,6 +144,7 @@ impl Tracker {
                 mdevs_appeared: mdevs_now.difference(&mdevs_before).cloned().collect(),
                 mdevs_vanished: mdevs_before.difference(&mdevs_now).cloned().collect(),
                 mdevs_missing,
+                pmem_missing,
             },
             changes,
         )
@@ -176,4 +168,27 @@ fn same_properties(a: &TrackedDevice, b: &TrackedDevice) -> bool {
         && a.parent_ifname == b.parent_ifname
         && a.spec_index == b.spec_index
         && a.tags == b.tags
+}
+
+/// (instance, what it holds).
+type Held = (String, String);
+
+/// Mdevs and vPMEM namespaces given to counted claims that the host no longer has (or no longer
+/// offers): (instance, mdev uuid) and (instance, namespace name).
+fn missing_named(
+    view: &crate::tracker::host_view::HostView,
+    usage: &crate::tracker::usage::Usage,
+) -> (Vec<Held>, Vec<Held>) {
+    let held = || {
+        usage
+            .consumers
+            .iter()
+            .filter_map(|c| c.nested.as_ref().map(|n| (c.instance_uuid.as_str(), n)))
+    };
+    let mdevs = crate::tracker::nested::missing_mdevs(&view.host, held())
+        .into_iter()
+        .map(|(instance, m)| (instance, m.uuid))
+        .collect();
+    let pmem = crate::tracker::nested::pmem::missing_namespaces(&view.pmem, held());
+    (mdevs, pmem)
 }

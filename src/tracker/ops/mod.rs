@@ -192,4 +192,7 @@ pub struct AuditOutcome {
     /// Mdevs given to a counted claim, existing when given, that the host no longer shows:
     /// (instance, mdev uuid).
     pub mdevs_missing: Vec<(String, String)>,
+    /// vPMEM namespaces given to a counted claim that are no longer offered (gone from the
+    /// host or from `[devices] pmem_namespaces`): (instance, namespace name).
+    pub pmem_missing: Vec<(String, String)>,
 }

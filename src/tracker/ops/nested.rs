@@ -1,5 +1,6 @@
-//! A claim's vGPUs and encryption contexts: placed on the providers below the compute node after
-//! the per-class check passed, with the units every counted consumer holds taken out first.
+//! A claim's vGPUs, encryption contexts and vPMEM namespaces: placed on the providers below (or,
+//! for vPMEM, the classes on) the compute node after the per-class check passed, with the units
+//! every counted consumer holds taken out first.
 //!
 //! In: the request's units of nested classes, the view's providers, the usage. Out: the
 //! [`NestedAllocation`] to record, or the shortfalls (per provider) for the refusal.
@@ -30,17 +31,18 @@ impl Tracker {
     /// The uuid each nested provider is known by in Placement: a vGPU parent's or an encryption
     /// model's is nova-compute's when adopted, else the one rtrack derives from the compute node
     /// and the provider's name; a provider.yaml class's is the uuid of the provider it names
-    /// (the compute node, such a child, or a PCI child), as the report puts it there.
+    /// (the compute node, such a child, or a PCI child), as the report puts it there; a vPMEM
+    /// class's is the compute node's.
     pub fn nested_provider_uuids(&self) -> BTreeMap<NestedKey, Uuid> {
         let node = Uuid::parse_str(&self.settings.node_uuid).unwrap_or_default();
         let node_name = &self.settings.names.node;
         let mut by_name: BTreeMap<String, Uuid> = BTreeMap::new();
         by_name.insert(node_name.clone(), node);
         for p in &self.view.nested {
-            if matches!(p.key, NestedKey::Operator { .. }) {
+            if !p.key.is_child() {
                 continue;
             }
-            let name = format!("{node_name}_{}", p.key.name_suffix());
+            let name = p.key.provider_name(node_name);
             let derived = derived_provider_uuid(node, &name);
             let uuid = self
                 .nested_adopted
@@ -56,11 +58,9 @@ impl Tracker {
             .nested
             .iter()
             .filter_map(|p| {
-                let name = match &p.key {
-                    NestedKey::Operator { provider, .. } => provider.clone(),
-                    other => format!("{node_name}_{}", other.name_suffix()),
-                };
-                by_name.get(&name).map(|u| (p.key.clone(), *u))
+                by_name
+                    .get(&p.key.provider_name(node_name))
+                    .map(|u| (p.key.clone(), *u))
             })
             .collect()
     }
@@ -149,6 +149,19 @@ impl Tracker {
                 out.insert(format!("mdev {mdev} would be held by {n} consumers"));
             }
         }
+        let mut holders: BTreeMap<&str, usize> = BTreeMap::new();
+        for c in &usage.consumers {
+            for ns in c.nested.iter().flat_map(|n| n.pmem.iter()) {
+                *holders.entry(ns.name.as_str()).or_default() += 1;
+            }
+        }
+        for (name, n) in holders {
+            if n > 1 {
+                out.insert(format!(
+                    "PMEM namespace {name} would be held by {n} consumers"
+                ));
+            }
+        }
         out
     }
 
@@ -205,6 +218,7 @@ impl Tracker {
             mapping,
             usage: &nested_usage,
             mdevs: &self.view.host.mediated_devices,
+            pmem: &self.view.pmem,
             salt,
         };
         match assign(providers, &input) {

@@ -282,10 +282,29 @@ fn errors_name_the_extra_spec_or_image_property() {
         .contains("forbidden against '<empty>'"));
     assert!(err(run(2, 1024, &[], json!({"hw_cpu_policy": "bogus"})))
         .contains("Field value \"bogus\" is invalid"));
-    assert!(err(run(2, 1024, &[("hw:pmem", "label")], json!({}))).contains("vPMEM"));
     assert!(
         err(run(2, 1024, &[("hw:locked_memory", "true")], json!({})))
             .contains("forbidden when mem_page_size is not set")
+    );
+}
+
+#[test]
+fn vpmem_gives_the_guest_one_numa_cell_as_in_nova() {
+    let c = run(2, 1024, &[("hw:pmem", "SMALL")], json!({})).unwrap();
+    let numa = c.numa.expect("a topology");
+    assert_eq!(numa.cells.len(), 1);
+    assert_eq!(numa.cells[0].memory_mb, 1024);
+    assert_eq!(
+        c.cpus,
+        CpuDemand {
+            shared: 2,
+            dedicated: 0
+        }
+    );
+    // Labels that are all blank ask for nothing.
+    assert_eq!(
+        run(2, 1024, &[("hw:pmem", " ,")], json!({})).unwrap().numa,
+        None
     );
 }
 
