@@ -10,12 +10,14 @@
 //! plain data and pushes [`Warning`]s for anything missing or malformed. A probe never panics on
 //! file contents and never aborts the whole inventory because one file is bad.
 //!
-//! One module per probe: [`cpu`], [`numa`], [`memory`], [`disk`], [`pci`] (with [`vpd`]),
-//! [`mdev`], [`mem_encryption`], [`host`];
+//! One module per probe: [`cpu`] (with [`cpuinfo`]), [`cpu_power`], [`numa`], [`memory`],
+//! [`disk`], [`pci`] (with [`vpd`]), [`mdev`], [`mem_encryption`], [`host`];
 //! [`probe_host`] runs them all in the order their inputs need.
 
 pub mod confine;
 pub mod cpu;
+pub mod cpu_power;
+pub mod cpuinfo;
 pub mod cpulist;
 pub mod disk;
 pub mod host;
@@ -86,6 +88,9 @@ pub struct ProbeOptions {
     /// Read each PF's VPD for its card serial number ([`vpd`]): needed for remote-managed
     /// devices only, and a VPD read goes to the device, so it is off unless asked for.
     pub pci_vpd: bool,
+    /// CPUs whose cpufreq governor to read ([`cpu_power`]): the dedicated CPUs when their power
+    /// is managed; none by default.
+    pub cpu_governors: CpuSet,
 }
 
 /// Runs every probe. Fails only when the roots are unusable.
@@ -95,7 +100,10 @@ pub fn probe_host(root: &HostRoot, opts: &ProbeOptions) -> Result<HostInventory,
     let mut w = Warnings::new();
     let cpu_lists = cpu::read_cpu_lists(root, &mut w);
     let numa = numa::probe_numa_nodes(root, &cpu_lists.online, &mut w);
-    let cpu = cpu::probe_cpu(root, cpu_lists, &numa.cpu_nodes, &mut w);
+    let mut cpu_nodes = cpu_power::offline_cpu_nodes(root, &cpu_lists.offline, &mut w);
+    cpu_nodes.extend(&numa.cpu_nodes);
+    let mut cpu = cpu::probe_cpu(root, cpu_lists, &cpu_nodes, &mut w);
+    cpu.governors = cpu_power::probe_governors(root, &opts.cpu_governors, &mut w);
     let memory = memory::probe_memory(root, &mut w);
     let disks = disk::probe_disks(root, &opts.disk, &mut w);
     let pci_devices = pci::probe_pci(root, &numa, opts.pci_vpd, &mut w);

@@ -27,6 +27,7 @@ pub fn probe_options(cfg: &crate::config::ValidConfig) -> probes::ProbeOptions {
             include_virtual: false,
         },
         pci_vpd: cfg.device_specs.iter().any(|s| s.remote_managed()),
+        cpu_governors: cfg.resources.governor_cpus(),
     }
 }
 

@@ -72,6 +72,7 @@ pub fn run_once(
             include_virtual: opts.include_virtual_disks,
         },
         pci_vpd: cfg.device_specs.iter().any(|s| s.remote_managed()),
+        cpu_governors: cfg.resources.governor_cpus(),
     };
     let mut inventory = probes::probe_host(&cfg.probe_root, &probe_opts)?;
     let hostname = inventory.host.hostname.clone();
