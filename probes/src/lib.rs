@@ -2,7 +2,7 @@
 //!
 //! In: a [`HostRoot`] and [`ProbeOptions`] (the instances path to measure, whether to list virtual
 //! block devices). Out: a [`HostInventory`] (host identity, CPUs, NUMA nodes, memory, disks, PCI
-//! functions, mediated devices, memory encryption, and the [`Warning`]s in probe order), or a [`ProbeError`] only when neither root is a
+//! functions, vDPA devices, mediated devices, memory encryption, and the [`Warning`]s in probe order), or a [`ProbeError`] only when neither root is a
 //! readable directory.
 //!
 //! Every probe is a function of a [`HostRoot`] (separate sysfs and procfs roots, so that tests
@@ -11,7 +11,7 @@
 //! file contents and never aborts the whole inventory because one file is bad.
 //!
 //! One module per probe: [`cpu`] (with [`cpuinfo`]), [`cpu_power`], [`numa`], [`memory`],
-//! [`disk`], [`pci`] (with [`vpd`]), [`mdev`], [`mem_encryption`], [`host`];
+//! [`disk`], [`pci`] (with [`vpd`]), [`vdpa`], [`mdev`], [`mem_encryption`], [`host`];
 //! [`probe_host`] runs them all in the order their inputs need.
 
 pub mod confine;
@@ -30,6 +30,7 @@ pub mod pci_names;
 pub mod pci_uevent;
 pub mod read;
 mod root;
+pub mod vdpa;
 pub mod vpd;
 
 use std::path::PathBuf;
@@ -70,6 +71,9 @@ pub struct HostInventory {
     pub disks: disk::DiskInfo,
     /// PCI functions, sorted by address.
     pub pci_devices: Vec<pci::PciDevice>,
+    /// Devices on the vDPA bus, sorted by name (the VFs they sit on are `vdpa` devices).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vdpa_devices: Vec<vdpa::VdpaDevice>,
     /// Mediated device parents, their types, and the mediated devices that exist.
     #[serde(default)]
     pub mediated_devices: mdev::MediatedDevices,
@@ -106,7 +110,9 @@ pub fn probe_host(root: &HostRoot, opts: &ProbeOptions) -> Result<HostInventory,
     cpu.governors = cpu_power::probe_governors(root, &opts.cpu_governors, &mut w);
     let memory = memory::probe_memory(root, &mut w);
     let disks = disk::probe_disks(root, &opts.disk, &mut w);
-    let pci_devices = pci::probe_pci(root, &numa, opts.pci_vpd, &mut w);
+    let mut pci_devices = pci::probe_pci(root, &numa, opts.pci_vpd, &mut w);
+    let vdpa_devices = vdpa::probe_vdpa(root, &mut w);
+    vdpa::mark_vdpa_functions(root, &mut pci_devices, &vdpa_devices, &mut w);
     let mediated_devices = mdev::probe_mdevs(root, &mut w);
     let memory_encryption = mem_encryption::probe_mem_encryption(root, &mut w);
     let host = host::probe_host_identity(root, cpu.arch.clone(), &mut w);
@@ -117,6 +123,7 @@ pub fn probe_host(root: &HostRoot, opts: &ProbeOptions) -> Result<HostInventory,
         memory,
         disks,
         pci_devices,
+        vdpa_devices,
         mediated_devices,
         memory_encryption,
         warnings: w.into_vec(),
