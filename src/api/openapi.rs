@@ -213,7 +213,14 @@ pub fn document() -> Value {
                 "responses": responses(&[("200", ok("cells", json!({"type": "object", "properties": {
                     "cells": {"type": "array", "items": schema_ref("NumaDetail")},
                     "legacy_cpus": {"type": "boolean", "description": "no CPU sets configured: every CPU is shared and dedicated"},
-                    "base_page_kb": {"type": "integer"}}})))], &std_errors)}},
+                    "base_page_kb": {"type": "integer"},
+                    "cpu_power_management": {"type": "object", "nullable": true, "description": "[resources] cpu_power_management; null when off", "properties": {
+                        "strategy": {"type": "string", "enum": ["cpu_state", "governor"]},
+                        "governor_low": {"type": "string"}, "governor_high": {"type": "string"}}},
+                    "offline_pinned": {"type": "array", "description": "host CPUs pinned by counted placements that are offline", "items": {"type": "object", "properties": {
+                        "cpu": {"type": "integer"}, "instance": {"type": "string", "format": "uuid"},
+                        "running": {"type": "boolean", "description": "the instance's guest runs"},
+                        "powered_down": {"type": "boolean", "description": "offline on purpose: power management on, guest not running"}}}}}})))], &std_errors)}},
             "/v1/claims": {
                 "get": {"operationId": "listClaims", "summary": "Every claim held (instance claims, then move claims)",
                     "responses": responses(&[("200", ok("claims", json!({"type": "array", "items": schema_ref("Claim")})))], &std_errors)},
@@ -332,7 +339,7 @@ pub fn document() -> Value {
                 "existing": {"type": "boolean"}}},
             "PciDevice": {"type": "object", "properties": {
                 "address": {"type": "string"}, "vendor_id": {"type": "string"}, "product_id": {"type": "string"},
-                "dev_type": {"type": "string", "enum": ["type-PCI", "type-PF", "type-VF"]}, "numa_node": {"type": "integer", "nullable": true},
+                "dev_type": {"type": "string", "enum": ["type-PCI", "type-PF", "type-VF", "vdpa"]}, "numa_node": {"type": "integer", "nullable": true},
                 "parent_addr": {"type": "string", "nullable": true},
                 "status": {"type": "string", "enum": ["available", "claimed", "allocated", "unclaimable", "unavailable", "reserved"]},
                 "instance_uuid": {"type": "string", "nullable": true}, "request_id": {"type": "string", "nullable": true},
@@ -470,7 +477,9 @@ fn numa_detail_schema() -> Value {
                 "cores": {"type": "array", "items": {"type": "array", "items": {"type": "object", "properties": {
                     "cpu": {"type": "integer"},
                     "state": {"type": "string", "enum": ["free", "shared", "pinned", "emulator", "isolated", "unused"]},
-                    "instance": {"type": "string", "format": "uuid"}}}}},
+                    "instance": {"type": "string", "format": "uuid"},
+                    "online": {"type": "boolean"},
+                    "governor": {"type": "string", "description": "cpufreq governor, read for dedicated CPUs under power management"}}}}},
                 "pci_devices": {"type": "array", "items": {"type": "array", "items": {"type": "string"}, "description": "[address, status]"}}}}]})
 }
 

@@ -171,6 +171,20 @@ pub fn release_free_memory() {
     }
 }
 
+/// Logs each pinned host CPU that is offline while it should not be: its guest runs, or CPU
+/// power management is off (with it on, Nova powers down the CPUs of guests it stops).
+fn warn_offline_pins(state: &DaemonState) {
+    let pins = state.service.read(|t| t.offline_pins());
+    for p in pins.iter().filter(|p| !p.powered_down) {
+        let why = if p.running {
+            "a host CPU pinned by this running instance is offline: its guest cannot run there (taken offline by hand, or not powered up?)"
+        } else {
+            "a host CPU pinned by this instance is offline: its guest will need it when it starts"
+        };
+        tracing::warn!(instance = %p.instance, cpu = p.cpu, "{why}");
+    }
+}
+
 type AuditResult = Result<(String, crate::tracker::state::AuditOutcome, usize), String>;
 
 fn finish(state: &DaemonState, result: AuditResult, elapsed: Duration) -> Result<(), String> {
@@ -195,6 +209,7 @@ fn finish(state: &DaemonState, result: AuditResult, elapsed: Duration) -> Result
                     "a mediated device given to this instance is gone from the host (sys/bus/mdev/devices)"
                 );
             }
+            warn_offline_pins(state);
             let changed = !outcome.devices_added.is_empty()
                 || !outcome.devices_removed.is_empty()
                 || !outcome.devices_deferred.is_empty()

@@ -125,6 +125,7 @@ pub fn run_once(
         .node
         .with_usage(&NodeUsage::empty(), &numa, &pools, now);
     let mut report = InventoryReport::new(view.host.as_ref().clone(), now);
+    report.dedicated_cpus = crate::inventory::dedicated::dedicated_cpus(&view.host, &cfg.resources);
     report.compute_node = Some(node.to_primitive());
     Ok(OnceResult {
         report,

@@ -4,6 +4,7 @@
 //! [`InventoryReport`] (serialized as JSON with fixed top-level keys, see `docs/inventory.md`) or
 //! a human table ([`table::render`]).
 
+pub mod dedicated;
 pub mod resources;
 pub mod table;
 pub mod traits;
@@ -23,6 +24,10 @@ pub struct InventoryReport {
     /// host, cpu, numa_nodes, memory, disks, pci_devices, warnings.
     #[serde(flatten)]
     pub inventory: HostInventory,
+    /// `cpu_dedicated_set` on this host: each CPU's node, state, governor, and whether it
+    /// counts (with CPU power management, offline ones do); absent without a dedicated set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedicated_cpus: Option<dedicated::DedicatedCpus>,
     /// The ComputeNode primitive (see docs/objects.md), when built.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compute_node: Option<serde_json::Value>,
@@ -35,6 +40,7 @@ impl InventoryReport {
             rtrack_version: env!("CARGO_PKG_VERSION").to_string(),
             probed_at: format_utc(probed_at),
             inventory,
+            dedicated_cpus: None,
             compute_node: None,
         }
     }

@@ -910,6 +910,7 @@ fn pools_that_tie_stay_in_discovery_order() {
 mod attach;
 mod live_pci;
 mod placement;
+mod power;
 mod released;
 mod remote_managed;
 mod vgpu;

@@ -378,6 +378,7 @@ pub fn run(cli: &Cli) -> Result<String, Failure> {
                 rtrack_version: v["rtrack_version"].as_str().unwrap_or("?").to_string(),
                 probed_at: v["probed_at"].as_str().unwrap_or("?").to_string(),
                 inventory,
+                dedicated_cpus: serde_json::from_value(v["dedicated_cpus"].clone()).unwrap_or(None),
                 compute_node: v.get("compute_node").cloned(),
             };
             Ok(crate::inventory::table::render(&report))
