@@ -913,6 +913,7 @@ mod placement;
 mod power;
 mod released;
 mod remote_managed;
+mod vdpa;
 mod vgpu;
 
 /// Well-formed requests that the tracked state does not allow are conflicts (409), not
