@@ -233,7 +233,9 @@ fn dedicated_cpus(out: &mut String, d: &crate::inventory::dedicated::DedicatedCp
         "\nDedicated CPUs: {} ({counted} count as PCPU, {offline} not online); {power}",
         dash_if_empty(&all.to_string())
     );
-    let mut groups: BTreeMap<(Option<u32>, &str, Option<&str>, bool), Vec<u32>> = BTreeMap::new();
+    /// Node, state, governor, counted.
+    type Group<'a> = (Option<u32>, &'a str, Option<&'a str>, bool);
+    let mut groups: BTreeMap<Group, Vec<u32>> = BTreeMap::new();
     for c in &d.cpus {
         groups
             .entry((
