@@ -343,6 +343,24 @@ fn power_managed_dedicated_cpus_end_to_end() {
         err.contains("resources.cpu_dedicated_set: names CPUs 1-3,5-7 that are not online"),
         "{err}"
     );
+    let on = dir.join("on.toml");
+    std::fs::write(&on, power_config(&root, &dir, true)).unwrap();
+    let out = Command::new(RTRACKD)
+        .arg("--config")
+        .arg(&on)
+        .arg("--check-config")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("CPU power management: cpu_state; dedicated CPUs offline now: 1-3,5-7"),
+        "{text}"
+    );
 
     let d = Daemon::start_with(
         std::path::Path::new(RTRACKD),

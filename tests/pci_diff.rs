@@ -1571,10 +1571,14 @@ fn pci_claims_pools_and_device_states_agree_with_nova() {
         compare(case, r, nova, &mut tally);
     }
     let mut report = format!(
-        "PCI differential test against Nova 34: {} cases ({} named, {} generated with seed {seed}), {} steps, {} compared in full ({} grants and {} refusals agreed, {} dry runs), {} skipped (instance not held), {} configurations both refused; rtrack took {rtrack_secs:.1} s and Nova {nova_secs:.1} s (wall time of two halves run in parallel), {:.1} s in all\n",
+        "PCI differential test against Nova 34: {} cases ({} named, {} generated with seed {seed}; {} with vDPA devices), {} steps, {} compared in full ({} grants and {} refusals agreed, {} dry runs), {} skipped (instance not held), {} configurations both refused; rtrack took {rtrack_secs:.1} s and Nova {nova_secs:.1} s (wall time of two halves run in parallel), {:.1} s in all\n",
         cases.len(),
         if only.is_some() { 0 } else { named },
         if only.is_some() { 0 } else { count },
+        cases
+            .iter()
+            .filter(|c| c.host.pfs.iter().any(|p| p.vdpa > 0))
+            .count(),
         tally.steps,
         tally.compared,
         tally.granted,

@@ -358,6 +358,15 @@ fn inventory_report_schema() -> Value {
                 "rtrack_version": {"type": "string"}, "probed_at": {"type": "string"},
                 "host": {"type": "object"}, "cpu": {"type": "object"}, "numa_nodes": {"type": "array", "items": {"type": "object"}},
                 "memory": {"type": "object"}, "disks": {"type": "object"}, "pci_devices": {"type": "array", "items": {"type": "object"}},
+                "vdpa_devices": {"type": "array", "description": "absent when there are none", "items": {"type": "object", "properties": {
+                    "name": {"type": "string"}, "pci_parent": {"type": "string", "nullable": true},
+                    "driver": {"type": "string", "nullable": true}, "chardev": {"type": "string", "nullable": true}}}},
+                "dedicated_cpus": {"type": "object", "description": "absent without cpu_dedicated_set", "properties": {
+                    "power_management": {"type": "object", "nullable": true},
+                    "cpus": {"type": "array", "items": {"type": "object", "properties": {
+                        "cpu": {"type": "integer"}, "numa_node": {"type": "integer", "nullable": true},
+                        "state": {"type": "string", "enum": ["online", "offline", "absent"]},
+                        "governor": {"type": "string", "nullable": true}, "counted": {"type": "boolean"}}}}}},
                 "mediated_devices": {"type": "object", "properties": {
                     "parents": {"type": "array", "items": {"type": "object", "properties": {
                         "address": {"type": "string"},
