@@ -255,17 +255,7 @@ pub fn probe_cpu(
         });
     }
 
-    let offline_cpus = offline
-        .iter()
-        .map(|id| OfflineCpu {
-            id,
-            numa_node: cpu_nodes.get(&id).copied(),
-            package: None,
-            core: None,
-            thread_siblings: CpuSet::from_ids([id]),
-            topology_cached: false,
-        })
-        .collect();
+    let offline_cpus = offline_cpus(&offline, cpu_nodes);
     let counts = count_topology(&cpus, &online);
     let smt = match read_optional(&cpu_dir.join("smt/active"), w).as_deref() {
         Some("1") => true,
@@ -273,24 +263,7 @@ pub fn probe_cpu(
         _ => counts.max_threads_per_core > 1,
     };
 
-    let cpuinfo_path = root.proc_path("cpuinfo");
-    let summary = match read_text(&cpuinfo_path, PROCFS_CAP) {
-        Ok(text) => parse_cpuinfo(&text),
-        Err(ReadFailure::Missing) => {
-            w.push(
-                &cpuinfo_path,
-                "file is missing: CPU model and flags unknown",
-            );
-            CpuinfoSummary::default()
-        }
-        Err(e) => {
-            w.push(
-                &cpuinfo_path,
-                format!("file is {e}: CPU model and flags unknown"),
-            );
-            CpuinfoSummary::default()
-        }
-    };
+    let summary = read_cpuinfo(root, w);
     let arch = read_optional(&root.proc_path("sys/kernel/arch"), w)
         .filter(|a| !a.is_empty())
         .or_else(|| summary.arch_hint.clone());
@@ -316,6 +289,44 @@ pub fn probe_cpu(
         offline_cpus,
         governors: Vec::new(),
     }
+}
+
+/// `proc/cpuinfo`, parsed; an empty summary, with a warning, when it cannot be read.
+fn read_cpuinfo(root: &HostRoot, w: &mut Warnings) -> CpuinfoSummary {
+    let cpuinfo_path = root.proc_path("cpuinfo");
+    match read_text(&cpuinfo_path, PROCFS_CAP) {
+        Ok(text) => parse_cpuinfo(&text),
+        Err(ReadFailure::Missing) => {
+            w.push(
+                &cpuinfo_path,
+                "file is missing: CPU model and flags unknown",
+            );
+            CpuinfoSummary::default()
+        }
+        Err(e) => {
+            w.push(
+                &cpuinfo_path,
+                format!("file is {e}: CPU model and flags unknown"),
+            );
+            CpuinfoSummary::default()
+        }
+    }
+}
+
+/// The offline CPUs as a probe knows them: their node, and each a core of its own (the kernel
+/// removed their topology).
+fn offline_cpus(offline: &CpuSet, cpu_nodes: &BTreeMap<u32, u32>) -> Vec<OfflineCpu> {
+    offline
+        .iter()
+        .map(|id| OfflineCpu {
+            id,
+            numa_node: cpu_nodes.get(&id).copied(),
+            package: None,
+            core: None,
+            thread_siblings: CpuSet::from_ids([id]),
+            topology_cached: false,
+        })
+        .collect()
 }
 
 /// The CPUs sharing a core with `id`: `core_cpus_list` (kernels since 5.7), else

@@ -7,6 +7,7 @@
 
 use serde_json::{json, Value};
 
+mod answers;
 mod nova;
 
 use super::bodies::{ClaimBody, MigrationBody};
@@ -15,6 +16,7 @@ use super::routes::{AdoptBody, AttachBody, DeviceMapEntry, ReconcileBody};
 use crate::objects::compute_node::ComputeNode;
 use crate::objects::NovaObject;
 use crate::tracker::state::InstanceUpdate;
+use answers::{inventory_report_schema, numa_cell_schema, numa_detail_schema};
 
 /// The ComputeNode versions `?version=` accepts: every minor of the current major up to it.
 fn compute_node_versions() -> Vec<String> {
@@ -353,38 +355,6 @@ pub fn document() -> Value {
 }
 
 /// The `--once` report: the keys tools read (docs/inventory.md has every field).
-fn inventory_report_schema() -> Value {
-    json!({"type": "object", "description": "docs/inventory.md; the keys tools read", "properties": {
-                "rtrack_version": {"type": "string"}, "probed_at": {"type": "string"},
-                "host": {"type": "object"}, "cpu": {"type": "object"}, "numa_nodes": {"type": "array", "items": {"type": "object"}},
-                "memory": {"type": "object"}, "disks": {"type": "object"}, "pci_devices": {"type": "array", "items": {"type": "object"}},
-                "vdpa_devices": {"type": "array", "description": "absent when there are none", "items": {"type": "object", "properties": {
-                    "name": {"type": "string"}, "pci_parent": {"type": "string", "nullable": true},
-                    "driver": {"type": "string", "nullable": true}, "chardev": {"type": "string", "nullable": true}}}},
-                "dedicated_cpus": {"type": "object", "description": "absent without cpu_dedicated_set", "properties": {
-                    "power_management": {"type": "object", "nullable": true},
-                    "cpus": {"type": "array", "items": {"type": "object", "properties": {
-                        "cpu": {"type": "integer"}, "numa_node": {"type": "integer", "nullable": true},
-                        "state": {"type": "string", "enum": ["online", "offline", "absent"]},
-                        "governor": {"type": "string", "nullable": true}, "counted": {"type": "boolean"}}}}}},
-                "mediated_devices": {"type": "object", "properties": {
-                    "parents": {"type": "array", "items": {"type": "object", "properties": {
-                        "address": {"type": "string"},
-                        "types": {"type": "array", "items": {"type": "object", "properties": {
-                            "type": {"type": "string"}, "name": {"type": "string", "nullable": true},
-                            "device_api": {"type": "string", "nullable": true},
-                            "available_instances": {"type": "integer", "nullable": true},
-                            "description": {"type": "string", "nullable": true}}}}}}},
-                    "devices": {"type": "array", "items": {"type": "object", "properties": {
-                        "uuid": {"type": "string"}, "parent": {"type": "string", "nullable": true}, "type": {"type": "string", "nullable": true}}}}}},
-                "memory_encryption": {"type": "object", "properties": {
-                    "sev": {"type": "boolean", "nullable": true}, "sev_es": {"type": "boolean", "nullable": true},
-                    "sev_snp": {"type": "boolean", "nullable": true}, "sev_firmware": {"type": "boolean", "nullable": true},
-                    "sev_guests": {"type": "integer", "nullable": true}, "sev_es_guests": {"type": "integer", "nullable": true}}},
-                "warnings": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "message": {"type": "string"}}}},
-                "compute_node": {"type": "object"}}})
-}
-
 /// `schema` with every property required and no other: the answers a client must tell apart
 /// (a claim, a dry run, a move) are each exactly one of the alternatives documented.
 fn exact(mut schema: Value) -> Value {
@@ -465,31 +435,6 @@ fn to_openapi_30(v: &mut Value) {
         Value::Array(items) => items.iter_mut().for_each(to_openapi_30),
         _ => {}
     }
-}
-
-/// One NUMA cell in `GET /v1/usage` (`tracker::numa::report::CellReport`).
-fn numa_cell_schema() -> Value {
-    json!({"type": "object", "description": "One host NUMA cell; cpulists as strings", "properties": {
-                "id": {"type": "integer"}, "cpus": {"type": "string", "description": "shared CPUs (Nova's cpuset)"},
-                "pcpus": {"type": "string", "description": "dedicated CPUs (Nova's pcpuset)"},
-                "cpu_usage": {"type": "integer", "description": "floating guest CPUs placed on the cell"},
-                "pinned_cpus": {"type": "string"}, "memory_mb": {"type": "integer"}, "memory_usage_mb": {"type": "integer"},
-                "mempages": {"type": "array", "items": {"type": "object", "properties": {
-                    "size_kb": {"type": "integer"}, "total": {"type": "integer"}, "used": {"type": "integer"},
-                    "reserved": {"type": "integer"}, "kernel_free": {"type": "integer", "nullable": true, "description": "hugepage pools only"}}}}}})
-}
-
-/// One NUMA cell in `GET /v1/numa` (`tracker::numa::report::CellDetail`).
-fn numa_detail_schema() -> Value {
-    json!({"allOf": [schema_ref("NumaCell"), {"type": "object", "properties": {
-                "socket": {"type": "integer", "nullable": true},
-                "cores": {"type": "array", "items": {"type": "array", "items": {"type": "object", "properties": {
-                    "cpu": {"type": "integer"},
-                    "state": {"type": "string", "enum": ["free", "shared", "pinned", "emulator", "isolated", "unused"]},
-                    "instance": {"type": "string", "format": "uuid"},
-                    "online": {"type": "boolean"},
-                    "governor": {"type": "string", "description": "cpufreq governor, read for dedicated CPUs under power management"}}}}},
-                "pci_devices": {"type": "array", "items": {"type": "array", "items": {"type": "string"}, "description": "[address, status]"}}}}]})
 }
 
 #[cfg(test)]
