@@ -103,7 +103,10 @@ fn every_primitive_loads_round_trips_and_feeds_novas_scheduler() {
     // vDPA devices: pools of dev_type vdpa in the ComputeNode.
     for (name, host) in [
         ("synthetic-vdpa", rtrack_fixtures::vdpa::VdpaHost::vdpa()),
-        ("synthetic-vdpa-mixed", rtrack_fixtures::vdpa::VdpaHost::vdpa_mixed()),
+        (
+            "synthetic-vdpa-mixed",
+            rtrack_fixtures::vdpa::VdpaHost::vdpa_mixed(),
+        ),
     ] {
         let dir = work.path().join(name);
         host.write(&dir);
