@@ -100,6 +100,18 @@ fn every_primitive_loads_round_trips_and_feeds_novas_scheduler() {
         host.write(&dir);
         roots.push((name.to_string(), dir, None));
     }
+    // vDPA devices: pools of dev_type vdpa in the ComputeNode.
+    for (name, host) in [
+        ("synthetic-vdpa", rtrack_fixtures::vdpa::VdpaHost::vdpa()),
+        (
+            "synthetic-vdpa-mixed",
+            rtrack_fixtures::vdpa::VdpaHost::vdpa_mixed(),
+        ),
+    ] {
+        let dir = work.path().join(name);
+        host.write(&dir);
+        roots.push((name.to_string(), dir, None));
+    }
 
     let mut cases = Vec::new();
     let mut pools_seen = 0;

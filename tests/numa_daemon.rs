@@ -3,7 +3,9 @@
 //! `numa_topology`; usage, `/v1/numa`, the ComputeNode and `rtrackctl numa` show every cell's
 //! usage; a refusal explains itself per host cell; bad extra specs are 400 naming them; a
 //! SIGKILL and restart keeps every pin; a SIGHUP that would strand pinned CPUs is refused, one
-//! that changes a ratio keeps per-cell usage as it was.
+//! that changes a ratio keeps per-cell usage as it was. A host whose dedicated CPUs Nova powers
+//! down (`cpu_power_management`) starts, counts them, pins to them, and says which pinned CPUs
+//! are offline, warning only for running guests.
 
 mod support;
 
@@ -223,7 +225,7 @@ fn numa_claims_end_to_end() {
     let core = &n["cells"][0]["cores"][1];
     assert_eq!(
         core,
-        &json!([{"cpu": 1, "state": "pinned", "instance": a}, {"cpu": 9, "state": "pinned", "instance": a}]),
+        &json!([{"cpu": 1, "state": "pinned", "instance": a, "online": true}, {"cpu": 9, "state": "pinned", "instance": a, "online": true}]),
         "{n}"
     );
     assert_eq!(n["cells"][0]["cores"][0][0]["state"], "shared");
@@ -283,4 +285,153 @@ fn numa_claims_end_to_end() {
     let (_, after) = d.call("GET", "/v1/usage", None);
     assert_eq!(cells(&before), cells(&after));
     assert_eq!(after["resources"]["VCPU"]["allocation_ratio"], 2.0);
+}
+
+fn metrics_text(d: &Daemon) -> String {
+    let r =
+        rtrack::cli::client::request(&d.socket, "GET", "/metrics", None, Duration::from_secs(10))
+            .unwrap();
+    String::from_utf8_lossy(&r.body).to_string()
+}
+
+/// Nova's PowerManagementMixedInstances host after nova-compute powered the dedicated CPUs
+/// down: 10 CPUs, dedicated 1-3,5-7 offline, shared 4,8-9.
+fn power_config(root: &std::path::Path, dir: &std::path::Path, managed: bool) -> String {
+    format!(
+        r#"
+[host]
+root = "{root}"
+state_dir = "{dir}/state"
+instances_path = "{dir}"
+hypervisor_hostname = "cmp1"
+host = "cmp1"
+
+[resources]
+reserved_host_memory_mb = 512
+cpu_shared_set = "4,8-9"
+cpu_dedicated_set = "1-3,5-7"
+cpu_power_management = {managed}
+
+[api]
+socket = "{dir}/run/rtrack.sock"
+"#,
+        root = root.display(),
+        dir = dir.display()
+    )
+}
+
+#[test]
+fn power_managed_dedicated_cpus_end_to_end() {
+    let tmp = rtrack_fixtures::real::scratch_dir();
+    let root = tmp.path().join("host");
+    rtrack_fixtures::power::PowerHost::cpu_state().write(&root);
+    let dir = tmp.path().join("d");
+    std::fs::create_dir_all(&dir).unwrap();
+
+    // Without the option the offline dedicated CPUs are refused, as before.
+    let off = dir.join("off.toml");
+    std::fs::write(&off, power_config(&root, &dir, false)).unwrap();
+    let out = Command::new(RTRACKD)
+        .arg("--config")
+        .arg(&off)
+        .arg("--check-config")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("resources.cpu_dedicated_set: names CPUs 1-3,5-7 that are not online"),
+        "{err}"
+    );
+    let on = dir.join("on.toml");
+    std::fs::write(&on, power_config(&root, &dir, true)).unwrap();
+    let out = Command::new(RTRACKD)
+        .arg("--config")
+        .arg(&on)
+        .arg("--check-config")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("CPU power management: cpu_state; dedicated CPUs offline now: 1-3,5-7"),
+        "{text}"
+    );
+
+    let d = Daemon::start_with(
+        std::path::Path::new(RTRACKD),
+        &dir,
+        &power_config(&root, &dir, true),
+        &[],
+    );
+    let (_, u) = d.call("GET", "/v1/usage", None);
+    assert_eq!(u["resources"]["PCPU"]["total"], 6, "{u}");
+    assert_eq!(u["resources"]["VCPU"]["total"], 3, "{u}");
+    let (_, inv) = d.call("GET", "/v1/inventory", None);
+    let ded = &inv["dedicated_cpus"];
+    assert_eq!(ded["power_management"]["strategy"], "cpu_state", "{ded}");
+    assert_eq!(
+        ded["cpus"][0],
+        json!({"cpu": 1, "numa_node": 0, "state": "offline", "governor": null, "counted": true})
+    );
+
+    // A pinned guest lands on offline CPUs; building, it is not running yet.
+    let a = uuid(1);
+    let (s, v) = d.call(
+        "POST",
+        "/v1/claims",
+        Some(&spec(&a, 1, 2, 512, json!({"hw:cpu_policy": "dedicated"}))),
+    );
+    assert_eq!(s, 201, "{v}");
+    let (_, n) = d.call("GET", "/v1/numa", None);
+    assert_eq!(n["cpu_power_management"]["strategy"], "cpu_state", "{n}");
+    assert_eq!(
+        n["cells"][0]["cores"][0],
+        json!([{"cpu": 1, "state": "pinned", "instance": a, "online": false}]),
+        "{n}"
+    );
+    let pins = n["offline_pinned"].as_array().cloned().unwrap_or_default();
+    assert_eq!(pins.len(), 2, "{n}");
+    assert!(pins.iter().all(|p| p["powered_down"] == true), "{n}");
+    let metrics = metrics_text(&d);
+    assert!(
+        metrics.contains("rtrack_pinned_cpus_offline 0"),
+        "{metrics}"
+    );
+
+    // Running on CPUs still offline: a warning at the next audit and the metric.
+    let (s, v) = d.call(
+        "POST",
+        &format!("/v1/instances/{a}/state"),
+        Some(&json!({"vm_state": "active"})),
+    );
+    assert_eq!(s, 200, "{v}");
+    let (s, v) = d.call("POST", "/v1/refresh", None);
+    assert_eq!(s, 200, "{v}");
+    let log = d.log_text();
+    assert!(
+        log.contains("a host CPU pinned by this running instance is offline"),
+        "{log}"
+    );
+    let metrics = metrics_text(&d);
+    assert!(
+        metrics.contains("rtrack_pinned_cpus_offline 2"),
+        "{metrics}"
+    );
+    let out = Command::new(RTRACKCTL)
+        .args(["--socket"])
+        .arg(&d.socket)
+        .arg("numa")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("[1a!]") && text.contains("(GUEST RUNNING)"),
+        "{text}"
+    );
 }

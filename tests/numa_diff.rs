@@ -5,8 +5,15 @@
 //! Cases: the named scenarios in `fixtures/numa/scenarios/` (19 from the Nova scenario set, see
 //! `fixtures/README.md`, and rtrack's own) and `RTRACK_NUMA_CASES` (default 2,000) seeded random
 //! ones from the generator below (hosts of 1-16 cells with and without SMT, hugepages, CPU sets,
-//! reserved pages, ratios, packing; sequences of claims, dry runs, frees, resizes with confirm
+//! reserved pages, ratios, packing, and one in eight with dedicated CPUs under CPU power
+//! management, some of them offline; sequences of claims, dry runs, frees, resizes with confirm
 //! or revert, and restarts with an audit). `RTRACK_NUMA_SEED` changes the seed.
+//!
+//! CPU power management (`[libvirt] cpu_power_management`): Nova's cells are libvirt's at
+//! nova-compute's start (every dedicated CPU powered up), its online CPUs those online now and
+//! its available CPUs libvirt's CPU count; rtrack probes the host as it is now (generated sysfs
+//! trees for the named scenarios). A configuration both refuse counts as agreement; rtrack's
+//! cores of offline CPUs it never saw online are a deliberate difference (explained).
 //!
 //! Each case runs through rtrack's tracker in-process; its ComputeNode `numa_topology` before
 //! every claim goes to Nova's filter. Per step, the test compares: fit or refusal, the host cell
@@ -39,7 +46,7 @@ use rtrack_fixtures::real::{unpack, RealFixture};
 use serde_json::{json, Value};
 
 mod numa_cases;
-use numa_cases::{generate, Case, Cell, Step};
+use numa_cases::{generate, Case, Step};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -96,7 +103,7 @@ fn inventory(case: &Case) -> HostInventory {
         })
         .collect();
     let total_mb: u64 = case.host.cells.iter().map(|c| c.memory_kb / 1024).sum();
-    serde_json::from_value(json!({
+    let inv = serde_json::from_value(json!({
         "host": {"hostname": "numa-diff", "arch": case.host.arch, "kernel": null, "os_release": null},
         "cpu": {"arch": case.host.arch, "vendor": null, "model": null, "flags": [], "sockets": 1,
                 "cores": 1, "threads": 1, "cores_per_socket": null, "threads_per_core": null,
@@ -108,8 +115,10 @@ fn inventory(case: &Case) -> HostInventory {
         "disks": {"instances": null, "block_devices": []},
         "pci_devices": [],
         "warnings": []
-    }))
-    .expect("a valid inventory")
+    }));
+    let mut inv = inv.expect("a valid inventory");
+    numa_cases::power::take_offline(&mut inv, &case.host);
+    inv
 }
 
 fn settings(case: &Case) -> TrackerSettings {
@@ -127,6 +136,9 @@ fn settings(case: &Case) -> TrackerSettings {
         "cpu_allocation_ratio = {:?}\nram_allocation_ratio = {:?}\npacking_host_numa_cells_allocation_strategy = {}\n",
         c.cpu_allocation_ratio, c.ram_allocation_ratio, c.packing
     ));
+    if c.cpu_power_management {
+        toml.push_str("cpu_power_management = true\n");
+    }
     if !c.reserved_huge_pages.is_empty() {
         toml.push_str(&format!(
             "reserved_huge_pages = [{}]\n",
@@ -229,13 +241,49 @@ fn refusal_kind(e: &ClaimError) -> String {
     }
 }
 
-/// Runs a case through rtrack; fills each claim's `rtrack_host` for Nova's filter.
-fn run_rtrack(case: &mut Case, inv: HostInventory) -> (Vec<RStep>, HostTopology) {
+/// What rtrack made of a case's host.
+struct RHost {
+    topology: HostTopology,
+    /// The configuration's CPU sets refused on this host (`--check-config`, startup), if so.
+    refused: Option<String>,
+    /// Some offline CPU's topology is unknown (never seen online): a core of its own.
+    uncached_offline: bool,
+}
+
+/// Runs a case through rtrack; fills each claim's `rtrack_host` for Nova's filter. `earlier`
+/// is a probe the tracker audited before `inv` (it keeps what it saw of CPUs since offline).
+fn run_rtrack(
+    case: &mut Case,
+    inv: HostInventory,
+    earlier: Option<HostInventory>,
+) -> (Vec<RStep>, RHost) {
     let settings = settings(case);
-    let mut t = Tracker::new(settings.clone(), inv.clone(), TrackerState::default());
+    let problems = rtrack::tracker::numa::host::config_problems(&inv, &settings.policy.resources);
+    if !problems.is_empty() {
+        let refused = problems
+            .iter()
+            .map(|(k, why)| format!("{k}: {why}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let host = RHost {
+            topology: HostTopology::default(),
+            refused: Some(refused),
+            uncached_offline: false,
+        };
+        return (Vec::new(), host);
+    }
+    let first = earlier.unwrap_or_else(|| inv.clone());
+    let mut t = Tracker::new(settings.clone(), first, TrackerState::default());
     let now = time::OffsetDateTime::from_unix_timestamp(1_700_000_000).expect("a time");
-    let _ = t.audit(inv.clone(), now);
-    let host = t.numa_host().clone();
+    let _ = t.audit(inv, now);
+    // The probe as the tracker keeps it (offline CPUs with what it saw of them): restarts
+    // below start from these host facts.
+    let inv = t.host().clone();
+    let host = RHost {
+        topology: t.numa_host().clone(),
+        refused: None,
+        uncached_offline: inv.cpu.offline_cpus.iter().any(|c| !c.topology_cached),
+    };
     let mut out = Vec::new();
     let mut migrations: BTreeMap<String, i64> = BTreeMap::new();
     let mut next_migration = 1;
@@ -360,6 +408,8 @@ fn run_rtrack(case: &mut Case, inv: HostInventory) -> (Vec<RStep>, HostTopology)
     (out, host)
 }
 
+const POWER_UNSEEN: &str = "offline dedicated CPUs rtrack never saw online are cores of their own; Nova read their siblings with every dedicated CPU powered up at its start (docs/differences.md)";
+
 /// How Nova's fitted cells differ from rtrack's, beyond core and thread order: host cells,
 /// page sizes, threads used per core, reserved CPUs. `None` when they agree.
 fn placement_diff(
@@ -445,6 +495,8 @@ struct Tally {
     refused: usize,
     constraint_errors: usize,
     filter_checked: usize,
+    /// Configurations both refuse (CPU sets the host does not give).
+    config_refused: usize,
     explained: BTreeMap<&'static str, Vec<String>>,
     failures: Vec<String>,
 }
@@ -454,8 +506,27 @@ fn nova_cells(v: &Value) -> Vec<Value> {
 }
 
 /// Compares one case; returns at the first divergence.
-fn compare(case: &Case, ours: &[RStep], our_host: &HostTopology, nova: &Value, tally: &mut Tally) {
+fn compare(case: &Case, ours: &[RStep], rhost: &RHost, nova: &Value, tally: &mut Tally) {
     let id = &case.id;
+    let our_host = &rhost.topology;
+    match (
+        nova.get("host_error").and_then(Value::as_str),
+        &rhost.refused,
+    ) {
+        (Some(e), Some(_)) if e.starts_with("Invalid") => {
+            tally.config_refused += 1;
+            return;
+        }
+        (_, Some(why)) => {
+            tally.failures.push(format!(
+                "{id}: rtrack refuses the configuration ({why}), Nova {}",
+                nova.get("host_error")
+                    .map_or("accepts it".to_string(), |e| e.to_string())
+            ));
+            return;
+        }
+        _ => {}
+    }
     if let Some(e) = nova.get("crash").or(nova.get("host_error")) {
         tally
             .failures
@@ -484,6 +555,14 @@ fn compare(case: &Case, ours: &[RStep], our_host: &HostTopology, nova: &Value, t
             "mempages": o.pages.iter().map(|p| json!({"size_kb": p.size_kb, "total": p.total, "reserved": p.reserved})).collect::<Vec<_>>(),
         });
         if &ours != n {
+            if rhost.uncached_offline {
+                tally
+                    .explained
+                    .entry(POWER_UNSEEN)
+                    .or_default()
+                    .push(id.clone());
+                return;
+            }
             tally.failures.push(format!(
                 "{id}: host cell differs\n  nova:   {n}\n  rtrack: {ours}"
             ));
@@ -647,39 +726,7 @@ fn probed(case: &mut Case, fixture: &str) -> HostInventory {
             });
     let mut inv = inv;
     inv.memory.base_page_kb = Some(case.host.base_page_kb);
-    case.host.cells = inv
-        .numa_nodes
-        .iter()
-        .map(|n| {
-            let in_node: Vec<_> = inv
-                .cpu
-                .cpus
-                .iter()
-                .filter(|c| n.cpus.contains(c.id))
-                .collect();
-            let mut siblings: Vec<Vec<u32>> = Vec::new();
-            for c in &in_node {
-                let s: Vec<u32> = c.thread_siblings.intersection(&n.cpus).iter().collect();
-                if !s.is_empty() && !siblings.contains(&s) {
-                    siblings.push(s);
-                }
-            }
-            let sockets: std::collections::BTreeSet<Option<i64>> =
-                in_node.iter().map(|c| c.package).collect();
-            Cell {
-                id: n.id,
-                cpus: n.cpus.iter().collect(),
-                siblings,
-                socket: if sockets.len() == 1 {
-                    sockets.into_iter().next().flatten()
-                } else {
-                    None
-                },
-                memory_kb: n.memory_kb.unwrap_or(0),
-                hugepages: n.hugepages.iter().map(|p| (p.size_kb, p.total)).collect(),
-            }
-        })
-        .collect();
+    case.host.cells = numa_cases::power::cells_of(&inv);
     inv
 }
 
@@ -704,11 +751,12 @@ fn numa_fitting_pinning_and_usage_agree_with_nova() {
     }
     let mut runs = Vec::with_capacity(cases.len());
     for case in &mut cases {
-        let inv = match case.root.clone() {
-            Some(fixture) => probed(case, &fixture),
-            None => inventory(case),
+        let (inv, earlier) = match (case.root.clone(), case.power_host.is_some()) {
+            (Some(fixture), _) => (probed(case, &fixture), None),
+            (None, true) => numa_cases::power::power_host(case),
+            (None, false) => (inventory(case), None),
         };
-        runs.push(run_rtrack(case, inv));
+        runs.push(run_rtrack(case, inv, earlier));
     }
     let dir = tempfile::tempdir().expect("a temp dir");
     let input = dir.path().join("cases.json");
@@ -764,8 +812,8 @@ fn numa_fitting_pinning_and_usage_agree_with_nova() {
         .filter(|s| s.network.is_some())
         .count();
     let mut report = format!(
-        "NUMA differential test against Nova 34: {} cases ({named} named, {count} generated with seed {seed}), {} steps ({with_networks} on networks with a NUMA affinity), {} compared in full ({} fitted, {} refused, {} constraint errors), Nova's filter checked on rtrack's ComputeNode {} times; Nova took {:.1} s\n",
-        cases.len(), tally.steps, tally.compared, tally.fitted, tally.refused, tally.constraint_errors, tally.filter_checked, started.elapsed().as_secs_f64()
+        "NUMA differential test against Nova 34: {} cases ({named} named, {count} generated with seed {seed}; {} with CPU power management), {} steps ({with_networks} on networks with a NUMA affinity), {} compared in full ({} fitted, {} refused, {} constraint errors), Nova's filter checked on rtrack's ComputeNode {} times, {} configurations refused by both; Nova took {:.1} s\n",
+        cases.len(), cases.iter().filter(|c| c.config.cpu_power_management).count(), tally.steps, tally.compared, tally.fitted, tally.refused, tally.constraint_errors, tally.filter_checked, tally.config_refused, started.elapsed().as_secs_f64()
     );
     for (why, at) in &tally.explained {
         report.push_str(&format!("explained ({} cases): {why}\n", at.len()));

@@ -8,8 +8,10 @@ use std::path::Path;
 use std::process::Command;
 
 use rtrack_fixtures::facts::FactsHost;
+use rtrack_fixtures::power::PowerHost;
 use rtrack_fixtures::real::{scratch_dir, unpack, REAL_FIXTURES};
 use rtrack_fixtures::synthetic::SyntheticHost;
+use rtrack_fixtures::vdpa::VdpaHost;
 use rtrack_fixtures::vgpu::VgpuHost;
 use serde_json::Value;
 
@@ -32,7 +34,7 @@ fn run_once(root: &Path, extra: &[&str]) -> std::process::Output {
     run_once_with(root, CONFIG, extra)
 }
 
-/// [`run_once`] with another configuration.
+/// `rtrackd --once` on `root` with the configuration `config`.
 fn run_once_with(root: &Path, config: &str, extra: &[&str]) -> std::process::Output {
     let state = scratch_dir();
     std::fs::write(
@@ -138,6 +140,90 @@ fn synthetic_sriov_hosts_match_their_golden_reports() {
         host.write(dir.path());
         check_golden(name, &normalized_report(dir.path()));
     }
+}
+
+#[test]
+fn synthetic_power_and_vdpa_hosts_match_their_golden_reports() {
+    let dir = scratch_dir();
+    PowerHost::two_node_smt().write(dir.path());
+    let v = normalized_report(dir.path());
+    assert_eq!(v["cpu"]["offline_cpus"][2]["numa_node"], 1, "{}", v["cpu"]);
+    check_golden("synthetic-pm-two-node-smt", &v);
+    for (name, host) in [
+        ("synthetic-vdpa", VdpaHost::vdpa()),
+        ("synthetic-vdpa-mixed", VdpaHost::vdpa_mixed()),
+    ] {
+        let dir = scratch_dir();
+        host.write(dir.path());
+        check_golden(name, &normalized_report(dir.path()));
+    }
+}
+
+#[test]
+fn table_format_shows_dedicated_cpus_and_vdpa_devices() {
+    let dir = scratch_dir();
+    PowerHost::cpu_state().write(dir.path());
+    let config = format!(
+        "{CONFIG}\n[resources]\ncpu_dedicated_set = \"1-3,5-9\"\ncpu_shared_set = \"4\"\ncpu_power_management = true\n"
+    );
+    let out = run_once_with(dir.path(), &config, &["--format", "table"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains(
+            "Dedicated CPUs: 1-3,5-9 (8 count as PCPU, 6 not online); power management: cpu_state"
+        ),
+        "{text}"
+    );
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("Dedicated CPUs"))
+        .skip(2)
+        .take(2)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            vec!["0", "1-3,5-7", "offline", "-", "yes"],
+            vec!["0", "8-9", "online", "powersave", "yes"]
+        ],
+        "{text}"
+    );
+
+    let dir = scratch_dir();
+    VdpaHost::vdpa_mixed().write(dir.path());
+    let out = run_once(dir.path(), &["--format", "table"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("vDPA devices:  4"), "{text}");
+    let row = |name: &str| -> Vec<String> {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no row for {name}: {text}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(
+        row("blue"),
+        [
+            "blue",
+            "0000:06:00.1",
+            "vdpa",
+            "0000:06:00.0",
+            "vhost_vdpa",
+            "/dev/vhost-vdpa-3"
+        ]
+    );
+    assert_eq!(row("vdpa-sf")[2], "type-PF");
+    assert_eq!(row("vdpa-sim")[1..3], ["-", "-"]);
+    assert_eq!(row("vdpa1")[5], "-");
+    // The PCI groups name the vdpa functions apart from the plain VFs.
+    let vdpa_group = text
+        .lines()
+        .find(|l| l.contains("15b3:101e") && l.contains(" vdpa "))
+        .unwrap();
+    assert!(vdpa_group.trim_start().starts_with("2 "), "{vdpa_group}");
 }
 
 #[test]

@@ -5,11 +5,12 @@
 //!
 //! Cases: the named scenarios in `tests/pci_cases/mod.rs` (tags, tie order, parent_ifname
 //! layouts, PF/VF exclusivity, NUMA policies, one-time use, Placement's provider mapping, live
-//! migration with ports, attach and detach, restarts, dry runs, and one minimal case per
-//! difference found) and `RTRACK_PCI_CASES` (default 800) seeded random ones (1-4 PFs with
-//! 0-16 VFs, plain functions, 1-2 NUMA nodes in 1-2 sockets, netdevs or not; specs by
+//! migration with ports, attach and detach, restarts, dry runs, vDPA devices, and one minimal
+//! case per difference found) and `RTRACK_PCI_CASES` (default 800) seeded random ones (1-4 PFs
+//! with 0-16 VFs, plain functions, 1-2 NUMA nodes in 1-2 sockets, netdevs or not; specs by
 //! vendor/product with networks, trusted, live_migratable, one_time_use; aliases; 5-15 steps of
-//! claims with 1-3 requests, dry runs, frees, restarts, attach and detach). `RTRACK_PCI_SEED`
+//! claims with 1-3 requests, dry runs, frees, restarts, attach and detach; one case in six with
+//! vDPA devices on some VFs of a PF and `vnic_type=vdpa` ports). `RTRACK_PCI_SEED`
 //! changes the seed; `RTRACK_PCI_ONLY=<case id>` runs that case alone and prints both sides'
 //! answers (with `-- --nocapture`).
 //!
@@ -137,7 +138,20 @@ fn probe(case: &Case) -> HostInventory {
             .collect(),
     };
     let dir = rtrack_fixtures::real::scratch_dir();
-    synthetic.write(dir.path());
+    // The first `vdpa` VFs of a PF get a vDPA device each (bound to vhost_vdpa).
+    let devices = h
+        .pfs
+        .iter()
+        .zip(&synthetic.pfs)
+        .flat_map(|(pf, spf)| spf.vf_addresses().into_iter().take(pf.vdpa as usize))
+        .enumerate()
+        .map(|(i, vf)| rtrack_fixtures::vdpa::vhost(&format!("vdpa{i}"), &vf, i as u32))
+        .collect();
+    rtrack_fixtures::vdpa::VdpaHost {
+        base: synthetic.clone(),
+        devices,
+    }
+    .write(dir.path());
     // VFs from `netdev_until` on lose their netdev (a VF the PF driver did not give one).
     for (pf, spf) in h.pfs.iter().zip(&synthetic.pfs) {
         let Some(until) = pf.netdev_until else {
@@ -906,7 +920,7 @@ const EXPLAINED: &[(&str, &str)] = &[
     ),
     (
         "provider-split-pools",
-        "one provider's devices in two pools (VFs of one PF with and without parent_ifname) held to rp_uuids: Nova refuses (_assert_one_pool_per_rp_uuid) or, when only one of the pools has enough, takes them all from it; rtrack counts per provider and takes them from both pools, plainest first",
+        "one provider's devices in two pools (VFs of one PF with and without parent_ifname, or vDPA and plain VFs of one PF) held to rp_uuids: Nova refuses (_assert_one_pool_per_rp_uuid) or, when only one of the pools has enough, takes them all from it; rtrack counts per provider and takes them from both pools, plainest first",
     ),
     (
         "one-time-use-held",
@@ -1558,10 +1572,14 @@ fn pci_claims_pools_and_device_states_agree_with_nova() {
         compare(case, r, nova, &mut tally);
     }
     let mut report = format!(
-        "PCI differential test against Nova 34: {} cases ({} named, {} generated with seed {seed}), {} steps, {} compared in full ({} grants and {} refusals agreed, {} dry runs), {} skipped (instance not held), {} configurations both refused; rtrack took {rtrack_secs:.1} s and Nova {nova_secs:.1} s (wall time of two halves run in parallel), {:.1} s in all\n",
+        "PCI differential test against Nova 34: {} cases ({} named, {} generated with seed {seed}; {} with vDPA devices), {} steps, {} compared in full ({} grants and {} refusals agreed, {} dry runs), {} skipped (instance not held), {} configurations both refused; rtrack took {rtrack_secs:.1} s and Nova {nova_secs:.1} s (wall time of two halves run in parallel), {:.1} s in all\n",
         cases.len(),
         if only.is_some() { 0 } else { named },
         if only.is_some() { 0 } else { count },
+        cases
+            .iter()
+            .filter(|c| c.host.pfs.iter().any(|p| p.vdpa > 0))
+            .count(),
         tally.steps,
         tally.compared,
         tally.granted,

@@ -729,6 +729,7 @@ async fn shared_storage_goes_to_the_sharing_provider() {
                 include_virtual: false,
             },
             pci_vpd: false,
+            ..Default::default()
         },
     )
     .unwrap();

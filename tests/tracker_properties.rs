@@ -335,7 +335,7 @@ fn check_invariants(t: &Tracker, model: &Model) {
         .collect();
     let pfs_of_busy_vfs: BTreeSet<PciAddress> = devs
         .values()
-        .filter(|d| d.dev_type == PciDevType::Vf && busy(d.status))
+        .filter(|d| d.dev_type.is_child() && busy(d.status))
         .filter_map(|d| d.parent_addr)
         .collect();
     for d in devs.values() {
@@ -353,7 +353,9 @@ fn check_invariants(t: &Tracker, model: &Model) {
                 assert!(d.owner.is_none());
                 let blocked = match d.dev_type {
                     PciDevType::Pf => pfs_of_busy_vfs.contains(&d.address),
-                    PciDevType::Vf => d.parent_addr.is_some_and(|p| busy_pfs.contains(&p)),
+                    PciDevType::Vf | PciDevType::Vdpa => {
+                        d.parent_addr.is_some_and(|p| busy_pfs.contains(&p))
+                    }
                     PciDevType::Pci => false,
                 };
                 assert!(blocked, "{} unavailable for no reason", d.address);

@@ -2,21 +2,24 @@
 //!
 //! In: a [`HostRoot`] and [`ProbeOptions`] (the instances path to measure, whether to list virtual
 //! block devices). Out: a [`HostInventory`] (host identity, CPUs, NUMA nodes, memory, disks, PCI
-//! functions, mediated devices, memory encryption, persistent memory namespaces, and the
-//! [`Warning`]s in probe order), or a [`ProbeError`] only when neither root is a readable
-//! directory.
+//! functions, vDPA devices, mediated devices, memory encryption, persistent memory namespaces,
+//! uptime, and the [`Warning`]s in probe order), or a [`ProbeError`] only when neither root is a
+//! readable directory.
 //!
 //! Every probe is a function of a [`HostRoot`] (separate sysfs and procfs roots, so that tests
 //! run on captured trees and containers can point at a bind-mounted host `/sys`) that returns
 //! plain data and pushes [`Warning`]s for anything missing or malformed. A probe never panics on
 //! file contents and never aborts the whole inventory because one file is bad.
 //!
-//! One module per probe: [`cpu`], [`numa`], [`memory`], [`disk`], [`pci`] (with [`vpd`]),
-//! [`mdev`], [`mem_encryption`], [`pmem`], [`host`], [`uptime`];
+//! One module per probe: [`cpu`] (with [`cpuinfo`]), [`cpu_power`], [`numa`], [`memory`],
+//! [`disk`], [`pci`] (with [`vpd`]), [`vdpa`], [`mdev`], [`mem_encryption`], [`pmem`], [`host`],
+//! [`uptime`];
 //! [`probe_host`] runs them all in the order their inputs need.
 
 pub mod confine;
 pub mod cpu;
+pub mod cpu_power;
+pub mod cpuinfo;
 pub mod cpulist;
 pub mod disk;
 pub mod host;
@@ -31,6 +34,7 @@ pub mod pmem;
 pub mod read;
 mod root;
 pub mod uptime;
+pub mod vdpa;
 pub mod vpd;
 
 use std::path::PathBuf;
@@ -74,6 +78,9 @@ pub struct HostInventory {
     pub disks: disk::DiskInfo,
     /// PCI functions, sorted by address.
     pub pci_devices: Vec<pci::PciDevice>,
+    /// Devices on the vDPA bus, sorted by name (the VFs they sit on are `vdpa` devices).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vdpa_devices: Vec<vdpa::VdpaDevice>,
     /// Mediated device parents, their types, and the mediated devices that exist.
     #[serde(default)]
     pub mediated_devices: mdev::MediatedDevices,
@@ -95,6 +102,9 @@ pub struct ProbeOptions {
     /// Read each PF's VPD for its card serial number ([`vpd`]): needed for remote-managed
     /// devices only, and a VPD read goes to the device, so it is off unless asked for.
     pub pci_vpd: bool,
+    /// CPUs whose cpufreq governor to read ([`cpu_power`]): the dedicated CPUs when their power
+    /// is managed; none by default.
+    pub cpu_governors: CpuSet,
 }
 
 /// Runs every probe. Fails only when the roots are unusable.
@@ -104,10 +114,15 @@ pub fn probe_host(root: &HostRoot, opts: &ProbeOptions) -> Result<HostInventory,
     let mut w = Warnings::new();
     let cpu_lists = cpu::read_cpu_lists(root, &mut w);
     let numa = numa::probe_numa_nodes(root, &cpu_lists.online, &mut w);
-    let cpu = cpu::probe_cpu(root, cpu_lists, &numa.cpu_nodes, &mut w);
+    let mut cpu_nodes = cpu_power::offline_cpu_nodes(root, &cpu_lists.offline, &mut w);
+    cpu_nodes.extend(&numa.cpu_nodes);
+    let mut cpu = cpu::probe_cpu(root, cpu_lists, &cpu_nodes, &mut w);
+    cpu.governors = cpu_power::probe_governors(root, &opts.cpu_governors, &mut w);
     let memory = memory::probe_memory(root, &mut w);
     let disks = disk::probe_disks(root, &opts.disk, &mut w);
-    let pci_devices = pci::probe_pci(root, &numa, opts.pci_vpd, &mut w);
+    let mut pci_devices = pci::probe_pci(root, &numa, opts.pci_vpd, &mut w);
+    let vdpa_devices = vdpa::probe_vdpa(root, &mut w);
+    vdpa::mark_vdpa_functions(root, &mut pci_devices, &vdpa_devices, &mut w);
     let mediated_devices = mdev::probe_mdevs(root, &mut w);
     let memory_encryption = mem_encryption::probe_mem_encryption(root, &cpu.flags, &mut w);
     let pmem_namespaces = pmem::probe_pmem(root, &mut w);
@@ -121,6 +136,7 @@ pub fn probe_host(root: &HostRoot, opts: &ProbeOptions) -> Result<HostInventory,
         memory,
         disks,
         pci_devices,
+        vdpa_devices,
         mediated_devices,
         memory_encryption,
         pmem_namespaces,

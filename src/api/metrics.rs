@@ -49,7 +49,8 @@ pub struct Metrics {
     pub mdevs_missing: Gauge,
     /// PCI devices held by a claim that the host no longer shows.
     pub pci_devices_missing: Gauge,
-    /// Host CPUs pinned by counted instances that are not online any more.
+    /// Host CPUs pinned by counted instances that are offline, but those Nova powered down on
+    /// purpose (CPU power management, guest not running).
     pub pinned_cpus_offline: Gauge,
     /// 1 while the store refuses changes (claims answer 503).
     pub store_unavailable: Gauge,
@@ -206,7 +207,7 @@ impl Metrics {
         );
         registry.register(
             "pinned_cpus_offline",
-            "Host CPUs pinned by instances counted here that are not online any more",
+            "Host CPUs pinned by instances counted here that are offline (with CPU power management, only those of running guests)",
             m.pinned_cpus_offline.clone(),
         );
         registry.register(
@@ -389,17 +390,13 @@ impl Metrics {
                     .filter(|d| d.owner.is_some() && !view.tracked.contains_key(&d.address))
                     .count() as i64,
             );
-            let online = &view.host.cpu.online;
-            let mut offline = std::collections::BTreeSet::new();
-            for c in &t.usage().consumers {
-                for cell in c.numa.iter().flat_map(|n| n.cells.iter()) {
-                    offline.extend(
-                        cell.pinned_host_cpus()
-                            .iter()
-                            .filter(|cpu| !online.contains(*cpu)),
-                    );
-                }
-            }
+            // Pinned CPUs Nova powered down on purpose (stopped guests) are not counted.
+            let offline: std::collections::BTreeSet<u32> = t
+                .offline_pins()
+                .iter()
+                .filter(|p| !p.powered_down)
+                .map(|p| p.cpu)
+                .collect();
             self.pinned_cpus_offline.set(offline.len() as i64);
             self.migrations_in_progress
                 .set(s.migrations.values().filter(|m| m.in_progress()).count() as i64);

@@ -7,6 +7,7 @@
 
 use serde_json::{json, Value};
 
+mod answers;
 mod nova;
 
 use super::bodies::{ClaimBody, MigrationBody};
@@ -15,6 +16,7 @@ use super::routes::{AdoptBody, AttachBody, DeviceMapEntry, ReconcileBody};
 use crate::objects::compute_node::ComputeNode;
 use crate::objects::NovaObject;
 use crate::tracker::state::InstanceUpdate;
+use answers::{inventory_report_schema, numa_cell_schema, numa_detail_schema};
 
 /// The ComputeNode versions `?version=` accepts: every minor of the current major up to it.
 fn compute_node_versions() -> Vec<String> {
@@ -216,7 +218,14 @@ pub fn document() -> Value {
                 "responses": responses(&[("200", ok("cells", json!({"type": "object", "properties": {
                     "cells": {"type": "array", "items": schema_ref("NumaDetail")},
                     "legacy_cpus": {"type": "boolean", "description": "no CPU sets configured: every CPU is shared and dedicated"},
-                    "base_page_kb": {"type": "integer"}}})))], &std_errors)}},
+                    "base_page_kb": {"type": "integer"},
+                    "cpu_power_management": {"type": "object", "nullable": true, "description": "[resources] cpu_power_management; null when off", "properties": {
+                        "strategy": {"type": "string", "enum": ["cpu_state", "governor"]},
+                        "governor_low": {"type": "string"}, "governor_high": {"type": "string"}}},
+                    "offline_pinned": {"type": "array", "description": "host CPUs pinned by counted placements that are offline", "items": {"type": "object", "properties": {
+                        "cpu": {"type": "integer"}, "instance": {"type": "string", "format": "uuid"},
+                        "running": {"type": "boolean", "description": "the instance's guest runs"},
+                        "powered_down": {"type": "boolean", "description": "offline on purpose: power management on, guest not running"}}}}}})))], &std_errors)}},
             "/v1/claims": {
                 "get": {"operationId": "listClaims", "summary": "Every claim held (instance claims, then move claims)",
                     "responses": responses(&[("200", ok("claims", json!({"type": "array", "items": schema_ref("Claim")})))], &std_errors)},
@@ -335,7 +344,7 @@ pub fn document() -> Value {
                 "existing": {"type": "boolean"}}},
             "PciDevice": {"type": "object", "properties": {
                 "address": {"type": "string"}, "vendor_id": {"type": "string"}, "product_id": {"type": "string"},
-                "dev_type": {"type": "string", "enum": ["type-PCI", "type-PF", "type-VF"]}, "numa_node": {"type": "integer", "nullable": true},
+                "dev_type": {"type": "string", "enum": ["type-PCI", "type-PF", "type-VF", "vdpa"]}, "numa_node": {"type": "integer", "nullable": true},
                 "parent_addr": {"type": "string", "nullable": true},
                 "status": {"type": "string", "enum": ["available", "claimed", "allocated", "unclaimable", "unavailable", "reserved"]},
                 "instance_uuid": {"type": "string", "nullable": true}, "request_id": {"type": "string", "nullable": true},
@@ -349,47 +358,6 @@ pub fn document() -> Value {
 }
 
 /// The `--once` report: the keys tools read (docs/inventory.md has every field).
-fn inventory_report_schema() -> Value {
-    json!({"type": "object", "description": "docs/inventory.md; the keys tools read", "properties": {
-                "rtrack_version": {"type": "string"}, "probed_at": {"type": "string"},
-                "host": {"type": "object"}, "cpu": {"type": "object"}, "numa_nodes": {"type": "array", "items": {"type": "object"}},
-                "memory": {"type": "object"}, "disks": {"type": "object"}, "pci_devices": {"type": "array", "items": {"type": "object"}},
-                "mediated_devices": {"type": "object", "properties": {
-                    "parents": {"type": "array", "items": {"type": "object", "properties": {
-                        "address": {"type": "string"},
-                        "types": {"type": "array", "items": {"type": "object", "properties": {
-                            "type": {"type": "string"}, "name": {"type": "string", "nullable": true},
-                            "device_api": {"type": "string", "nullable": true},
-                            "available_instances": {"type": "integer", "nullable": true},
-                            "description": {"type": "string", "nullable": true}}}}}}},
-                    "devices": {"type": "array", "items": {"type": "object", "properties": {
-                        "uuid": {"type": "string"}, "parent": {"type": "string", "nullable": true}, "type": {"type": "string", "nullable": true}}}}}},
-                "memory_encryption": {"type": "object", "properties": {
-                    "sev": {"type": "boolean", "nullable": true}, "sev_es": {"type": "boolean", "nullable": true},
-                    "sev_snp": {"type": "boolean", "nullable": true}, "sev_firmware": {"type": "boolean", "nullable": true},
-                    "sev_guests": {"type": "integer", "nullable": true}, "sev_es_guests": {"type": "integer", "nullable": true},
-                    "tdx": {"type": "boolean", "nullable": true}, "tdx_guests": {"type": "integer", "nullable": true},
-                    "tdx_host_platform": {"type": "boolean", "nullable": true}}},
-                "pmem_namespaces": {"type": "array", "items": {"type": "object", "properties": {
-                    "dev": {"type": "string"}, "name": {"type": "string", "nullable": true}, "mode": {"type": "string", "nullable": true},
-                    "enabled": {"type": "boolean"}, "size": {"type": "integer", "format": "int64", "nullable": true},
-                    "align": {"type": "integer", "format": "int64", "nullable": true}, "devpath": {"type": "string", "nullable": true},
-                    "dax_driver": {"type": "string", "nullable": true}, "numa_node": {"type": "integer", "nullable": true},
-                    "uuid": {"type": "string", "nullable": true}}}},
-                "offered": {"type": "object", "description": "what the host offers guests under the configuration: memory encryption contexts per model, the Intel TDX decision, vPMEM namespaces", "properties": {
-                    "memory_encryption": {"type": "object", "additionalProperties": {"type": "integer"}},
-                    "intel_tdx": {"type": "object", "properties": {
-                        "supported": {"type": "boolean"}, "why_not": {"type": "string", "nullable": true},
-                        "cgroup_capacity": {"type": "integer", "nullable": true}, "configured": {"type": "integer", "nullable": true},
-                        "slots": {"type": "integer"}}},
-                    "pmem_namespaces": {"type": "array", "items": {"type": "object", "properties": {
-                        "name": {"type": "string"}, "label": {"type": "string"}, "resource_class": {"type": "string"},
-                        "devpath": {"type": "string"}, "size": {"type": "integer", "format": "int64"}, "align": {"type": "integer", "format": "int64"}}}},
-                    "warnings": {"type": "array", "items": {"type": "string"}}}},
-                "warnings": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "message": {"type": "string"}}}},
-                "compute_node": {"type": "object"}}})
-}
-
 /// `schema` with every property required and no other: the answers a client must tell apart
 /// (a claim, a dry run, a move) are each exactly one of the alternatives documented.
 fn exact(mut schema: Value) -> Value {
@@ -470,29 +438,6 @@ fn to_openapi_30(v: &mut Value) {
         Value::Array(items) => items.iter_mut().for_each(to_openapi_30),
         _ => {}
     }
-}
-
-/// One NUMA cell in `GET /v1/usage` (`tracker::numa::report::CellReport`).
-fn numa_cell_schema() -> Value {
-    json!({"type": "object", "description": "One host NUMA cell; cpulists as strings", "properties": {
-                "id": {"type": "integer"}, "cpus": {"type": "string", "description": "shared CPUs (Nova's cpuset)"},
-                "pcpus": {"type": "string", "description": "dedicated CPUs (Nova's pcpuset)"},
-                "cpu_usage": {"type": "integer", "description": "floating guest CPUs placed on the cell"},
-                "pinned_cpus": {"type": "string"}, "memory_mb": {"type": "integer"}, "memory_usage_mb": {"type": "integer"},
-                "mempages": {"type": "array", "items": {"type": "object", "properties": {
-                    "size_kb": {"type": "integer"}, "total": {"type": "integer"}, "used": {"type": "integer"},
-                    "reserved": {"type": "integer"}, "kernel_free": {"type": "integer", "nullable": true, "description": "hugepage pools only"}}}}}})
-}
-
-/// One NUMA cell in `GET /v1/numa` (`tracker::numa::report::CellDetail`).
-fn numa_detail_schema() -> Value {
-    json!({"allOf": [schema_ref("NumaCell"), {"type": "object", "properties": {
-                "socket": {"type": "integer", "nullable": true},
-                "cores": {"type": "array", "items": {"type": "array", "items": {"type": "object", "properties": {
-                    "cpu": {"type": "integer"},
-                    "state": {"type": "string", "enum": ["free", "shared", "pinned", "emulator", "isolated", "unused"]},
-                    "instance": {"type": "string", "format": "uuid"}}}}},
-                "pci_devices": {"type": "array", "items": {"type": "array", "items": {"type": "string"}, "description": "[address, status]"}}}}]})
 }
 
 #[cfg(test)]

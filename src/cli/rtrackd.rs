@@ -267,6 +267,23 @@ fn check_config(loaded: &LoadedConfig) -> anyhow::Result<()> {
                 },
                 numa.base_page_kb
             );
+            if let Some(pm) = &c.resources.cpu_power_management {
+                let offline = c
+                    .resources
+                    .cpu_dedicated_set
+                    .as_ref()
+                    .map(|d| d.difference(&host.cpu.online))
+                    .unwrap_or_default();
+                println!(
+                    "  CPU power management: {}; dedicated CPUs offline now: {} (they count)",
+                    pm.strategy.as_str(),
+                    if offline.is_empty() {
+                        "none".to_string()
+                    } else {
+                        offline.to_string()
+                    }
+                );
+            }
         }
         Err(e) => println!(
             "  host not probed here ({e}): CPU sets and reserved pages not checked against it"

@@ -118,6 +118,15 @@ pub struct ResourcesConfig {
     /// Host CPUs for floating instances (VCPU), a cpulist. Default: all online CPUs not
     /// dedicated (none when `cpu_dedicated_set` is set and this is not, as Nova does).
     pub cpu_shared_set: Option<String>,
+    /// Nova powers down the dedicated CPUs no guest runs on (Nova's `[libvirt]
+    /// cpu_power_management`): they count while offline. Default false.
+    pub cpu_power_management: Option<bool>,
+    /// How: `cpu_state` (offline CPUs, the default) or `governor` (cpufreq governors).
+    pub cpu_power_management_strategy: Option<String>,
+    /// Governor of a powered-down CPU with the `governor` strategy. Default `powersave`.
+    pub cpu_power_governor_low: Option<String>,
+    /// Governor of a CPU a guest runs on with the `governor` strategy. Default `performance`.
+    pub cpu_power_governor_high: Option<String>,
     /// UUID of a sharing resource provider that holds DISK_GB (shared instance storage).
     pub shared_storage_provider: Option<String>,
     /// Hugepages (or base pages) kept from guests per NUMA node: Nova's

@@ -10,6 +10,7 @@
 //!
 //! The commented default is `packaging/rtrack.toml`; the README lists every key.
 
+pub mod cpu_power;
 pub mod devices;
 pub mod diff;
 mod error;
@@ -28,6 +29,7 @@ use std::path::{Path, PathBuf};
 
 use crate::probes::CpuSet;
 
+pub use cpu_power::{CpuPowerManagement, PowerStrategy};
 pub use error::{is_secret_key, syntax_error, ConfigError};
 pub use file::{
     ApiConfig, AuditConfig, Config, HostConfig, LogConfig, MetricsConfig, PciConfig,
@@ -139,6 +141,7 @@ impl Config {
             .unwrap_or(1.0),
             cpu_dedicated_set: cpuset("resources.cpu_dedicated_set", &r.cpu_dedicated_set)?,
             cpu_shared_set: cpuset("resources.cpu_shared_set", &r.cpu_shared_set)?,
+            cpu_power_management: cpu_power::validate(r, file)?,
             reserved_huge_pages: numa::reserved_huge_pages(
                 r.reserved_huge_pages.as_deref().unwrap_or_default(),
                 file,
@@ -490,6 +493,9 @@ pub struct Resources {
     pub cpu_dedicated_set: Option<CpuSet>,
     /// CPUs for floating instances.
     pub cpu_shared_set: Option<CpuSet>,
+    /// `cpu_power_management`: Nova powers the dedicated CPUs no guest runs on down, and
+    /// they count while offline; `None` when off.
+    pub cpu_power_management: Option<CpuPowerManagement>,
     /// Sharing provider holding DISK_GB.
     pub shared_storage_provider: Option<uuid::Uuid>,
     /// Pages kept from guests, per node and size (`reserved_huge_pages`).
@@ -515,6 +521,7 @@ impl Default for Resources {
             initial_disk_allocation_ratio: 1.0,
             cpu_dedicated_set: None,
             cpu_shared_set: None,
+            cpu_power_management: None,
             shared_storage_provider: None,
             reserved_huge_pages: Vec::new(),
             packing_host_numa_cells_allocation_strategy: false,
@@ -607,89 +614,4 @@ impl ValidConfig {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(text: &str) -> Result<ValidConfig, ConfigError> {
-        let f = Path::new("/etc/rtrack/rtrack.toml");
-        Config::parse(text, f)?.validate(f)
-    }
-
-    #[test]
-    fn empty_file_gives_nova_defaults() {
-        let c = parse("").unwrap();
-        assert_eq!(c.resources, Resources::default());
-        assert_eq!(c.resources.reserved_host_memory_mb, 512);
-        assert_eq!(c.audit_interval_s, 60);
-        assert_eq!(c.socket_mode, 0o660);
-        assert_eq!(c.hypervisor_type, "rtrack");
-    }
-
-    #[test]
-    fn service_id_is_a_positive_database_id() {
-        assert_eq!(
-            parse("[host]\nservice_id = 7\n").unwrap().service_id,
-            Some(7)
-        );
-        let e = parse("[host]\nservice_id = 0\n").unwrap_err().to_string();
-        assert!(
-            e.contains("host.service_id") && e.contains("positive"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn unknown_keys_are_errors_naming_file_and_key() {
-        let e = parse("[resources]\ncpu_alocation_ratio = 2.0\n")
-            .unwrap_err()
-            .to_string();
-        assert!(e.starts_with("/etc/rtrack/rtrack.toml:"), "{e}");
-        assert!(e.contains("cpu_alocation_ratio"), "{e}");
-        let e = parse("[resourcez]\n").unwrap_err().to_string();
-        assert!(e.contains("resourcez"), "{e}");
-    }
-
-    #[test]
-    fn bad_values_name_key_value_and_what_is_accepted() {
-        let e = parse("[resources]\ncpu_allocation_ratio = -1.0\n")
-            .unwrap_err()
-            .to_string();
-        assert_eq!(
-            e,
-            "/etc/rtrack/rtrack.toml: resources.cpu_allocation_ratio = -1: must be a number greater than 0, e.g. 4.0"
-        );
-        let e = parse("[audit]\ninterval_s = 0\n").unwrap_err().to_string();
-        assert!(
-            e.contains("audit.interval_s = 0: must be at least 1"),
-            "{e}"
-        );
-        let e = parse("[api]\nsocket_mode = \"rw\"\n")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("api.socket_mode = \"rw\""), "{e}");
-        let e = parse("[resources]\ncpu_dedicated_set = \"4-2\"\n")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("cpulist"), "{e}");
-        let e = parse("[resources]\nvcpu_pin_set = \"0-3\"\n")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("use cpu_dedicated_set for pinned guests"), "{e}");
-        let e = parse("[resources]\ncpu_dedicated_set = \"0-3\"\ncpu_shared_set = \"3-5\"\n")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("CPUs in both: 3"), "{e}");
-        let e = parse("[host]\nstate_dir = \"relative\"\n")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("host.state_dir"), "{e}");
-    }
-
-    #[test]
-    fn wrong_types_are_syntax_errors_with_the_key() {
-        let e = parse("[resources]\nreserved_host_memory_mb = \"lots\"\n")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("reserved_host_memory_mb"), "{e}");
-    }
-}
+mod tests;

@@ -27,6 +27,7 @@ pub fn probe_options(cfg: &crate::config::ValidConfig) -> probes::ProbeOptions {
             include_virtual: false,
         },
         pci_vpd: cfg.device_specs.iter().any(|s| s.remote_managed()),
+        cpu_governors: cfg.resources.governor_cpus(),
     }
 }
 
@@ -170,6 +171,20 @@ pub fn release_free_memory() {
     }
 }
 
+/// Logs each pinned host CPU that is offline while it should not be: its guest runs, or CPU
+/// power management is off (with it on, Nova powers down the CPUs of guests it stops).
+fn warn_offline_pins(state: &DaemonState) {
+    let pins = state.service.read(|t| t.offline_pins());
+    for p in pins.iter().filter(|p| !p.powered_down) {
+        let why = if p.running {
+            "a host CPU pinned by this running instance is offline: its guest cannot run there (taken offline by hand, or not powered up?)"
+        } else {
+            "a host CPU pinned by this instance is offline: its guest will need it when it starts"
+        };
+        tracing::warn!(instance = %p.instance, cpu = p.cpu, "{why}");
+    }
+}
+
 type AuditResult = Result<(String, crate::tracker::state::AuditOutcome, usize), String>;
 
 fn finish(state: &DaemonState, result: AuditResult, elapsed: Duration) -> Result<(), String> {
@@ -200,6 +215,7 @@ fn finish(state: &DaemonState, result: AuditResult, elapsed: Duration) -> Result
                     "a PMEM namespace given to this instance is no longer offered (gone from sys/bus/nd/devices or from [devices] pmem_namespaces; Nova refuses to start then)"
                 );
             }
+            warn_offline_pins(state);
             let changed = !outcome.devices_added.is_empty()
                 || !outcome.devices_removed.is_empty()
                 || !outcome.devices_deferred.is_empty()

@@ -72,6 +72,7 @@ pub fn run_once(
             include_virtual: opts.include_virtual_disks,
         },
         pci_vpd: cfg.device_specs.iter().any(|s| s.remote_managed()),
+        cpu_governors: cfg.resources.governor_cpus(),
     };
     let mut inventory = probes::probe_host(&cfg.probe_root, &probe_opts)?;
     let hostname = inventory.host.hostname.clone();
@@ -127,6 +128,7 @@ pub fn run_once(
     let node = view.node.with_usage(&usage, &numa, &pools, now);
     let mut report = InventoryReport::new(view.host.as_ref().clone(), now);
     report.offered = Some(view.offered());
+    report.dedicated_cpus = crate::inventory::dedicated::dedicated_cpus(&view.host, &cfg.resources);
     report.compute_node = Some(node.to_primitive());
     Ok(OnceResult {
         report,

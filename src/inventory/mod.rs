@@ -4,6 +4,7 @@
 //! [`InventoryReport`] (serialized as JSON with fixed top-level keys, see `docs/inventory.md`) or
 //! a human table ([`table::render`]).
 
+pub mod dedicated;
 pub mod offered;
 pub mod resources;
 pub mod table;
@@ -28,6 +29,10 @@ pub struct InventoryReport {
     /// encryption, Intel TDX, vPMEM), when the tracker's view was built.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offered: Option<offered::Offered>,
+    /// `cpu_dedicated_set` on this host: each CPU's node, state, governor, and whether it
+    /// counts (with CPU power management, offline ones do); absent without a dedicated set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedicated_cpus: Option<dedicated::DedicatedCpus>,
     /// The ComputeNode primitive (see docs/objects.md), when built.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compute_node: Option<serde_json::Value>,
@@ -41,6 +46,7 @@ impl InventoryReport {
             probed_at: format_utc(probed_at),
             inventory,
             offered: None,
+            dedicated_cpus: None,
             compute_node: None,
         }
     }

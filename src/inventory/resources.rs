@@ -5,7 +5,9 @@
 //!
 //! - VCPU: the online CPUs of `cpu_shared_set` when set; none when only `cpu_dedicated_set` is
 //!   set; else every online CPU. Reserved `reserved_host_cpus`, ratio `cpu_allocation_ratio`.
-//! - PCPU: the online CPUs of `cpu_dedicated_set`, ratio 1.0, nothing reserved.
+//! - PCPU: the online CPUs of `cpu_dedicated_set`, ratio 1.0, nothing reserved; with
+//!   `cpu_power_management`, every CPU of it that exists, online or not (Nova's
+//!   `_get_pcpu_available`: CPU ids below the host's CPU count, libvirt's size of `present`).
 //! - MEMORY_MB: `MemTotal`; reserved `reserved_host_memory_mb`, ratio `ram_allocation_ratio`.
 //! - DISK_GB: the instances filesystem size in whole GiB (Nova's `local_gb`); reserved
 //!   `ceil(reserved_host_disk_mb / 1024)`, ratio `disk_allocation_ratio`. Left out when the
@@ -150,14 +152,25 @@ pub struct InventoryOptions {
     pub shared_disk: bool,
 }
 
-/// The CPU sets VCPU and PCPU are drawn from.
+/// The CPUs that exist as Nova's libvirt driver counts them with `cpu_power_management`
+/// (`Host.get_available_cpus`): every id below libvirt's CPU count, the size of the kernel's
+/// `present` map (its holes included); the online CPUs when `present` is unknown.
+pub fn available_cpus(inv: &HostInventory) -> CpuSet {
+    match inv.cpu.present.iter().last() {
+        Some(max) => CpuSet::from_ids(0..=max),
+        None => inv.cpu.online.clone(),
+    }
+}
+
+/// The CPU sets VCPU and PCPU are drawn from: shared CPUs must be online; dedicated ones too,
+/// unless their power is managed (then every one that exists counts).
 pub fn cpu_sets(inv: &HostInventory, res: &Resources) -> (CpuSet, CpuSet) {
     let online = &inv.cpu.online;
-    let dedicated = res
-        .cpu_dedicated_set
-        .as_ref()
-        .map(|d| d.intersection(online))
-        .unwrap_or_default();
+    let dedicated = match &res.cpu_dedicated_set {
+        None => CpuSet::new(),
+        Some(d) if res.cpu_power_management.is_some() => d.intersection(&available_cpus(inv)),
+        Some(d) => d.intersection(online),
+    };
     let shared = match (&res.cpu_shared_set, &res.cpu_dedicated_set) {
         (Some(s), _) => s.intersection(online),
         (None, Some(_)) => CpuSet::new(),

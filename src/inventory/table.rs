@@ -2,10 +2,11 @@
 //! PCI functions grouped by vendor, product and device type.
 //!
 //! In: an [`InventoryReport`] (from `--once`, or rebuilt by `rtrackctl inventory` from
-//! `/v1/inventory`). Out: text: host, CPUs, memory and hugepages, NUMA nodes, the instances
-//! filesystem and block devices, PCI function groups, mediated devices, memory encryption
-//! (Intel TDX with what the configuration makes of it), persistent memory namespaces and the
-//! labels offering them, and the probe's warnings.
+//! `/v1/inventory`). Out: text: host, CPUs, memory and hugepages, NUMA nodes, the dedicated
+//! CPUs (online or not, power management), the instances filesystem and block devices, PCI
+//! function groups, vDPA devices, mediated devices, memory encryption (Intel TDX with what the
+//! configuration makes of it), persistent memory namespaces and the labels offering them, and
+//! the probe's warnings.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -94,6 +95,9 @@ pub fn render(report: &InventoryReport) -> String {
             ]);
         }
         push_table(&mut out, &rows);
+    }
+    if let Some(d) = &report.dedicated_cpus {
+        dedicated_cpus(&mut out, d);
     }
 
     let _ = writeln!(out);
@@ -190,6 +194,7 @@ pub fn render(report: &InventoryReport) -> String {
         push_table(&mut out, &rows);
     }
 
+    vdpa_devices(&mut out, inv);
     mediated_devices(&mut out, &inv.mediated_devices);
     let enc = &inv.memory_encryption;
     let _ = writeln!(
@@ -281,6 +286,91 @@ fn pmem_namespaces(out: &mut String, report: &InventoryReport) {
             n.numa_node.map_or("-".to_string(), |v| v.to_string()),
             given.map_or("-".to_string(), |g| g.label.clone()),
             given.map_or("-".to_string(), |g| g.resource_class.clone()),
+        ]);
+    }
+    push_table(out, &rows);
+}
+
+/// The dedicated CPUs grouped by node, state, governor and whether they count, and the power
+/// management that takes them offline.
+fn dedicated_cpus(out: &mut String, d: &crate::inventory::dedicated::DedicatedCpus) {
+    use crate::probes::CpuSet;
+    let all = CpuSet::from_ids(d.cpus.iter().map(|c| c.cpu));
+    let offline = d.cpus.iter().filter(|c| c.state != "online").count();
+    let counted = d.cpus.iter().filter(|c| c.counted).count();
+    let power = match &d.power_management {
+        None => "power management off (offline ones do not count)".to_string(),
+        Some(pm) if pm.strategy == crate::config::PowerStrategy::Governor => format!(
+            "power management: governor ({} when idle, {} when pinned)",
+            pm.governor_low, pm.governor_high
+        ),
+        Some(_) => "power management: cpu_state (offline when no guest runs on them)".to_string(),
+    };
+    let _ = writeln!(
+        out,
+        "\nDedicated CPUs: {} ({counted} count as PCPU, {offline} not online); {power}",
+        dash_if_empty(&all.to_string())
+    );
+    /// Node, state, governor, counted.
+    type Group<'a> = (Option<u32>, &'a str, Option<&'a str>, bool);
+    let mut groups: BTreeMap<Group, Vec<u32>> = BTreeMap::new();
+    for c in &d.cpus {
+        groups
+            .entry((
+                c.numa_node,
+                c.state.as_str(),
+                c.governor.as_deref(),
+                c.counted,
+            ))
+            .or_default()
+            .push(c.cpu);
+    }
+    let mut rows = vec![vec![
+        "NODE".to_string(),
+        "CPUS".to_string(),
+        "STATE".to_string(),
+        "GOVERNOR".to_string(),
+        "PCPU".to_string(),
+    ]];
+    for ((node, state, governor, counted), cpus) in groups {
+        rows.push(vec![
+            node.map_or("-".to_string(), |n| n.to_string()),
+            CpuSet::from_ids(cpus).to_string(),
+            state.to_string(),
+            governor.unwrap_or("-").to_string(),
+            if counted { "yes" } else { "no" }.to_string(),
+        ]);
+    }
+    push_table(out, &rows);
+}
+
+/// One row per vDPA device: the PCI function it sits on and what that function is.
+fn vdpa_devices(out: &mut String, inv: &crate::probes::HostInventory) {
+    if inv.vdpa_devices.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\nvDPA devices:  {}", inv.vdpa_devices.len());
+    let mut rows = vec![vec![
+        "NAME".to_string(),
+        "PCI".to_string(),
+        "DEV_TYPE".to_string(),
+        "PF".to_string(),
+        "DRIVER".to_string(),
+        "CHARDEV".to_string(),
+    ]];
+    for v in &inv.vdpa_devices {
+        let function = v
+            .pci_parent
+            .and_then(|a| inv.pci_devices.iter().find(|d| d.address == a));
+        rows.push(vec![
+            v.name.clone(),
+            v.pci_parent.map_or("-".to_string(), |a| a.to_string()),
+            function.map_or("-", |d| d.dev_type.as_str()).to_string(),
+            function
+                .and_then(|d| d.parent_addr)
+                .map_or("-".to_string(), |a| a.to_string()),
+            v.driver.clone().unwrap_or_else(|| "-".to_string()),
+            v.chardev.clone().unwrap_or_else(|| "-".to_string()),
         ]);
     }
     push_table(out, &rows);

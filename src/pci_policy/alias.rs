@@ -5,8 +5,8 @@
 //! carries (as `InstancePCIRequest.spec`), or a [`SpecError`] naming the key.
 //!
 //! Nova's schema and rules (nova/pci/request.py): `name` (required), `vendor_id` and
-//! `product_id` (exactly 4 hex digits), `device_type` (`type-PCI`, `type-PF`, `type-VF`,
-//! `vdpa`; stored as `dev_type` in the request spec), `numa_policy` (`legacy` by default,
+//! `product_id` (exactly 4 hex digits), `device_type` (`type-PCI`, `type-PF`, `type-VF`, not
+//! `vdpa`, which only ports request; stored as `dev_type` in the request spec), `numa_policy` (`legacy` by default,
 //! `preferred`, `required`, `socket`), `resource_class`, `traits`, `live_migratable`. Entries with
 //! the same name are ORed together and must agree on NUMA policy and device type. Unlike Nova,
 //! a malformed alias is rejected when the configuration is loaded, not at every claim.
@@ -54,8 +54,9 @@ impl NumaPolicy {
     }
 }
 
-/// Nova's PCI device types as strings.
-pub const DEVICE_TYPES: &[&str] = &["type-PCI", "type-PF", "type-VF", "vdpa"];
+/// The device types an alias may ask for (Nova's `_ALIAS_SCHEMA`): not `vdpa`, which only a
+/// `vnic_type=vdpa` port requests.
+pub const DEVICE_TYPES: &[&str] = &["type-PCI", "type-PF", "type-VF"];
 
 /// One alias name: its policy and the specs any of which a device may match.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -194,7 +195,7 @@ pub fn add_alias(
             return Err(err(
                 "device_type",
                 &t,
-                "must be one of type-PCI, type-PF, type-VF, vdpa",
+                "must be one of type-PCI, type-PF, type-VF (vDPA devices are requested by vnic_type=vdpa ports, as in Nova)",
             ));
         }
         values.insert("dev_type".to_string(), t);
@@ -271,6 +272,33 @@ mod tests {
             entry(&[("name", "c"), ("live_migratable", "sometimes")])
         )
         .is_err());
+    }
+
+    #[test]
+    fn an_alias_cannot_ask_for_vdpa_devices() {
+        // Nova's alias schema allows type-PCI, type-PF and type-VF only: vDPA devices go to
+        // vnic_type=vdpa ports (found by the PCI differential test).
+        let mut t = AliasTable::new();
+        let e = add_alias(
+            &mut t,
+            entry(&[
+                ("name", "v"),
+                ("vendor_id", "15b3"),
+                ("product_id", "101e"),
+                ("device_type", "vdpa"),
+            ]),
+        )
+        .unwrap_err();
+        assert_eq!(
+            (e.key.as_str(), e.value.as_str()),
+            ("device_type", "\"vdpa\"")
+        );
+        assert!(
+            e.expected
+                .contains("must be one of type-PCI, type-PF, type-VF"),
+            "{e:?}"
+        );
+        assert!(t.is_empty());
     }
 
     #[test]

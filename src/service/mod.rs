@@ -33,6 +33,7 @@ use crate::probes::HostInventory;
 use crate::store::{Store, StoreError};
 use crate::tracker::host_view::HostView;
 use crate::tracker::model::InstanceRequest;
+use crate::tracker::numa::power::carry_offline_topology;
 use crate::tracker::state::{
     AuditOutcome, Changes, ClaimOutcome, InstanceInfo, InstanceUpdate, MoveRequest, Tracker,
     TrackerSettings,
@@ -362,10 +363,16 @@ impl TrackerService {
     }
 
     /// Audit with a new probe (taken by the caller, outside the lock).
-    pub fn audit(&self, host: HostInventory) -> Result<AuditOutcome, ServiceError> {
+    pub fn audit(&self, mut host: HostInventory) -> Result<AuditOutcome, ServiceError> {
         // The view (inventory, device selection, the ComputeNode's host facts) is derived
         // before the lock is taken: claims wait only for the device sync and the usage.
-        let (settings, generation) = self.committed.lock().settings_snapshot();
+        let (settings, generation, previous) = {
+            let t = self.committed.lock();
+            let (settings, generation) = t.settings_snapshot();
+            (settings, generation, t.view().host.clone())
+        };
+        // Offline CPUs keep the topology an earlier probe saw (the kernel removes it).
+        carry_offline_topology(&previous, &mut host);
         let now = time::OffsetDateTime::now_utc();
         let view =
             Arc::new(HostView::build(Arc::new(host), &settings, generation).with_uptime_at(now));

@@ -911,8 +911,10 @@ fn pools_that_tie_stay_in_discovery_order() {
 mod attach;
 mod live_pci;
 mod placement;
+mod power;
 mod released;
 mod remote_managed;
+mod vdpa;
 mod vgpu;
 
 /// Well-formed requests that the tracked state does not allow are conflicts (409), not

@@ -251,11 +251,7 @@ fn translate(
         if chosen.is_empty() {
             notes.push(format!("{count} device(s) of provider {rp}: the lowest free addresses (no device map entry)"));
         }
-        let dev_type = match first.dev_type {
-            PciDevType::Pci => "type-PCI",
-            PciDevType::Pf => "type-PF",
-            PciDevType::Vf => "type-VF",
-        };
+        let dev_type = first.dev_type.as_str();
         pci_requests.push(PciRequest {
             request_id: format!("adopted-{rp}"),
             count: *count as u32,

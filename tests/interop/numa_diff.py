@@ -5,10 +5,11 @@ Input: a JSON file {"cases": [case, ...]}. A case:
     {"id": "...",
      "host": {"arch": "x86_64", "base_page_kb": 4, "online": [cpu, ...],
               "cells": [{"id", "cpus", "siblings": [[...]], "socket", "memory_kb",
-                         "hugepages": {"2048": n, ...}}]},
+                         "hugepages": {"2048": n, ...}}],
+              "offline": [cpu, ...], "cpu_count": n},
      "config": {"cpu_dedicated_set", "cpu_shared_set", "reserved_huge_pages",
                 "cpu_allocation_ratio", "ram_allocation_ratio",
-                "packing_host_numa_cells_allocation_strategy"},
+                "packing_host_numa_cells_allocation_strategy", "cpu_power_management"},
      "steps": [{"op": "claim"|"check", "id", "flavor": {vcpus, memory_mb, extra_specs},
                 "image_properties": {...}, "rtrack_host": "<NUMATopology JSON>"},
                {"op": "free", "id"},
@@ -20,7 +21,10 @@ NUMATopologyFilter is run on it.
 
 What Nova does here, per step, as its resource tracker would:
   - the host topology: LibvirtDriver._get_host_numa_topology on capabilities built from the
-    host facts, with the configuration set through nova.conf;
+    host facts (the cells as libvirt reported them at nova-compute's start, every dedicated CPU
+    powered up), with the configuration set through nova.conf ([libvirt] cpu_power_management
+    included); Host.get_online_cpus answers `online` less `offline` (the CPUs online now),
+    Host.get_available_cpus range(cpu_count) (libvirt's CPU count), else the online ones;
   - claim/check: hardware.numa_get_constraints(flavor, image), then
     hardware.numa_fit_instance_to_host with NUMATopologyLimits from the ratios; a claim adds
     the fitted topology with hardware.numa_usage_from_instance_numa;
@@ -94,12 +98,15 @@ def set_config(cfg):
     for name, nodes in physnets.items():
         CONF.set_override('numa_nodes', nodes, group='neutron_physnet_%s' % name)
     CONF.set_override('numa_nodes', neutron.get('tunnel') or [], group='neutron_tunnel')
+    CONF.set_override('cpu_power_management', bool(cfg.get('cpu_power_management')),
+                      group='libvirt')
 
 
 class FakeHost:
-    def __init__(self, caps, online):
+    def __init__(self, caps, online, available):
         self.caps = caps
         self.online = set(online)
+        self.available = set(available)
 
     def get_capabilities(self):
         return self.caps
@@ -108,7 +115,7 @@ class FakeHost:
         return set(self.online)
 
     def get_available_cpus(self):
-        return set(self.online)
+        return set(self.available)
 
     def has_min_version(self, *a, **k):
         return True
@@ -151,7 +158,10 @@ def host_topology(host, cfg):
         topo.cells.append(cell)
     caps.host.topology = topo
     drv = object.__new__(N['driver'].LibvirtDriver)
-    drv._host = FakeHost(caps, host['online'])
+    online = set(host['online']) - set(host.get('offline') or [])
+    count = host.get('cpu_count')
+    available = set(range(count)) if count is not None else online
+    drv._host = FakeHost(caps, online, available)
     drv._reserved_hugepages = N['hardware'].numa_get_reserved_huge_pages()
     return drv._get_host_numa_topology()
 

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod power;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -26,8 +28,17 @@ pub struct Cell {
 pub struct Host {
     pub arch: String,
     pub base_page_kb: u64,
+    /// Every CPU of the cells as libvirt reported them when Nova started (with the dedicated
+    /// ones powered up).
     pub online: Vec<u32>,
     pub cells: Vec<Cell>,
+    /// CPUs of `online` that are offline now (dedicated CPUs Nova powered down).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub offline: Vec<u32>,
+    /// libvirt's CPU count (`getCPUMap`: the size of the kernel's `present` map), when known:
+    /// what `Host.get_available_cpus` counts under CPU power management.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_count: Option<u32>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -40,6 +51,9 @@ pub struct CaseConfig {
     pub ram_allocation_ratio: f64,
     #[serde(rename = "packing_host_numa_cells_allocation_strategy")]
     pub packing: bool,
+    /// `[libvirt] cpu_power_management` (the `cpu_state` strategy).
+    #[serde(default)]
+    pub cpu_power_management: bool,
     /// NUMA-aware vSwitches: physnet -> nodes, and the tunnel's nodes.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub neutron: Option<NeutronCase>,
@@ -118,6 +132,13 @@ pub struct Case {
     /// A real fixture to probe for the host instead of `host.cells`.
     #[serde(skip)]
     pub root: Option<String>,
+    /// A generated host with power-managed CPUs (`rtrack_fixtures::power`) to probe instead.
+    #[serde(skip)]
+    pub power_host: Option<String>,
+    /// With `power_host`: rtrack probed the host once with every CPU online before (it keeps
+    /// what it saw of CPUs that went offline since).
+    #[serde(skip)]
+    pub seen_online: bool,
 }
 
 /// The named scenarios (`NN-name.json`, not the `.nova.json` answers) in `dir`.
@@ -186,6 +207,8 @@ fn from_scenario(name: &str, v: &Value) -> Case {
             base_page_kb: h["system_page_kb"].as_u64().unwrap_or(4),
             online,
             cells,
+            offline: Vec::new(),
+            cpu_count: None,
         },
         config: CaseConfig {
             cpu_dedicated_set: cfg["cpu_dedicated_set"].as_str().map(str::to_string),
@@ -200,9 +223,12 @@ fn from_scenario(name: &str, v: &Value) -> Case {
                 .as_bool()
                 .unwrap_or(false),
             neutron: serde_json::from_value(cfg["neutron"].clone()).ok(),
+            cpu_power_management: cfg["cpu_power_management"].as_bool().unwrap_or(false),
         },
         steps: serde_json::from_value(v["steps"].clone()).expect("steps"),
         root,
+        power_host: h["power_host"].as_str().map(str::to_string),
+        seen_online: h["seen_online"].as_bool().unwrap_or(false),
     }
 }
 
@@ -346,8 +372,29 @@ fn random_host(r: &mut Rng) -> (Host, CaseConfig) {
         base_page_kb: 4,
         online,
         cells,
+        offline: Vec::new(),
+        cpu_count: None,
     };
     (host, cfg)
+}
+
+/// With a chance of 1 in 8, CPU power management on a host with dedicated CPUs: some of them
+/// (never CPU 0) powered down, as Nova leaves those no guest runs on. Drawn from its own
+/// generator so that the other cases stay as they were.
+fn power_manage(r: &mut Rng, host: &mut Host, cfg: &mut CaseConfig) {
+    let Some(dedicated) = cfg.cpu_dedicated_set.clone() else {
+        return;
+    };
+    if !r.chance(12) {
+        return;
+    }
+    cfg.cpu_power_management = true;
+    host.cpu_count = Some(host.online.len() as u32);
+    host.offline = dedicated
+        .split(',')
+        .filter_map(|c| c.parse::<u32>().ok())
+        .filter(|c| *c != 0 && r.chance(50))
+        .collect();
 }
 
 /// A random flavor with NUMA-relevant extra specs (valid most of the time, not always).
@@ -470,7 +517,9 @@ pub fn generate(seed: u64, count: usize) -> Vec<Case> {
     let mut r = Rng::new(seed);
     let mut out = Vec::with_capacity(count);
     for n in 0..count {
-        let (host, mut config) = random_host(&mut r);
+        let (mut host, mut config) = random_host(&mut r);
+        let mut p = Rng::new(seed ^ (n as u64).wrapping_mul(0x9E37_79B9) ^ 0x5057_524d);
+        power_manage(&mut p, &mut host, &mut config);
         if r.chance(30) {
             config.neutron = Some(random_neutron(&mut r, &host));
         }
@@ -555,6 +604,8 @@ pub fn generate(seed: u64, count: usize) -> Vec<Case> {
             config,
             steps,
             root: None,
+            power_host: None,
+            seen_online: false,
         });
     }
     out

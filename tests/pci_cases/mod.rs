@@ -8,6 +8,8 @@
 
 #![allow(dead_code)]
 
+pub mod vdpa;
+
 use std::collections::BTreeMap;
 
 /// An SR-IOV PF and its VFs.
@@ -27,6 +29,8 @@ pub struct Pf {
     pub ifname: Option<String>,
     /// VFs from this index on lose their netdev (so their `parent_ifname`).
     pub netdev_until: Option<u32>,
+    /// The first `vdpa` VFs have a vDPA device on them (Nova's `vdpa` type).
+    pub vdpa: u32,
 }
 
 impl Pf {
@@ -43,6 +47,7 @@ impl Pf {
             vf_driver: Some("iavf".into()),
             ifname: None,
             netdev_until: None,
+            vdpa: 0,
         }
     }
     /// VFs with netdevs: `parent_ifname` = `ifname`.
@@ -1105,6 +1110,7 @@ pub fn named() -> Vec<Case> {
         vec![Step::new(Op::Claim, 1).alias("dev:2")],
     ));
 
+    out.extend(vdpa::named());
     out
 }
 
@@ -1486,6 +1492,13 @@ fn random_case(r: &mut Rng, id: String) -> Case {
 pub fn generate(seed: u64, count: usize) -> Vec<Case> {
     let mut r = Rng::new(seed);
     (0..count)
-        .map(|n| random_case(&mut r, format!("random-{seed}-{n}")))
+        .map(|n| {
+            let mut c = random_case(&mut r, format!("random-{seed}-{n}"));
+            vdpa::sprinkle(
+                &mut c,
+                seed ^ (n as u64).wrapping_mul(0x9E37_79B9) ^ 0x7664_7061,
+            );
+            c
+        })
         .collect()
 }

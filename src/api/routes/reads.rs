@@ -26,9 +26,13 @@ pub async fn inventory(State(state): St) -> ApiResult {
         .ok_or_else(|| ApiError::new(ErrorCode::NotReady, "no probe has completed yet"))?;
     let body = blocking(move || {
         // Under the lock: the ComputeNode (it carries the usage) and the shared view.
-        let (view, node) = state.service.read(|t| {
+        let (view, node, dedicated) = state.service.read(|t| {
             let node = t.compute_node(&t.usage(), time::OffsetDateTime::now_utc());
-            (t.view(), node)
+            let dedicated = crate::inventory::dedicated::dedicated_cpus(
+                &t.view().host,
+                &t.settings().policy.resources,
+            );
+            (t.view(), node, dedicated)
         });
         /// The `--once` report, borrowed from the view (same keys as `InventoryReport`).
         #[derive(serde::Serialize)]
@@ -38,6 +42,8 @@ pub async fn inventory(State(state): St) -> ApiResult {
             #[serde(flatten)]
             inventory: &'a crate::probes::HostInventory,
             offered: crate::inventory::offered::Offered,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            dedicated_cpus: Option<crate::inventory::dedicated::DedicatedCpus>,
             compute_node: Value,
         }
         let report = Report {
@@ -45,6 +51,7 @@ pub async fn inventory(State(state): St) -> ApiResult {
             probed_at: &probed_at,
             inventory: &view.host,
             offered: view.offered(),
+            dedicated_cpus: dedicated,
             compute_node: node.to_primitive(),
         };
         serde_json::to_value(&report).map_err(|e| {
@@ -127,8 +134,9 @@ pub async fn usage(State(state): St) -> ApiResult {
     Ok(Json(body).into_response())
 }
 
-/// `GET /v1/numa`: every NUMA cell, each core's CPUs with what holds them, memory and pages,
-/// and the PCI devices local to the cell.
+/// `GET /v1/numa`: every NUMA cell, each core's CPUs with what holds them (and whether they
+/// are online), memory and pages, and the PCI devices local to the cell; CPU power management
+/// and the pinned CPUs that are offline.
 pub async fn numa(State(state): St) -> ApiResult {
     let body = blocking(move || {
         Ok(state.service.read(|t| {
@@ -137,6 +145,8 @@ pub async fn numa(State(state): St) -> ApiResult {
                 "cells": t.numa_details(),
                 "legacy_cpus": host.legacy_cpus,
                 "base_page_kb": host.base_page_kb,
+                "cpu_power_management": t.settings().policy.resources.cpu_power_management,
+                "offline_pinned": t.offline_pins(),
             })
         }))
     })

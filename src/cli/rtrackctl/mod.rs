@@ -381,6 +381,7 @@ pub fn run(cli: &Cli) -> Result<String, Failure> {
                 offered: v
                     .get("offered")
                     .and_then(|o| serde_json::from_value(o.clone()).ok()),
+                dedicated_cpus: serde_json::from_value(v["dedicated_cpus"].clone()).unwrap_or(None),
                 compute_node: v.get("compute_node").cloned(),
             };
             Ok(crate::inventory::table::render(&report))

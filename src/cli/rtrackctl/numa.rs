@@ -1,7 +1,8 @@
 //! `rtrackctl numa`: one screen per host, read at a glance. Per NUMA cell its socket, its
 //! cores as a grid of CPUs marked free, shared, pinned by an instance (a letter per instance),
-//! kept for an instance's emulator threads or idle next to an `isolate` guest, its memory and
-//! pages per size, and the PCI devices local to it.
+//! kept for an instance's emulator threads or idle next to an `isolate` guest (and `!` when
+//! offline), its memory and pages per size, and the PCI devices local to it; CPU power
+//! management and the pinned CPUs that are offline.
 //!
 //! In: the answer of `GET /v1/numa`. Out: the text.
 
@@ -82,7 +83,12 @@ pub(super) fn numa_screen(v: &Value) -> String {
                         }
                     }
                 };
-                let _ = write!(cell, "{}{mark}", cpu["cpu"]);
+                let offline = if cpu["online"].as_bool() == Some(false) {
+                    "!"
+                } else {
+                    ""
+                };
+                let _ = write!(cell, "{}{mark}{offline}", cpu["cpu"]);
             }
             cell.push(']');
             if line.len() + cell.len() > 100 {
@@ -156,14 +162,58 @@ pub(super) fn numa_screen(v: &Value) -> String {
             let _ = writeln!(out);
         }
     }
+    power_lines(&mut out, v, &mut tag_of);
     let _ = writeln!(
         out,
-        "\n. free dedicated CPU   s shared CPU   - in neither CPU set   letter: pinned by an instance   * its emulator threads   ~ kept idle beside an isolate guest"
+        "\n. free dedicated CPU   s shared CPU   - in neither CPU set   letter: pinned by an instance   * its emulator threads   ~ kept idle beside an isolate guest   ! offline"
     );
     for inst in &order {
         let _ = writeln!(out, "  {} = {inst}", tags[inst]);
     }
     out
+}
+
+/// CPU power management, and the pinned CPUs that are offline (by instance letter).
+fn power_lines(out: &mut String, v: &Value, tag_of: &mut dyn FnMut(&str) -> char) {
+    if let Some(pm) = v["cpu_power_management"].as_object() {
+        let strategy = pm.get("strategy").and_then(Value::as_str).unwrap_or("?");
+        let how = if strategy == "governor" {
+            format!(
+                "governor: {} when idle, {} when pinned",
+                pm.get("governor_low")
+                    .and_then(Value::as_str)
+                    .unwrap_or("?"),
+                pm.get("governor_high")
+                    .and_then(Value::as_str)
+                    .unwrap_or("?")
+            )
+        } else {
+            "cpu_state: dedicated CPUs no guest runs on are offline".to_string()
+        };
+        let _ = writeln!(out, "\nCPU power management: {how}");
+    }
+    let pins = v["offline_pinned"].as_array().cloned().unwrap_or_default();
+    if pins.is_empty() {
+        return;
+    }
+    let shown: Vec<String> = pins
+        .iter()
+        .map(|p| {
+            let why = if p["powered_down"].as_bool() == Some(true) {
+                "powered down, guest not running"
+            } else if p["running"].as_bool() == Some(true) {
+                "GUEST RUNNING"
+            } else {
+                "needed when the guest starts"
+            };
+            format!(
+                "{}{} ({why})",
+                p["cpu"],
+                tag_of(p["instance"].as_str().unwrap_or("?"))
+            )
+        })
+        .collect();
+    let _ = writeln!(out, "Pinned CPUs offline: {}", shown.join(", "));
 }
 
 fn non_empty(s: Option<&str>) -> &str {
@@ -204,5 +254,33 @@ mod tests {
             "{s}"
         );
         assert!(s.contains("a = u1") && s.contains("b = u2"), "{s}");
+    }
+
+    #[test]
+    fn offline_cpus_and_offline_pins_are_shown() {
+        let v = json!({"legacy_cpus": false, "base_page_kb": 4,
+            "cpu_power_management": {"strategy": "cpu_state", "governor_low": "powersave", "governor_high": "performance"},
+            "offline_pinned": [{"cpu": 2, "instance": "u1", "running": true, "powered_down": false},
+                               {"cpu": 3, "instance": "u2", "running": false, "powered_down": true}],
+            "cells": [{
+            "id": 0, "socket": 0, "cpus": "4", "pcpus": "1-3", "cpu_usage": 0, "pinned_cpus": "2-3",
+            "memory_mb": 4096, "memory_usage_mb": 1024, "mempages": [],
+            "cores": [[{"cpu": 1, "state": "free", "online": false}], [{"cpu": 2, "state": "pinned", "instance": "u1", "online": false}],
+                      [{"cpu": 3, "state": "pinned", "instance": "u2", "online": false}], [{"cpu": 4, "state": "shared", "online": true}]],
+            "pci_devices": []}]});
+        let s = numa_screen(&v);
+        assert!(s.contains("cores: [1.!] [2a!] [3b!] [4s]"), "{s}");
+        assert!(
+            s.contains(
+                "CPU power management: cpu_state: dedicated CPUs no guest runs on are offline"
+            ),
+            "{s}"
+        );
+        assert!(
+            s.contains(
+                "Pinned CPUs offline: 2a (GUEST RUNNING), 3b (powered down, guest not running)"
+            ),
+            "{s}"
+        );
     }
 }

@@ -23,6 +23,8 @@ use serde::Serialize;
 
 use crate::config::{ReservedPages, Resources};
 use crate::inventory::resources::cpu_sets;
+use crate::probes::cpu::OfflineCpu;
+use crate::probes::numa::NumaNode;
 use crate::probes::{CpuSet, HostInventory};
 
 /// The base page size an architecture usually runs with, KiB, when the probe cannot tell.
@@ -147,68 +149,27 @@ impl HostTopology {
             .numa_nodes
             .iter()
             .map(|node| {
-                let in_node: Vec<_> = inv
+                // Offline CPUs are in a cell only as dedicated CPUs whose power is managed.
+                let offline: Vec<&OfflineCpu> = inv
                     .cpu
-                    .cpus
+                    .offline_cpus
                     .iter()
-                    .filter(|c| node.cpus.contains(c.id))
+                    .filter(|c| c.numa_node == Some(node.id) && dedicated.contains(c.id))
                     .collect();
-                let packages: BTreeSet<Option<i64>> = in_node.iter().map(|c| c.package).collect();
-                let socket = match packages.len() {
-                    1 => packages.into_iter().next().flatten(),
-                    _ => None,
-                };
-                let mut siblings: Vec<CpuSet> = Vec::new();
-                for cpu in &in_node {
-                    let mut set = cpu.thread_siblings.intersection(&usable);
-                    if set.is_empty() && usable.contains(cpu.id) {
-                        // A CPU whose siblings file was unreadable is a core of its own.
-                        set = CpuSet::from_ids([cpu.id]);
-                    }
-                    if !set.is_empty() && !siblings.contains(&set) {
-                        siblings.push(set);
-                    }
-                }
-                siblings.sort_by_key(|s| s.iter().next());
+                let (socket, siblings) = cell_cores(inv, node.cpus.clone(), &offline, &usable);
+                let cpus = CpuSet::from_ids(node.cpus.iter().chain(offline.iter().map(|c| c.id)));
                 let memory_kb = node
                     .memory_kb
                     .or(node.memory_mb.map(|mb| mb * 1024))
                     .unwrap_or(0) as i64;
-                let huge_kb: i64 = node
-                    .hugepages
-                    .iter()
-                    .map(|p| (p.size_kb as i64).saturating_mul(p.total as i64))
-                    .sum();
-                let reserved =
-                    |size_kb: i64| reserved_pages(&res.reserved_huge_pages, node.id, size_kb);
-                let mut pages = vec![PagePool {
-                    size_kb: base_page_kb,
-                    total: (memory_kb - huge_kb).max(0) / base_page_kb,
-                    reserved: reserved(base_page_kb),
-                    kernel_free: None,
-                }];
-                let mut huge: Vec<_> = node.hugepages.iter().collect();
-                huge.sort_by_key(|p| p.size_kb);
-                for p in huge {
-                    let size_kb = p.size_kb as i64;
-                    if size_kb == base_page_kb {
-                        continue;
-                    }
-                    pages.push(PagePool {
-                        size_kb,
-                        total: p.total as i64,
-                        reserved: reserved(size_kb),
-                        kernel_free: Some(p.free as i64),
-                    });
-                }
                 HostCell {
                     id: node.id,
                     socket,
-                    cpuset: node.cpus.intersection(&shared),
-                    pcpuset: node.cpus.intersection(&dedicated),
+                    cpuset: cpus.intersection(&shared),
+                    pcpuset: cpus.intersection(&dedicated),
                     siblings,
                     memory_mb: memory_kb / 1024,
-                    pages,
+                    pages: page_pools(node, memory_kb, base_page_kb, &res.reserved_huge_pages),
                     physnets: Default::default(),
                     tunneled: false,
                 }
@@ -232,6 +193,98 @@ impl HostTopology {
     }
 }
 
+/// A cell's socket and thread sibling sets. `online` are the node's online CPUs; `offline`
+/// its offline dedicated CPUs (power-managed), each a core of its own unless its topology was
+/// seen while it was online, in which case it joins the sibling sets it shares CPUs with. An
+/// offline CPU whose package is unknown does not make the cell's socket unknown.
+fn cell_cores(
+    inv: &HostInventory,
+    online: CpuSet,
+    offline: &[&OfflineCpu],
+    usable: &CpuSet,
+) -> (Option<i64>, Vec<CpuSet>) {
+    let in_node: Vec<_> = inv
+        .cpu
+        .cpus
+        .iter()
+        .filter(|c| online.contains(c.id))
+        .collect();
+    let packages: BTreeSet<Option<i64>> = in_node
+        .iter()
+        .map(|c| c.package)
+        .chain(offline.iter().filter_map(|c| c.package.map(Some)))
+        .collect();
+    let socket = match packages.len() {
+        1 => packages.into_iter().next().flatten(),
+        _ => None,
+    };
+    let mut siblings: Vec<CpuSet> = Vec::new();
+    for cpu in &in_node {
+        let mut set = cpu.thread_siblings.intersection(usable);
+        if set.is_empty() && usable.contains(cpu.id) {
+            // A CPU whose siblings file was unreadable is a core of its own.
+            set = CpuSet::from_ids([cpu.id]);
+        }
+        if !set.is_empty() && !siblings.contains(&set) {
+            siblings.push(set);
+        }
+    }
+    for cpu in offline {
+        let mut set = cpu.thread_siblings.intersection(usable);
+        set.insert(cpu.id);
+        // The online threads of its core list themselves alone while it is offline: the
+        // remembered core takes them back in.
+        let mut merged = set;
+        siblings.retain(|s| {
+            if s.intersects(&merged) {
+                merged = CpuSet::from_ids(merged.iter().chain(s.iter()));
+                false
+            } else {
+                true
+            }
+        });
+        siblings.push(merged);
+    }
+    siblings.sort_by_key(|s| s.iter().next());
+    (socket, siblings)
+}
+
+/// A cell's page pools: the base page (the node's memory less its hugepages), then every
+/// hugepage size the node lists, smallest first, with what `reserved_huge_pages` keeps.
+fn page_pools(
+    node: &NumaNode,
+    memory_kb: i64,
+    base_page_kb: i64,
+    reserved: &[ReservedPages],
+) -> Vec<PagePool> {
+    let huge_kb: i64 = node
+        .hugepages
+        .iter()
+        .map(|p| (p.size_kb as i64).saturating_mul(p.total as i64))
+        .sum();
+    let mut pages = vec![PagePool {
+        size_kb: base_page_kb,
+        total: (memory_kb - huge_kb).max(0) / base_page_kb,
+        reserved: reserved_pages(reserved, node.id, base_page_kb),
+        kernel_free: None,
+    }];
+    let mut huge: Vec<_> = node.hugepages.iter().collect();
+    huge.sort_by_key(|p| p.size_kb);
+    for p in huge {
+        let size_kb = p.size_kb as i64;
+        if size_kb == base_page_kb {
+            continue;
+        }
+        pages.push(PagePool {
+            size_kb,
+            total: p.total as i64,
+            reserved: reserved_pages(reserved, node.id, size_kb),
+            kernel_free: Some(p.free as i64),
+        });
+    }
+    pages
+}
+
 /// Pages of `size_kb` reserved on node `node` (the last entry naming both wins, as in Nova).
 fn reserved_pages(list: &[ReservedPages], node: u32, size_kb: i64) -> i64 {
     list.iter()
@@ -241,28 +294,13 @@ fn reserved_pages(list: &[ReservedPages], node: u32, size_kb: i64) -> i64 {
 }
 
 /// What the configuration names that this host does not have: CPUs of `cpu_dedicated_set` or
-/// `cpu_shared_set` that are not online (Nova refuses to start on them), and
+/// `cpu_shared_set` that are not online, or with `cpu_power_management` dedicated CPUs that do
+/// not exist or that its strategy cannot manage (Nova refuses to start on them:
+/// [`super::power::cpu_set_problems`]), and
 /// `reserved_huge_pages` entries for a node or page size the host lacks, or reserving more pages
 /// than the pool has. Each problem names the key and what the host has.
 pub fn config_problems(inv: &HostInventory, res: &Resources) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let online = &inv.cpu.online;
-    for (key, set) in [
-        ("resources.cpu_dedicated_set", &res.cpu_dedicated_set),
-        ("resources.cpu_shared_set", &res.cpu_shared_set),
-    ] {
-        if let Some(set) = set {
-            let missing = set.difference(online);
-            if !missing.is_empty() {
-                out.push((
-                    key.to_string(),
-                    format!(
-                        "names CPUs {missing} that are not online on this host (online: {online}); use the two sets with online CPUs only"
-                    ),
-                ));
-            }
-        }
-    }
+    let mut out = super::power::cpu_set_problems(inv, res);
     if res.reserved_huge_pages.is_empty() {
         return out;
     }

@@ -12,6 +12,7 @@
 //! - [`constraints`] — `numa_get_constraints`, with [`image`] the image's properties;
 //! - [`fit`] — `numa_fit_instance_to_host` and `_numa_fit_instance_cell`;
 //! - [`pinning`] — `_pack_instance_onto_cores`;
+//! - [`power`] — CPU power management: offline dedicated CPUs, pinned CPUs offline;
 //! - [`usage`] — `numa_usage_from_instance_numa`, summed over the records;
 //! - [`report`] — what `GET /v1/usage`, `GET /v1/numa` and `rtrackctl numa` show;
 //! - [`nova`] — the Nova objects (NUMATopology with usage, InstanceNUMATopology).
@@ -27,6 +28,7 @@ pub mod image;
 pub mod networks;
 pub mod nova;
 pub mod pinning;
+pub mod power;
 pub mod report;
 pub mod usage;
 

@@ -11,9 +11,10 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::host::HostTopology;
+use super::power::{cpu_power, CpuPower};
 use super::usage::{with_siblings, NumaUsage};
 use super::{FittedTopology, ThreadPolicy};
-use crate::probes::CpuSet;
+use crate::probes::{CpuSet, HostInventory};
 
 /// One page pool of a cell, with its use.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -64,6 +65,10 @@ pub struct CpuState {
     /// The instance that holds it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub instance: Option<String>,
+    /// Online or not (a dedicated CPU whose power Nova manages is offline while no guest runs
+    /// on it), and its governor when read.
+    #[serde(flatten)]
+    pub power: CpuPower,
 }
 
 /// One cell in `GET /v1/numa`: the report, the socket, every core's CPUs and the local PCI
@@ -111,10 +116,12 @@ pub fn cell_reports(host: &HostTopology, usage: &NumaUsage) -> Vec<CellReport> {
         .collect()
 }
 
-/// Every cell with what holds each CPU. `placements` are the counted topologies with the
-/// instance that holds each; `devices` the tracked PCI devices (address, NUMA node, status).
+/// Every cell with what holds each CPU. `inv` is the probe (each CPU's power state);
+/// `placements` are the counted topologies with the instance that holds each; `devices` the
+/// tracked PCI devices (address, NUMA node, status).
 pub fn cell_details<'a>(
     host: &HostTopology,
+    inv: &HostInventory,
     usage: &NumaUsage,
     placements: impl IntoIterator<Item = (&'a str, &'a FittedTopology)>,
     devices: &[(String, Option<u32>, String)],
@@ -157,6 +164,7 @@ pub fn cell_details<'a>(
                                 cpu,
                                 state,
                                 instance: Some(inst.clone()),
+                                power: cpu_power(inv, cpu),
                             },
                             None => CpuState {
                                 cpu,
@@ -168,6 +176,7 @@ pub fn cell_details<'a>(
                                     "unused"
                                 },
                                 instance: None,
+                                power: cpu_power(inv, cpu),
                             },
                         })
                         .collect()

@@ -23,9 +23,10 @@ impl Tracker {
     /// service derives the view before it takes the lock).
     pub fn audit(
         &mut self,
-        host: HostInventory,
+        mut host: HostInventory,
         now: time::OffsetDateTime,
     ) -> (AuditOutcome, Changes) {
+        crate::tracker::numa::power::carry_offline_topology(&self.view.host, &mut host);
         let view = Arc::new(self.view_of(Arc::new(host)).with_uptime_at(now));
         self.audit_view(view, now)
     }

@@ -3,9 +3,13 @@
 //! over capacity.
 //!
 //! In: the records and the host view. Out: [`NumaUsage`], [`CellReport`]s and [`CellDetail`]s,
-//! and lines naming what would be over capacity.
+//! the pinned CPUs that are offline ([`OfflinePin`]), and lines naming what would be over
+//! capacity.
+
+use std::collections::BTreeSet;
 
 use crate::tracker::host_view::HostView;
+use crate::tracker::numa::power::{guest_running, OfflinePin};
 use crate::tracker::numa::report::{cell_details, cell_reports, CellDetail, CellReport};
 use crate::tracker::numa::{HostTopology, NumaUsage};
 use crate::tracker::state::Tracker;
@@ -66,6 +70,7 @@ impl Tracker {
             .collect();
         cell_details(
             &self.view.numa,
+            &self.view.host,
             &self.numa_usage(&usage),
             usage
                 .consumers
@@ -73,5 +78,43 @@ impl Tracker {
                 .filter_map(|c| c.numa.as_deref().map(|t| (c.instance_uuid.as_str(), t))),
             &devices,
         )
+    }
+
+    /// Host CPUs pinned by the placements that count (guest CPUs and emulator threads) that are
+    /// not online, by CPU then instance; whether each instance runs, and whether its CPU is
+    /// powered down on purpose (CPU power management on, guest not running).
+    pub fn offline_pins(&self) -> Vec<OfflinePin> {
+        let usage = self.usage();
+        let online = &self.view.host.cpu.online;
+        let managed = self
+            .settings
+            .policy
+            .resources
+            .cpu_power_management
+            .is_some();
+        let mut out = BTreeSet::new();
+        for c in &usage.consumers {
+            let Some(numa) = c.numa.as_deref() else {
+                continue;
+            };
+            let running = self
+                .state
+                .instances
+                .get(&c.instance_uuid)
+                .is_some_and(|i| guest_running(&i.vm_state, i.task_state.as_deref()));
+            for cell in &numa.cells {
+                for cpu in cell.pinned_host_cpus().iter() {
+                    if !online.contains(cpu) {
+                        out.insert(OfflinePin {
+                            cpu,
+                            instance: c.instance_uuid.clone(),
+                            running,
+                            powered_down: managed && !running,
+                        });
+                    }
+                }
+            }
+        }
+        out.into_iter().collect()
     }
 }

@@ -332,14 +332,14 @@ impl Sim<'_> {
             .collect()
     }
 
-    /// Nova's allocation with PF/VF exclusivity: an allocated PF makes its VFs unavailable; an
-    /// allocated VF makes its PF unavailable.
+    /// Nova's allocation with PF/VF exclusivity: an allocated PF makes its VFs (and vDPA
+    /// devices) unavailable; an allocated VF or vDPA device makes its PF unavailable.
     fn allocate(&mut self, i: usize) {
         self.status[i] = DeviceStatus::Allocated;
         self.touched.insert(i);
         let relatives: Vec<usize> = match self.index.dev_type[i] {
             PciDevType::Pf => self.index.children[i].clone(),
-            PciDevType::Vf => self.index.parent[i].into_iter().collect(),
+            PciDevType::Vf | PciDevType::Vdpa => self.index.parent[i].into_iter().collect(),
             PciDevType::Pci => Vec::new(),
         };
         for r in relatives {

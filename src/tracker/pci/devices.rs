@@ -119,8 +119,11 @@ impl TrackedDevice {
             tags.insert("parent_ifname".into(), ifname.clone());
         }
         // remote_managed defaults to "false" on network-capable types (Nova's
-        // _ensure_remote_managed_tag).
-        if matches!(self.dev_type, PciDevType::Pf | PciDevType::Vf) {
+        // _ensure_remote_managed_tag: PFs, VFs and vDPA devices).
+        if matches!(
+            self.dev_type,
+            PciDevType::Pf | PciDevType::Vf | PciDevType::Vdpa
+        ) {
             tags.entry("remote_managed".into())
                 .or_insert_with(|| "false".into());
         }

@@ -60,7 +60,9 @@ pub fn free_owner(
                 PciDevType::Pf => index.children[i]
                     .iter()
                     .any(|c| is_busy(current(*c, &status))),
-                PciDevType::Vf => index.parent[i].is_some_and(|p| is_busy(current(p, &status))),
+                PciDevType::Vf | PciDevType::Vdpa => {
+                    index.parent[i].is_some_and(|p| is_busy(current(p, &status)))
+                }
                 PciDevType::Pci => false,
             };
             (
@@ -127,7 +129,7 @@ impl BlockedRelatives {
                 .map(|d| d.address)
                 .collect(),
             pfs_with_busy_vfs: devices
-                .filter(|d| d.dev_type == PciDevType::Vf && is_busy(d.status))
+                .filter(|d| d.dev_type.is_child() && is_busy(d.status))
                 .filter_map(|d| d.parent_addr)
                 .collect(),
         }
@@ -140,7 +142,9 @@ impl BlockedRelatives {
         }
         let blocked = match d.dev_type {
             PciDevType::Pf => self.pfs_with_busy_vfs.contains(&d.address),
-            PciDevType::Vf => d.parent_addr.is_some_and(|p| self.busy_pfs.contains(&p)),
+            PciDevType::Vf | PciDevType::Vdpa => {
+                d.parent_addr.is_some_and(|p| self.busy_pfs.contains(&p))
+            }
             PciDevType::Pci => false,
         };
         Some(if blocked {

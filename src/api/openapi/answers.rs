@@ -1,0 +1,96 @@
+//! The answer schemas of the reads that describe the host: the `--once` inventory report
+//! (`GET /v1/inventory`) and the NUMA cells of `GET /v1/usage` and `GET /v1/numa`.
+//!
+//! In: nothing. Out: their JSON schemas (OpenAPI 3.0), referenced from the document's
+//! components.
+
+use serde_json::{json, Value};
+
+use super::schema_ref;
+
+/// The `--once` report (`docs/inventory.md`): the keys tools read.
+pub fn inventory_report_schema() -> Value {
+    let mut v = json!({"type": "object", "description": "docs/inventory.md; the keys tools read", "properties": {
+                "rtrack_version": {"type": "string"}, "probed_at": {"type": "string"},
+                "host": {"type": "object"}, "cpu": {"type": "object"}, "numa_nodes": {"type": "array", "items": {"type": "object"}},
+                "memory": {"type": "object"}, "disks": {"type": "object"}, "pci_devices": {"type": "array", "items": {"type": "object"}},
+                "vdpa_devices": {"type": "array", "description": "absent when there are none", "items": {"type": "object", "properties": {
+                    "name": {"type": "string"}, "pci_parent": {"type": "string", "nullable": true},
+                    "driver": {"type": "string", "nullable": true}, "chardev": {"type": "string", "nullable": true}}}},
+                "dedicated_cpus": {"type": "object", "description": "absent without cpu_dedicated_set", "properties": {
+                    "power_management": {"type": "object", "nullable": true},
+                    "cpus": {"type": "array", "items": {"type": "object", "properties": {
+                        "cpu": {"type": "integer"}, "numa_node": {"type": "integer", "nullable": true},
+                        "state": {"type": "string", "enum": ["online", "offline", "absent"]},
+                        "governor": {"type": "string", "nullable": true}, "counted": {"type": "boolean"}}}}}},
+                "mediated_devices": {"type": "object", "properties": {
+                    "parents": {"type": "array", "items": {"type": "object", "properties": {
+                        "address": {"type": "string"},
+                        "types": {"type": "array", "items": {"type": "object", "properties": {
+                            "type": {"type": "string"}, "name": {"type": "string", "nullable": true},
+                            "device_api": {"type": "string", "nullable": true},
+                            "available_instances": {"type": "integer", "nullable": true},
+                            "description": {"type": "string", "nullable": true}}}}}}},
+                    "devices": {"type": "array", "items": {"type": "object", "properties": {
+                        "uuid": {"type": "string"}, "parent": {"type": "string", "nullable": true}, "type": {"type": "string", "nullable": true}}}}}},
+                "memory_encryption": {"type": "object", "properties": {
+                    "sev": {"type": "boolean", "nullable": true}, "sev_es": {"type": "boolean", "nullable": true},
+                    "sev_snp": {"type": "boolean", "nullable": true}, "sev_firmware": {"type": "boolean", "nullable": true},
+                    "sev_guests": {"type": "integer", "nullable": true}, "sev_es_guests": {"type": "integer", "nullable": true},
+                    "tdx": {"type": "boolean", "nullable": true}, "tdx_guests": {"type": "integer", "nullable": true},
+                    "tdx_host_platform": {"type": "boolean", "nullable": true}}},
+                "warnings": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "message": {"type": "string"}}}},
+                "compute_node": {"type": "object"}}});
+    v["properties"]["pmem_namespaces"] = pmem_namespaces_schema();
+    v["properties"]["offered"] = offered_schema();
+    v
+}
+
+/// The probe's persistent memory namespaces.
+fn pmem_namespaces_schema() -> Value {
+    json!({"type": "array", "items": {"type": "object", "properties": {
+        "dev": {"type": "string"}, "name": {"type": "string", "nullable": true}, "mode": {"type": "string", "nullable": true},
+        "enabled": {"type": "boolean"}, "size": {"type": "integer", "format": "int64", "nullable": true},
+        "align": {"type": "integer", "format": "int64", "nullable": true}, "devpath": {"type": "string", "nullable": true},
+        "dax_driver": {"type": "string", "nullable": true}, "numa_node": {"type": "integer", "nullable": true},
+        "uuid": {"type": "string", "nullable": true}}}})
+}
+
+/// What the host offers guests under the configuration.
+fn offered_schema() -> Value {
+    json!({"type": "object", "description": "what the host offers guests under the configuration: memory encryption contexts per model, the Intel TDX decision, vPMEM namespaces", "properties": {
+        "memory_encryption": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "intel_tdx": {"type": "object", "properties": {
+            "supported": {"type": "boolean"}, "why_not": {"type": "string", "nullable": true},
+            "cgroup_capacity": {"type": "integer", "nullable": true}, "configured": {"type": "integer", "nullable": true},
+            "slots": {"type": "integer"}}},
+        "pmem_namespaces": {"type": "array", "items": {"type": "object", "properties": {
+            "name": {"type": "string"}, "label": {"type": "string"}, "resource_class": {"type": "string"},
+            "devpath": {"type": "string"}, "size": {"type": "integer", "format": "int64"}, "align": {"type": "integer", "format": "int64"}}}},
+        "warnings": {"type": "array", "items": {"type": "string"}}}})
+}
+
+/// One NUMA cell in `GET /v1/usage` (`tracker::numa::report::CellReport`).
+pub fn numa_cell_schema() -> Value {
+    json!({"type": "object", "description": "One host NUMA cell; cpulists as strings", "properties": {
+                "id": {"type": "integer"}, "cpus": {"type": "string", "description": "shared CPUs (Nova's cpuset)"},
+                "pcpus": {"type": "string", "description": "dedicated CPUs (Nova's pcpuset)"},
+                "cpu_usage": {"type": "integer", "description": "floating guest CPUs placed on the cell"},
+                "pinned_cpus": {"type": "string"}, "memory_mb": {"type": "integer"}, "memory_usage_mb": {"type": "integer"},
+                "mempages": {"type": "array", "items": {"type": "object", "properties": {
+                    "size_kb": {"type": "integer"}, "total": {"type": "integer"}, "used": {"type": "integer"},
+                    "reserved": {"type": "integer"}, "kernel_free": {"type": "integer", "nullable": true, "description": "hugepage pools only"}}}}}})
+}
+
+/// One NUMA cell in `GET /v1/numa` (`tracker::numa::report::CellDetail`).
+pub fn numa_detail_schema() -> Value {
+    json!({"allOf": [schema_ref("NumaCell"), {"type": "object", "properties": {
+                "socket": {"type": "integer", "nullable": true},
+                "cores": {"type": "array", "items": {"type": "array", "items": {"type": "object", "properties": {
+                    "cpu": {"type": "integer"},
+                    "state": {"type": "string", "enum": ["free", "shared", "pinned", "emulator", "isolated", "unused"]},
+                    "instance": {"type": "string", "format": "uuid"},
+                    "online": {"type": "boolean"},
+                    "governor": {"type": "string", "description": "cpufreq governor, read for dedicated CPUs under power management"}}}}},
+                "pci_devices": {"type": "array", "items": {"type": "array", "items": {"type": "string"}, "description": "[address, status]"}}}}]})
+}
