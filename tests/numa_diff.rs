@@ -127,6 +127,7 @@ fn settings(case: &Case) -> TrackerSettings {
     for (k, v) in [
         ("cpu_dedicated_set", &c.cpu_dedicated_set),
         ("cpu_shared_set", &c.cpu_shared_set),
+        ("vcpu_pin_set", &c.vcpu_pin_set),
     ] {
         if let Some(v) = v {
             toml.push_str(&format!("{k} = \"{v}\"\n"));

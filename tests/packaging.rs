@@ -80,6 +80,13 @@ fn every_documented_example_validates() {
     // Validation covers [placement] too, and its examples belong to different auth methods:
     // the next test validates them method by method.
     config.placement = Default::default();
+    // vcpu_pin_set excludes cpu_dedicated_set (Nova's rule): its example is checked alone.
+    let mut legacy = config.clone();
+    legacy.resources.cpu_dedicated_set = None;
+    legacy.resources.cpu_power_management = None;
+    let legacy = legacy.validate(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert!(legacy.resources.vcpu_pin_set.is_some() && legacy.resources.legacy_cpus());
+    config.resources.vcpu_pin_set = None;
     let valid = config.validate(&path).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(valid.device_specs.len(), 4);
     assert_eq!(valid.aliases.len(), 2);

@@ -86,14 +86,6 @@ pub fn syntax_error(text: &str, file: &Path, e: &toml::de::Error) -> ConfigError
             .trim_end()
             .replace('\n', "\n  ")
     };
-    // Nova's deprecated option is a common carry-over: say what replaces it.
-    let message = if e.message().contains("unknown field `vcpu_pin_set`") {
-        format!(
-            "{message}\n  vcpu_pin_set is not supported (deprecated in Nova since Train): use cpu_dedicated_set for pinned guests (PCPU) and cpu_shared_set for floating ones (VCPU)"
-        )
-    } else {
-        message
-    };
     ConfigError::Syntax {
         file: file.to_path_buf(),
         message,

@@ -118,6 +118,9 @@ pub struct ResourcesConfig {
     /// Host CPUs for floating instances (VCPU), a cpulist. Default: all online CPUs not
     /// dedicated (none when `cpu_dedicated_set` is set and this is not, as Nova does).
     pub cpu_shared_set: Option<String>,
+    /// Nova's deprecated `vcpu_pin_set`: the CPUs of floating and pinned guests alike (VCPU),
+    /// as on hosts configured before Train. Not with `cpu_dedicated_set`.
+    pub vcpu_pin_set: Option<String>,
     /// Nova powers down the dedicated CPUs no guest runs on (Nova's `[libvirt]
     /// cpu_power_management`): they count while offline. Default false.
     pub cpu_power_management: Option<bool>,

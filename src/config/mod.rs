@@ -141,6 +141,7 @@ impl Config {
             .unwrap_or(1.0),
             cpu_dedicated_set: cpuset("resources.cpu_dedicated_set", &r.cpu_dedicated_set)?,
             cpu_shared_set: cpuset("resources.cpu_shared_set", &r.cpu_shared_set)?,
+            vcpu_pin_set: cpuset("resources.vcpu_pin_set", &r.vcpu_pin_set)?,
             cpu_power_management: cpu_power::validate(r, file)?,
             reserved_huge_pages: numa::reserved_huge_pages(
                 r.reserved_huge_pages.as_deref().unwrap_or_default(),
@@ -171,6 +172,13 @@ impl Config {
                 })?),
             },
         };
+        if let (Some(_), Some(p)) = (&resources.cpu_dedicated_set, &resources.vcpu_pin_set) {
+            return Err(err(
+                "resources.vcpu_pin_set",
+                format!("\"{p}\""),
+                "The 'vcpu_pin_set' config option has been deprecated and cannot be defined alongside cpu_dedicated_set; unset vcpu_pin_set (Nova's rule)",
+            ));
+        }
         if let (Some(d), Some(s)) = (&resources.cpu_dedicated_set, &resources.cpu_shared_set) {
             if d.intersects(s) {
                 return Err(err(
@@ -493,6 +501,9 @@ pub struct Resources {
     pub cpu_dedicated_set: Option<CpuSet>,
     /// CPUs for floating instances.
     pub cpu_shared_set: Option<CpuSet>,
+    /// Nova's legacy `vcpu_pin_set`: the CPUs of every guest, floating and pinned, counted as
+    /// VCPU (with `cpu_shared_set` too, this one still decides VCPU, as in Nova).
+    pub vcpu_pin_set: Option<CpuSet>,
     /// `cpu_power_management`: Nova powers the dedicated CPUs no guest runs on down, and
     /// they count while offline; `None` when off.
     pub cpu_power_management: Option<CpuPowerManagement>,
@@ -504,6 +515,15 @@ pub struct Resources {
     pub packing_host_numa_cells_allocation_strategy: bool,
     /// The base page size in KiB, when configured.
     pub base_page_size_kb: Option<u64>,
+}
+
+impl Resources {
+    /// Nova's legacy CPU mode: pinned guests pin from the floating guests' CPUs and count as
+    /// VCPU, when no dedicated set is configured and either no shared set or `vcpu_pin_set`.
+    pub fn legacy_cpus(&self) -> bool {
+        self.cpu_dedicated_set.is_none()
+            && (self.cpu_shared_set.is_none() || self.vcpu_pin_set.is_some())
+    }
 }
 
 impl Default for Resources {
@@ -521,6 +541,7 @@ impl Default for Resources {
             initial_disk_allocation_ratio: 1.0,
             cpu_dedicated_set: None,
             cpu_shared_set: None,
+            vcpu_pin_set: None,
             cpu_power_management: None,
             shared_storage_provider: None,
             reserved_huge_pages: Vec::new(),

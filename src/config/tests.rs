@@ -50,10 +50,18 @@ fn bad_values_name_key_value_and_what_is_accepted() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("cpulist"), "{e}");
-    let e = parse("[resources]\nvcpu_pin_set = \"0-3\"\n")
+    let e = parse("[resources]\nvcpu_pin_set = \"0-3\"\ncpu_dedicated_set = \"4-5\"\n")
         .unwrap_err()
         .to_string();
-    assert!(e.contains("use cpu_dedicated_set for pinned guests"), "{e}");
+    assert!(
+        e.contains("resources.vcpu_pin_set") && e.contains("unset vcpu_pin_set"),
+        "{e}"
+    );
+    let legacy = parse("[resources]\nvcpu_pin_set = \"0-3\"\ncpu_shared_set = \"4\"\n").unwrap();
+    assert!(
+        legacy.resources.legacy_cpus(),
+        "vcpu_pin_set keeps Nova's legacy mode"
+    );
     let e = parse("[resources]\ncpu_dedicated_set = \"0-3\"\ncpu_shared_set = \"3-5\"\n")
         .unwrap_err()
         .to_string();

@@ -172,6 +172,11 @@ pub fn cpu_sets(inv: &HostInventory, res: &Resources) -> (CpuSet, CpuSet) {
         Some(d) => d.intersection(online),
     };
     let shared = match (&res.cpu_shared_set, &res.cpu_dedicated_set) {
+        // Nova's legacy option decides VCPU whenever it is set.
+        _ if res.vcpu_pin_set.is_some() => res
+            .vcpu_pin_set
+            .as_ref()
+            .map_or_else(CpuSet::new, |p| p.intersection(online)),
         (Some(s), _) => s.intersection(online),
         (None, Some(_)) => CpuSet::new(),
         (None, None) => online.clone(),

@@ -326,10 +326,9 @@ impl TrackerSettings {
         self.policy.resources.shared_storage_provider.is_some()
     }
 
-    /// Neither CPU set is configured (Nova's legacy fallback: pinned guests consume VCPU).
+    /// Nova's legacy CPU mode (pinned guests consume VCPU): see [`Resources::legacy_cpus`].
     pub fn legacy_cpus(&self) -> bool {
-        let r = &self.policy.resources;
-        r.cpu_dedicated_set.is_none() && r.cpu_shared_set.is_none()
+        self.policy.resources.legacy_cpus()
     }
 
     /// How usage is counted on this host.

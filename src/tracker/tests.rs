@@ -750,6 +750,37 @@ fn devices_held_by_unknown_owners_are_reclaimed_by_the_audit() {
 }
 
 #[test]
+fn vcpu_pin_set_is_novas_legacy_cpu_set() {
+    // Nova's deprecated option: VCPU is those CPUs, and pinned guests pin from them as VCPU.
+    let mut t = tracker_with(SyntheticHost::small(), "vcpu_pin_set = \"2-5\"");
+    assert_eq!(t.inventory()[&ResourceClass::Vcpu].total, 4);
+    assert!(!t.inventory().contains_key(&ResourceClass::Pcpu));
+    let numa = |f| {
+        req(
+            flavor(
+                1,
+                2,
+                512,
+                1,
+                &[("hw:cpu_policy", "dedicated"), ("hw:numa_nodes", f)],
+            ),
+            vec![],
+        )
+    };
+    let mut r = numa("1");
+    r.numa = crate::tracker::request::numa_of(&mut r.flavor, &Default::default(), None, "flavor")
+        .unwrap();
+    let o = claim(&mut t, 1, r).unwrap();
+    let pinned: Vec<u32> = o.claim.numa_topology.unwrap().cells[0]
+        .cpu_pinning
+        .values()
+        .copied()
+        .collect();
+    assert!(pinned.iter().all(|c| (2..=5).contains(c)), "{pinned:?}");
+    assert_eq!(used(&t, ResourceClass::Vcpu), 2);
+}
+
+#[test]
 fn dedicated_cpus_come_from_pcpu() {
     let mut t = tracker_with(
         SyntheticHost::small(),

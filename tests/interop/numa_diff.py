@@ -80,7 +80,7 @@ def set_config(cfg):
     CONF = N['CONF']
     CONF.set_override('cpu_dedicated_set', cfg.get('cpu_dedicated_set'), group='compute')
     CONF.set_override('cpu_shared_set', cfg.get('cpu_shared_set'), group='compute')
-    CONF.set_override('vcpu_pin_set', None)
+    CONF.set_override('vcpu_pin_set', cfg.get('vcpu_pin_set'))
     CONF.set_override('packing_host_numa_cells_allocation_strategy',
                       bool(cfg.get('packing_host_numa_cells_allocation_strategy')), group='compute')
     reserved = []

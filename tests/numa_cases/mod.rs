@@ -45,6 +45,9 @@ pub struct Host {
 pub struct CaseConfig {
     pub cpu_dedicated_set: Option<String>,
     pub cpu_shared_set: Option<String>,
+    /// Nova's legacy `vcpu_pin_set`.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub vcpu_pin_set: Option<String>,
     /// Nova's spellings: strings or {node, size, count} objects.
     pub reserved_huge_pages: Vec<Value>,
     pub cpu_allocation_ratio: f64,
@@ -212,6 +215,7 @@ fn from_scenario(name: &str, v: &Value) -> Case {
         },
         config: CaseConfig {
             cpu_dedicated_set: cfg["cpu_dedicated_set"].as_str().map(str::to_string),
+            vcpu_pin_set: cfg["vcpu_pin_set"].as_str().map(str::to_string),
             cpu_shared_set: cfg["cpu_shared_set"].as_str().map(str::to_string),
             reserved_huge_pages: cfg["reserved_huge_pages"]
                 .as_array()
@@ -320,8 +324,17 @@ fn random_host(r: &mut Rng) -> (Host, CaseConfig) {
         ..CaseConfig::default()
     };
     match r.range(0, 3) {
-        // Legacy: neither set.
-        0 => {}
+        // Legacy: neither set, or Nova's vcpu_pin_set on some of the CPUs.
+        0 => {
+            if r.chance(40) {
+                let mut pinned: Vec<u32> =
+                    online.iter().copied().filter(|_| r.chance(60)).collect();
+                if pinned.is_empty() {
+                    pinned.push(online[0]);
+                }
+                cfg.vcpu_pin_set = Some(cpulist(&pinned));
+            }
+        }
         // Both sets: the first core's threads of each cell shared, the rest dedicated.
         1 | 2 => {
             let mut shared = Vec::new();

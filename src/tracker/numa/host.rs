@@ -134,7 +134,7 @@ pub struct HostTopology {
 impl HostTopology {
     /// The host topology of `inv` under `res`.
     pub fn build(inv: &HostInventory, res: &Resources) -> HostTopology {
-        let legacy_cpus = res.cpu_dedicated_set.is_none() && res.cpu_shared_set.is_none();
+        let legacy_cpus = res.legacy_cpus();
         let (shared, mut dedicated) = cpu_sets(inv, res);
         if legacy_cpus {
             dedicated = shared.clone();

@@ -33,6 +33,15 @@ use crate::probes::{CpuSet, HostInventory};
 pub fn cpu_set_problems(inv: &HostInventory, res: &Resources) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let online = &inv.cpu.online;
+    if let Some(set) = &res.vcpu_pin_set {
+        let missing = set.difference(online);
+        if !missing.is_empty() {
+            out.push((
+                "resources.vcpu_pin_set".to_string(),
+                format!("names CPUs {missing} that are not online on this host (online: {online})"),
+            ));
+        }
+    }
     if let Some(set) = &res.cpu_shared_set {
         let missing = set.difference(online);
         if !missing.is_empty() {
