@@ -405,7 +405,8 @@ pub fn check_shape(doc: &Value, schema: &Value, answer: &Value, at: &str) {
             let answered: BTreeSet<&String> = fields.keys().collect();
             // Keys a schema leaves out of its `required` list may be absent; every key answered
             // must be documented.
-            let required: BTreeSet<&String> = match schema.get("required").and_then(Value::as_array) {
+            let required: BTreeSet<&String> = match schema.get("required").and_then(Value::as_array)
+            {
                 Some(r) if props.len() > r.len() => documented
                     .iter()
                     .copied()
