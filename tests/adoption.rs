@@ -745,7 +745,9 @@ fn a_claim_killed_before_its_allocation_is_written_is_found_after_the_restart() 
         started.elapsed().as_secs_f64()
     );
     // Logged once the cycle that wrote it ends.
-    wait("the fix logged", &mut || d.log_text().contains("drift found and fixed"));
+    wait("the fix logged", &mut || {
+        d.log_text().contains("drift found and fixed")
+    });
     d.kill();
 }
 
