@@ -350,15 +350,24 @@ def harness_config(daemon: Daemon, tracker: Any, nodename: str,
         'audit': {'interval_s': 1 if short_audit else 3600},
         'log': {'level': 'info'},
     }
+    service = getattr(tracker, 'service_ref', None)
+    if service is not None and 'id' in service and service.id is not None:
+        over['host']['service_id'] = int(service.id)
     if STATE.placement_url:
         over['placement'] = {
             'endpoint': STATE.placement_url,
             'auth': 'noauth',
             'token': 'admin',
             'roles': 'admin,service',
-            'report_interval_s': 1,
+            # Every report is asked for by POST /v1/refresh (nova-compute's periodic); the
+            # old binaries without it report every second and the harness polls Placement.
+            'report_interval_s': 1 if short_audit else 3600,
             'refresh_interval_s': 3600,
             'timeout_s': 10,
+            # nova-compute's virt driver sets the hypervisor traits, Nova's scheduler the
+            # allocations (as in production: conf.required_under_nova_compute).
+            'hypervisor_traits': 'nova-compute',
+            'report_allocations': False,
         }
     derived.pop('audit', None)
     cfg = rt_conf.merge(derived, over)
@@ -445,7 +454,9 @@ class HarnessBindingMixin:
         test = STATE.current_test
         if d is None:
             d = Daemon(self.tracker.host, nodename, test)
-            d.short_audit = STATE.has_refresh is not True
+            # Current rtrackd has POST /v1/refresh: long intervals, every audit and report
+            # asked for. An old binary without it is found at its first start (below).
+            d.short_audit = STATE.has_refresh is False
             STATE.daemons[key] = d
             if test is not None:
                 test.addCleanup(_stop_daemon, key, d)
@@ -463,6 +474,11 @@ class HarnessBindingMixin:
                     STATE.has_refresh = '/v1/refresh' in paths
                 except rt_client.RtrackError:
                     STATE.has_refresh = False
+                if not STATE.has_refresh and not d.short_audit:
+                    # An rtrackd without the route: audit and report every second, and poll.
+                    d.short_audit = True
+                    d.set_config(harness_config(d, self.tracker, nodename, resources, True))
+                    d.restart()
         elif cfg_changed:
             LOG.info('rtrackd %s: configuration changed, restarting', d.host)
             d.restart()
