@@ -38,6 +38,11 @@ def current_instance() -> Any:
     return getattr(_current, 'instance', None)
 
 
+def current_call() -> tuple[Optional[str], dict[str, Any]]:
+    """The wrapped driver method running now in this thread and its arguments by name."""
+    return getattr(_current, 'method', None), getattr(_current, 'arguments', None) or {}
+
+
 def libvirt_name(address: str) -> str:
     """A parent's libvirt node device name: ``0000:84:00.0`` -> ``pci_0000_84_00_0``;
     a virtual parent's name is kept."""
@@ -53,15 +58,18 @@ def _with_instance(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            instance = sig.bind_partial(self, *args, **kwargs).arguments.get('instance')
+            arguments = dict(sig.bind_partial(self, *args, **kwargs).arguments)
         except TypeError:
-            instance = None
-        prev = getattr(_current, 'instance', None)
-        _current.instance = instance
+            arguments = {}
+        prev = (getattr(_current, 'instance', None), getattr(_current, 'method', None),
+                getattr(_current, 'arguments', None))
+        _current.instance = arguments.get('instance')
+        _current.method = method.__name__
+        _current.arguments = arguments
         try:
             return method(self, *args, **kwargs)
         finally:
-            _current.instance = prev
+            _current.instance, _current.method, _current.arguments = prev
     wrapper._rtrack_wrapped = method  # type: ignore[attr-defined]
     return wrapper
 
@@ -71,6 +79,8 @@ def choose_mdevs(driver: Any, tracker: Any, instance: Any, allocations: Any) -> 
     if not driver._vgpu_allocations(allocations):
         return []
     mdevs = tracker.mdevs_for(instance)
+    if mdevs is None:
+        mdevs = _claim_live_migration(tracker, instance, allocations)
     if mdevs is None:
         from nova import exception
         raise exception.ComputeResourcesUnavailable(
@@ -98,6 +108,29 @@ def choose_mdevs(driver: Any, tracker: Any, instance: Any, allocations: Any) -> 
             LOG.info('Allocated mdev: %s (rtrackd).', uuid, instance=instance)
         chosen.append(uuid)
     return chosen
+
+
+def _claim_live_migration(tracker: Any, instance: Any, allocations: Any) -> Optional[list]:
+    """The destination of a vGPU live migration: Nova's compute claims a live migration only
+    for NUMA guests (``_live_migration_claim``) and lets the driver take mdevs from the
+    Placement allocations at ``check_source_migrate_data_at_dest``. rtrackd decides the
+    mdevs, so the incoming move is claimed there first, as a NUMA live migration is; its
+    rollback or completion is settled like one (the Migration's status, at the periodic).
+    Refused: MigrationPreCheckError, as Nova's pre-check fails."""
+    method, args = current_call()
+    if method != 'check_source_migrate_data_at_dest' or args.get('migration') is None:
+        return None
+    from nova import exception
+    nodename = tracker._only_node()
+    if nodename is None:
+        return None
+    try:
+        context = args.get('ctxt') or args.get('context')
+        tracker.live_migration_claim(context, instance, nodename, args['migration'],
+                                     args.get('limits'), allocations)
+    except exception.ComputeResourcesUnavailable as e:
+        raise exception.MigrationPreCheckError(reason=e.format_message())
+    return tracker.mdevs_for(instance)
 
 
 def install() -> None:

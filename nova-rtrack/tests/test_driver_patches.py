@@ -108,3 +108,49 @@ class InstallTest(test.NoDBTestCase):
         with mock.patch.object(driver_patches, 'current_instance', return_value=INSTANCE):
             self.assertEqual(['aaaa'],
                              libvirt_driver.LibvirtDriver._allocate_mdevs(drv, ALLOC))
+
+
+class LiveMigrationDestinationTest(test.NoDBTestCase):
+    """A vGPU guest live-migrating without NUMA: Nova's compute makes no claim, rtrackd must
+    be asked for the destination's mdevs at check_source_migrate_data_at_dest."""
+
+    def _tracker(self, refuse: bool = False) -> mock.Mock:
+        tracker = mock.Mock()
+        tracker._only_node.return_value = 'dest'
+        held: list = []
+        tracker.mdevs_for.side_effect = lambda inst: list(held) or None
+
+        def claim(*a: Any, **k: Any) -> None:
+            if refuse:
+                raise exception.ComputeResourcesUnavailable(reason='no room')
+            held.append({'uuid': 'cccc', 'parent': '0000:81:00.0', 'type': 'nvidia-11',
+                         'existing': False})
+        tracker.live_migration_claim.side_effect = claim
+        return tracker
+
+    def _run(self, tracker: Any, name: str = 'check_source_migrate_data_at_dest') -> list:
+        drv = FakeDriver(present=[])
+        migration = mock.sentinel.migration
+
+        def method(self_: Any, ctxt: Any, instance: Any, migrate_data: Any,
+                   migration: Any, limits: Any, allocs: Any) -> list:
+            return driver_patches.choose_mdevs(drv, tracker, instance, allocs)
+        method.__name__ = name
+        wrapped = driver_patches._with_instance(method)
+        return wrapped(drv, 'ctx', INSTANCE, None, migration, None, ALLOC)
+
+    def test_the_incoming_move_is_claimed_then_its_mdevs_used(self) -> None:
+        tracker = self._tracker()
+        self.assertEqual(['cccc'], self._run(tracker))
+        tracker.live_migration_claim.assert_called_once_with(
+            'ctx', INSTANCE, 'dest', mock.sentinel.migration, None, ALLOC)
+
+    def test_a_refusal_fails_the_precheck(self) -> None:
+        with self.assertRaises(exception.MigrationPreCheckError):
+            self._run(self._tracker(refuse=True))
+
+    def test_other_methods_claim_nothing(self) -> None:
+        tracker = self._tracker()
+        with self.assertRaises(exception.ComputeResourcesUnavailable):
+            self._run(tracker, name='spawn')
+        tracker.live_migration_claim.assert_not_called()
