@@ -332,12 +332,42 @@ class Daemon:
 
 # -- configuration -------------------------------------------------------------------------
 
+def _freeze_start_options(tracker: Any, derived: dict[str, Any]) -> None:
+    """Options Nova's libvirt driver reads once, when the compute service starts
+    (``supported_vgpu_types`` and the ``[mdev_*]`` mappings in its ``__init__``, the vPMEM
+    namespaces in ``init_host``), keep the value they had then for this tracker (one per
+    service start). The functional tests share one CONF between their computes and change
+    these options before restarting one compute only; the others keep what they started with.
+    """
+    frozen = getattr(tracker, '_harness_start_options', None)
+    if frozen is None:
+        devices = derived.get('devices') or {}
+        frozen = {
+            'enabled_mdev_types': devices.get('enabled_mdev_types'),
+            'pmem_namespaces': devices.get('pmem_namespaces'),
+            'mdev': derived.get('mdev'),
+        }
+        tracker._harness_start_options = frozen
+    devices = dict(derived.get('devices') or {})
+    for key in ('enabled_mdev_types', 'pmem_namespaces'):
+        devices.pop(key, None)
+        if frozen[key]:
+            devices[key] = frozen[key]
+    derived.pop('devices', None)
+    if devices:
+        derived['devices'] = devices
+    derived.pop('mdev', None)
+    if frozen['mdev']:
+        derived['mdev'] = frozen['mdev']
+
+
 def harness_config(daemon: Daemon, tracker: Any, nodename: str,
                    resources: dict[str, Any], short_audit: bool) -> str:
     from nova import conf as nova_conf
     CONF = nova_conf.CONF
     derived = rt_conf.derive(CONF, host=tracker.host, hypervisor_hostname=nodename,
                              compute_node_uuid=resources['uuid'], include_placement=False)
+    _freeze_start_options(tracker, derived)
     over: dict[str, Any] = {
         'host': {
             'root': daemon.root_link,
