@@ -48,6 +48,7 @@ from nova_rtrack import claims as rt_claims
 from nova_rtrack import client as rt_client
 from nova_rtrack import conf as rt_conf
 from nova_rtrack import driver_patches
+from nova_rtrack import pci_placement
 
 CONF = nova.conf.CONF
 rt_conf.register_opts(CONF)
@@ -379,6 +380,10 @@ class RtrackResourceTracker(object):
                 except rt_client.RtrackError as e:
                     LOG.error('Could not abort the claim in rtrackd: %s', e,
                               instance=instance)
+        try:
+            self._pci_placement(context.elevated(), nodename, None)
+        except Exception as e:  # noqa (healing is best effort here, as the periodic retries)
+            LOG.warning('PCI allocation healing failed: %s', e, instance=instance)
         return claim
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
@@ -647,6 +652,41 @@ class RtrackResourceTracker(object):
             LOG.warning('rtrackd did not record the outgoing move %s: %s', migration.id, e,
                         instance=instance)
             return False
+
+    def _register_outgoing(self, context: Any, client: rt_client.RtrackClient, nodename: str,
+                           migrations: Any) -> None:
+        """Tells rtrackd of the resizes and cold migrations leaving this node.
+
+        Nova's own tracker counts them from the Migration records at every audit; rtrackd
+        needs them so that the source side is held under the migration's uuid, as Placement
+        holds it (a VCPU -> PCPU reshape moves that consumer too). A new one is reported at once.
+        """
+        registered = False
+        for mig in migrations:
+            outgoing = (mig.source_compute == self.host and mig.source_node == nodename and
+                        (mig.dest_compute, mig.dest_node) != (self.host, nodename))
+            if (not outgoing or mig.status == 'error' or
+                    mig.migration_type not in ('resize', 'migration')):
+                continue
+            try:
+                if client.get_migration(mig.id) is not None:
+                    continue
+            except rt_client.RtrackError as e:
+                LOG.warning('Cannot read migration %s from rtrackd: %s', mig.id, e)
+                return
+            try:
+                instance = objects.Instance.get_by_uuid(
+                    context, mig.instance_uuid,
+                    expected_attrs=['system_metadata', 'numa_topology', 'flavor',
+                                    'migration_context', 'resources'])
+            except exception.InstanceNotFound:
+                continue
+            registered |= self._ensure_outgoing(context, client, instance, mig, nodename)
+        if registered:
+            try:
+                client.refresh()
+            except rt_client.RtrackError as e:
+                LOG.warning('rtrackd refresh after recording outgoing moves failed: %s', e)
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def drop_move_claim_at_source(self, context: Any, instance: Any, migration: Any) -> None:
@@ -1079,6 +1119,7 @@ class RtrackResourceTracker(object):
         migrations = objects.MigrationList.get_in_progress_and_error(
             context, self.host, nodename)
         self._settle_migrations(context, client, nodename)
+        self._register_outgoing(context, client, nodename, migrations)
         instance_by_uuid = self._sync_instances(context, client, nodename, instances,
                                                 migrations)
         self._ensure_compute_id_for_instances(context, instances, cn)
@@ -1088,6 +1129,7 @@ class RtrackResourceTracker(object):
         self._sync_pci_rows(context, nodename)
         self._sync_node(context, nodename, resources=resources, startup=startup)
         self._sync_traits(context, cn)
+        self._pci_placement(context, nodename, migrations, check=True)
 
     def _sync_instances(self, context: Any, client: rt_client.RtrackClient, nodename: str,
                         instances: Any, migrations: Any) -> dict[str, Any]:
@@ -1368,6 +1410,103 @@ class RtrackResourceTracker(object):
             except Exception as e:  # noqa
                 LOG.warning('Cannot set the traits of %s: %s', uuid, e)
                 return
+
+    def _spec_selected(self, nodename: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """The driver's PCI devices the ``[pci] device_spec`` selects, in the hypervisor's
+        order, each with its spec's tags."""
+        raw = (self.driver_resources.get(nodename) or {}).get('pci_passthrough_devices')
+        if not raw:
+            return []
+        try:
+            spec_filter = whitelist.Whitelist(CONF.pci.device_spec)
+        except exception.NovaException:
+            return []
+        out = []
+        for dev in jsonutils.loads(raw):
+            try:
+                spec = spec_filter.device_assignable(dict(dev))
+            except exception.NovaException:
+                spec = None
+            if spec is not None:
+                out.append((dev, dict(spec.get_tags())))
+        return out
+
+    def _pci_placement(self, context: Any, nodename: str, migrations: Any,
+                       check: bool = False) -> None:
+        """Nova's PCI-in-Placement duties left to nova-compute (pci_placement): with
+        ``check``, the device_spec refusals (PlacementPciException, which stops nova-compute
+        at start as Nova's does); then the healing of instance allocations missing their
+        PCI devices."""
+        if not CONF.pci.report_in_placement:
+            return
+        cn = self.compute_nodes.get(nodename)
+        if cn is None:
+            return
+        selected = self._spec_selected(nodename)
+        if check:
+            err = pci_placement.devname_refusal(
+                e for e in rt_conf._json_entries(CONF.pci.device_spec) if isinstance(e, dict))
+            err = err or pci_placement.dependent_refusal(
+                nodename, [d for d, tags in selected if not tags.get('physical_network')])
+            if err is not None:
+                raise err
+        physnet = {d['address'] for d, tags in selected if tags.get('physical_network')}
+        try:
+            devices = self._client(nodename).pci_devices()
+        except rt_client.RtrackError as e:
+            LOG.warning('Cannot read rtrackd PCI devices: %s', e)
+            return
+        held: dict[str, collections.Counter] = {}
+        for d in devices:
+            uuid = d.get('instance_uuid')
+            name = pci_placement.rp_name(nodename, d)
+            if not uuid or name is None or d['address'] in physnet:
+                continue
+            held.setdefault(uuid, collections.Counter())[name] += 1
+        if not held:
+            return
+        rc = self.reportclient
+        try:
+            resp = rc.get('/resource_providers?in_tree=%s' % cn.uuid, version='1.14',
+                          global_request_id=context.global_id)
+            rps = resp.json()['resource_providers'] if resp else []
+        except Exception as e:  # noqa
+            LOG.warning('Cannot read the provider tree of %s: %s', cn.uuid, e)
+            return
+        tree = {p['uuid'] for p in rps}
+        wanted = {n for c in held.values() for n in c}
+        providers: dict[str, tuple[str, Optional[str]]] = {}
+        for p in rps:
+            if p['name'] not in wanted:
+                continue
+            inv = rc._get_inventory(context, p['uuid']) or {}
+            classes = sorted((inv.get('inventories') or {}).keys())
+            providers[p['name']] = (p['uuid'], classes[0] if len(classes) == 1 else None)
+        skip = {m.instance_uuid for m in migrations or []
+                if m.source_compute == m.dest_compute and
+                m.migration_type == fields.MigrationType.RESIZE}
+        allocations = {}
+        for consumer in held:
+            try:
+                allocations[consumer] = rc.get_allocs_for_consumer(context, consumer)
+            except Exception as e:  # noqa
+                LOG.warning('Cannot read the allocations of %s: %s', consumer, e)
+        for consumer, current in pci_placement.heal(
+                nodename, held, providers, tree, allocations, skip).items():
+            payload = {
+                'allocations': {rp: {'resources': a['resources']}
+                                for rp, a in current['allocations'].items()
+                                if a.get('resources')},
+                'consumer_generation': current.get('consumer_generation'),
+                'project_id': current.get('project_id'),
+                'user_id': current.get('user_id'),
+            }
+            LOG.info('Healing the PCI allocations of %s in Placement: %s', consumer,
+                     payload['allocations'])
+            try:
+                rc.put_allocations(context, consumer, payload)
+            except Exception as e:  # noqa
+                LOG.warning('Cannot heal the PCI allocations of %s: %s', consumer, e)
 
     @staticmethod
     def _has_remote_managed(cn: Any) -> bool:
