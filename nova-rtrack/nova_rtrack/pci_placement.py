@@ -43,14 +43,35 @@ def rp_name(nodename: str, dev: dict[str, Any]) -> Optional[str]:
     return None
 
 
-def dependent_refusal(nodename: str, devices: Iterable[dict[str, Any]]
-                      ) -> Optional[exception.PlacementPciException]:
-    """A PF and one of its VFs both selected by the spec (``devices``: the selected ones, in
-    the hypervisor's order): Nova's exception, naming the device that made the conflict and
-    the ones already on that provider."""
-    parents: dict[str, str] = {}
+def _rc(dev: dict[str, Any], tags: dict[str, Any]) -> str:
+    from nova.compute import pci_placement_translator as ppt
+    return ppt.get_resource_class(tags.get('resource_class'), dev.get('vendor_id'),
+                                  dev.get('product_id'))
+
+
+def _traits(tags: dict[str, Any]) -> set[str]:
+    import os_traits
+    from nova.compute import pci_placement_translator as ppt
+    from oslo_utils import strutils
+    traits = ppt.get_traits(tags.get('traits', '')) | {os_traits.COMPUTE_MANAGED_PCI_DEVICE}
+    if strutils.bool_from_string(tags.get('live_migratable', 'false')):
+        traits.add(os_traits.HW_PCI_LIVE_MIGRATABLE)
+    return traits
+
+
+def view_refusal(nodename: str, selected: Iterable[tuple[dict[str, Any], dict[str, Any]]]
+                 ) -> Optional[exception.PlacementPciException]:
+    """What Nova refuses when it builds its Placement view of the devices the spec selects
+    (``selected``: (device, spec tags), in the hypervisor's order; devices with a
+    ``physical_network`` are Neutron's and left out): a PF together with one of its VFs, VFs
+    of one PF with different resource classes or traits. Nova's exceptions and words."""
+    parents: set[str] = set()
     members: dict[str, list[str]] = collections.defaultdict(list)
-    for dev in devices:
+    rcs: dict[str, str] = {}
+    traits: dict[str, set[str]] = {}
+    for dev, tags in selected:
+        if tags.get('physical_network'):
+            continue
         name = rp_name(nodename, dev)
         if name is None:
             continue
@@ -59,7 +80,20 @@ def dependent_refusal(nodename: str, devices: Iterable[dict[str, Any]]
             return exception.PlacementPciDependentDeviceException(
                 parent_dev=dev['address'], children_devs=','.join(members[name]))
         if is_parent:
-            parents[name] = dev['address']
+            parents.add(name)
+            members[name].append(dev['address'])
+            continue
+        rc, tr = _rc(dev, tags), _traits(tags)
+        if name in rcs and rcs[name] != rc:
+            return exception.PlacementPciMixedResourceClassException(
+                new_rc=rc, new_dev=dev['address'], current_rc=rcs[name],
+                current_devs=','.join(members[name]))
+        if name in traits and traits[name] != tr:
+            return exception.PlacementPciMixedTraitsException(
+                new_traits=','.join(sorted(tr)), new_dev=dev['address'],
+                current_traits=','.join(sorted(traits[name])),
+                current_devs=','.join(members[name]))
+        rcs[name], traits[name] = rc, tr
         members[name].append(dev['address'])
     return None
 

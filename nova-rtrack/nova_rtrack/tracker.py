@@ -51,6 +51,10 @@ from nova_rtrack import driver_patches
 from nova_rtrack import pci_placement
 
 CONF = nova.conf.CONF
+# The Nova components whose warnings the drop-in gives in their place (see
+# _warn_held_unselected).
+PCI_MANAGER_LOG = logging.getLogger('nova.pci.manager')
+PCI_PLACEMENT_LOG = logging.getLogger('nova.compute.pci_placement_translator')
 rt_conf.register_opts(CONF)
 LOG = logging.getLogger(__name__)
 
@@ -1024,6 +1028,21 @@ class RtrackResourceTracker(object):
             out[dev['address']] = dev
         return out
 
+    def _unselected_free(self, nodename: str, devices: list[dict[str, Any]]) -> set[str]:
+        """Free devices the hypervisor no longer reports or the ``[pci] device_spec`` no
+        longer selects: Nova's PciDevTracker drops them at once (a held one when it is
+        freed); rtrackd may list them until its next audit."""
+        raw = (self.driver_resources.get(nodename) or {}).get('pci_passthrough_devices')
+        if raw is None:
+            return set()
+        try:
+            whitelist.Whitelist(CONF.pci.device_spec)
+        except exception.NovaException:
+            return set()
+        chosen = {d['address'] for d, _tags in self._spec_selected(nodename)}
+        return {d['address'] for d in devices
+                if not d.get('instance_uuid') and d['address'] not in chosen}
+
     def _sync_pci_rows(self, context: Any, nodename: str, force: bool = False) -> None:
         """PciDevice rows = rtrackd's tracked devices.
 
@@ -1046,7 +1065,10 @@ class RtrackResourceTracker(object):
         drv = self._driver_pci_devices(nodename)
         rows = self._pci_rows(context, nodename)
         seen = set()
+        dropped = self._unselected_free(nodename, devices)
         for d in devices:
+            if d['address'] in dropped:
+                continue
             addr = d['address']
             seen.add(addr)
             row = rows.get(addr)
@@ -1446,8 +1468,7 @@ class RtrackResourceTracker(object):
         if check:
             err = pci_placement.devname_refusal(
                 e for e in rt_conf._json_entries(CONF.pci.device_spec) if isinstance(e, dict))
-            err = err or pci_placement.dependent_refusal(
-                nodename, [d for d, tags in selected if not tags.get('physical_network')])
+            err = err or pci_placement.view_refusal(nodename, selected)
             if err is not None:
                 raise err
         physnet = {d['address'] for d, tags in selected if tags.get('physical_network')}
@@ -1456,6 +1477,7 @@ class RtrackResourceTracker(object):
         except rt_client.RtrackError as e:
             LOG.warning('Cannot read rtrackd PCI devices: %s', e)
             return
+        self._warn_held_unselected(cn, devices, selected)
         held: dict[str, collections.Counter] = {}
         for d in devices:
             uuid = d.get('instance_uuid')
@@ -1507,6 +1529,58 @@ class RtrackResourceTracker(object):
                 rc.put_allocations(context, consumer, payload)
             except Exception as e:  # noqa
                 LOG.warning('Cannot heal the PCI allocations of %s: %s', consumer, e)
+
+    def _warn_held_unselected(self, cn: Any, devices: list[dict[str, Any]],
+                              selected: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+        """Nova's warnings for a device an instance holds that the hypervisor no longer
+        reports or the ``[pci] device_spec`` no longer selects (rtrackd keeps it, and its
+        Placement provider, until it is freed), with the words and logger names of the Nova
+        components the drop-in replaces (PciDevTracker, the PCI Placement translator), which
+        operators' log checks know."""
+        chosen = {d['address'] for d, _tags in selected}
+        reported = set()
+        raw = (self.driver_resources.get(cn.hypervisor_hostname) or {}).get(
+            'pci_passthrough_devices')
+        if raw:
+            reported = {d['address'] for d in jsonutils.loads(raw)}
+        try:
+            spec_filter = whitelist.Whitelist(CONF.pci.device_spec)
+        except exception.NovaException:
+            spec_filter = None
+        for d in devices:
+            owner = d.get('instance_uuid')
+            status = d.get('status')
+            if not owner or status not in ('allocated', 'claimed') or d['address'] in chosen:
+                continue
+            invalid = exception.PciDeviceInvalidStatus(
+                compute_node_id=cn.id, address=d['address'], status=status,
+                hopestatus=['available', 'unavailable', 'unclaimable'])
+            PCI_MANAGER_LOG.warning(
+                "Unable to remove device with status '%(status)s' and ownership "
+                "%(instance_uuid)s because of %(pci_exception)s. Check your [pci]device_spec "
+                "configuration to make sure this allocated device is whitelisted. If you have "
+                "removed the device from the whitelist intentionally or the device is no "
+                "longer available on the host you will need to delete the server or migrate "
+                "it to another host to silence this warning.",
+                {'status': status, 'instance_uuid': owner,
+                 'pci_exception': invalid.format_message()})
+            in_spec = False
+            if d['address'] not in reported and spec_filter is not None:
+                try:
+                    in_spec = spec_filter.device_assignable(
+                        {k: d.get(k) for k in ('address', 'vendor_id', 'product_id',
+                                               'dev_type', 'parent_addr')}) is not None
+                except exception.NovaException:
+                    in_spec = False
+            if not in_spec:
+                PCI_PLACEMENT_LOG.warning(
+                    "Device spec is not found for device %s in [pci]device_spec. The device "
+                    "is allocated by %s. We are keeping this device in the Placement view. You "
+                    "should not remove an allocated device from the configuration. Please "
+                    "restore the configuration. If you cannot restore the configuration as the "
+                    "device is dead then delete or cold migrate the instance and then restart "
+                    "the nova-compute service to resolve the inconsistency.",
+                    d['address'], owner)
 
     @staticmethod
     def _has_remote_managed(cn: Any) -> bool:

@@ -23,12 +23,28 @@ class RefusalTest(test.NoDBTestCase):
         self.assertIsNone(pci_placement.devname_refusal([{'address': '0000:81:00.0'}]))
 
     def test_pf_and_its_vf(self) -> None:
-        err = pci_placement.dependent_refusal('c1', [PF, VF])
+        err = pci_placement.view_refusal('c1', [(PF, {}), (VF, {})])
         self.assertIsInstance(err, exception.PlacementPciDependentDeviceException)
         self.assertIn('Configuring both 0000:81:00.1 and 0000:81:00.0 in [pci]device_spec',
                       str(err))
-        self.assertIsNone(pci_placement.dependent_refusal('c1', [VF]))
-        self.assertIsNone(pci_placement.dependent_refusal('c1', [PF]))
+        self.assertIsNone(pci_placement.view_refusal('c1', [(VF, {})]))
+        self.assertIsNone(pci_placement.view_refusal('c1', [(PF, {})]))
+        # a PF for Neutron (physical_network) is not in Placement's view
+        self.assertIsNone(pci_placement.view_refusal(
+            'c1', [(PF, {'physical_network': 'net1'}), (VF, {})]))
+
+    def test_sibling_vfs_must_agree(self) -> None:
+        vf2 = dict(VF, address='0000:81:00.2')
+        err = pci_placement.view_refusal(
+            'c1', [(VF, {'resource_class': 'foo'}), (vf2, {'resource_class': 'bar'})])
+        self.assertIsInstance(err, exception.PlacementPciMixedResourceClassException)
+        self.assertIn('We got CUSTOM_BAR for 0000:81:00.2 and CUSTOM_FOO for 0000:81:00.1',
+                      str(err))
+        err = pci_placement.view_refusal(
+            'c1', [(VF, {'traits': 'foo'}), (vf2, {'traits': 'bar'})])
+        self.assertIsInstance(err, exception.PlacementPciMixedTraitsException)
+        self.assertIsNone(pci_placement.view_refusal(
+            'c1', [(VF, {'traits': 'foo'}), (vf2, {'traits': 'foo'})]))
 
     def test_provider_names(self) -> None:
         self.assertEqual('c1_0000:81:00.0', pci_placement.rp_name('c1', VF))
