@@ -217,6 +217,8 @@ class RtrackResourceTracker(object):
         self.claimed_mdevs: dict[str, list[dict[str, Any]]] = {}
         # instance uuid -> PCI addresses claimed but not yet allocated (see _claim_only)
         self.pci_claimed_only: dict[str, set[str]] = {}
+        # Nova's PciDevTracker reads [pci] device_spec once, when the service starts.
+        self.device_spec: list[str] = list(CONF.pci.device_spec or [])
         driver_patches.bind(driver, self)
         self.binding = _binding_factory(self)
         # A disagreement between nova.conf and rtrack.toml stops nova-compute here, naming
@@ -544,6 +546,10 @@ class RtrackResourceTracker(object):
                 except rt_client.RtrackError as e:
                     LOG.error('Could not revert the move in rtrackd: %s', e,
                               instance=instance)
+        try:
+            self._pci_placement(context.elevated(), nodename, [migration])
+        except Exception as e:  # noqa (healing is best effort here, as the periodic retries)
+            LOG.warning('PCI allocation healing failed: %s', e, instance=instance)
         return claim
 
     def _own_allocations(self, cn: Any, allocations: Any) -> Any:
@@ -1012,7 +1018,7 @@ class RtrackResourceTracker(object):
         if not raw:
             return {}
         try:
-            spec_filter = whitelist.Whitelist(CONF.pci.device_spec)
+            spec_filter = whitelist.Whitelist(self.device_spec)
         except exception.NovaException as e:
             LOG.warning('Cannot read [pci] device_spec: %s', e)
             spec_filter = None
@@ -1036,7 +1042,7 @@ class RtrackResourceTracker(object):
         if raw is None:
             return set()
         try:
-            whitelist.Whitelist(CONF.pci.device_spec)
+            whitelist.Whitelist(self.device_spec)
         except exception.NovaException:
             return set()
         chosen = {d['address'] for d, _tags in self._spec_selected(nodename)}
@@ -1440,7 +1446,7 @@ class RtrackResourceTracker(object):
         if not raw:
             return []
         try:
-            spec_filter = whitelist.Whitelist(CONF.pci.device_spec)
+            spec_filter = whitelist.Whitelist(self.device_spec)
         except exception.NovaException:
             return []
         out = []
@@ -1467,7 +1473,7 @@ class RtrackResourceTracker(object):
         selected = self._spec_selected(nodename)
         if check:
             err = pci_placement.devname_refusal(
-                e for e in rt_conf._json_entries(CONF.pci.device_spec) if isinstance(e, dict))
+                e for e in rt_conf._json_entries(self.device_spec) if isinstance(e, dict))
             err = err or pci_placement.view_refusal(nodename, selected)
             if err is not None:
                 raise err
@@ -1544,7 +1550,7 @@ class RtrackResourceTracker(object):
         if raw:
             reported = {d['address'] for d in jsonutils.loads(raw)}
         try:
-            spec_filter = whitelist.Whitelist(CONF.pci.device_spec)
+            spec_filter = whitelist.Whitelist(self.device_spec)
         except exception.NovaException:
             spec_filter = None
         for d in devices:

@@ -333,9 +333,9 @@ class Daemon:
 # -- configuration -------------------------------------------------------------------------
 
 def _freeze_start_options(tracker: Any, derived: dict[str, Any]) -> None:
-    """Options Nova's libvirt driver reads once, when the compute service starts
-    (``supported_vgpu_types`` and the ``[mdev_*]`` mappings in its ``__init__``, the vPMEM
-    namespaces in ``init_host``), keep the value they had then for this tracker (one per
+    """Options Nova reads once, when the compute service starts (the libvirt driver's
+    ``supported_vgpu_types`` and ``[mdev_*]`` mappings in its ``__init__``, the vPMEM
+    namespaces in ``init_host``, the PciDevTracker's ``[pci] device_spec``), keep the value they had then for this tracker (one per
     service start). The functional tests share one CONF between their computes and change
     these options before restarting one compute only; the others keep what they started with.
     """
@@ -346,6 +346,7 @@ def _freeze_start_options(tracker: Any, derived: dict[str, Any]) -> None:
             'enabled_mdev_types': devices.get('enabled_mdev_types'),
             'pmem_namespaces': devices.get('pmem_namespaces'),
             'mdev': derived.get('mdev'),
+            'device_spec': (derived.get('pci') or {}).get('device_spec'),
         }
         tracker._harness_start_options = frozen
     devices = dict(derived.get('devices') or {})
@@ -359,6 +360,13 @@ def _freeze_start_options(tracker: Any, derived: dict[str, Any]) -> None:
     derived.pop('mdev', None)
     if frozen['mdev']:
         derived['mdev'] = frozen['mdev']
+    pci = dict(derived.get('pci') or {})
+    pci.pop('device_spec', None)
+    if frozen['device_spec']:
+        pci['device_spec'] = frozen['device_spec']
+    derived.pop('pci', None)
+    if pci:
+        derived['pci'] = pci
 
 
 def harness_config(daemon: Daemon, tracker: Any, nodename: str,
