@@ -1126,6 +1126,8 @@ class RtrackResourceTracker(object):
         if 'cpu_info' not in resources or resources['cpu_info'] is None:
             resources['cpu_info'] = ''
         self.driver_resources[nodename] = resources
+        if startup:
+            self._check_pci_reporting_kept(context, resources['uuid'])
         # Outside the lock: starting or refreshing rtrackd may wait on Placement.
         self.binding.prepare(context, nodename, resources, startup)
         self._update_available_resource(context, resources, startup=startup)
@@ -1458,6 +1460,27 @@ class RtrackResourceTracker(object):
             if spec is not None:
                 out.append((dev, dict(spec.get_tags())))
         return out
+
+    def _check_pci_reporting_kept(self, context: Any, root_uuid: str) -> None:
+        """Nova refuses to turn ``[pci] report_in_placement`` off once PCI providers
+        (``COMPUTE_MANAGED_PCI_DEVICE``) exist in the compute's tree: checked at start (Nova
+        checks at every periodic; only the start's refusal stops the service), before
+        rtrackd is given the new configuration (which would remove them)."""
+        if CONF.pci.report_in_placement:
+            return
+        try:
+            resp = self.reportclient.get(
+                '/resource_providers?in_tree=%s&required=%s' % (
+                    root_uuid, os_traits.COMPUTE_MANAGED_PCI_DEVICE),
+                version='1.18', global_request_id=context.global_id)
+            found = resp.json()['resource_providers'] if resp else []
+        except Exception as e:  # noqa
+            LOG.warning('Cannot read the provider tree of %s: %s', root_uuid, e)
+            return
+        if found:
+            raise exception.PlacementPciException(
+                error='The [pci]report_in_placement is False but it was enabled before on '
+                      'this compute. Nova does not support disabling it after it is enabled.')
 
     def _pci_placement(self, context: Any, nodename: str, migrations: Any,
                        check: bool = False) -> None:
