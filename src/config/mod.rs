@@ -23,6 +23,7 @@ pub mod placement_sources;
 pub mod pmem;
 pub mod provider_yaml;
 pub mod upstream;
+mod valid;
 pub mod yaml;
 
 use std::path::{Path, PathBuf};
@@ -37,6 +38,7 @@ pub use file::{
 };
 pub use numa::{ReservedPages, ReservedPagesConfig};
 pub use pci::{AliasConfig, DeviceSpecConfig};
+pub use valid::{DiskSource, LogFormat, Resources, ValidConfig};
 
 impl Config {
     /// Reads and parses a file.
@@ -476,187 +478,6 @@ fn key_error(file: &Path, e: upstream::KeyError) -> ConfigError {
         key: e.key,
         value: e.value,
         expected: e.expected,
-    }
-}
-
-/// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
-
-/// Reserved amounts and ratios, validated.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Resources {
-    /// VCPUs kept for the host.
-    pub reserved_host_cpus: i64,
-    /// MiB kept for the host.
-    pub reserved_host_memory_mb: i64,
-    /// Disk MiB kept for the host.
-    pub reserved_host_disk_mb: i64,
-    /// Configured VCPU ratio, if any.
-    pub cpu_allocation_ratio: Option<f64>,
-    /// Configured memory ratio, if any.
-    pub ram_allocation_ratio: Option<f64>,
-    /// Configured disk ratio, if any.
-    pub disk_allocation_ratio: Option<f64>,
-    /// Ratio for a new node when none is configured.
-    pub initial_cpu_allocation_ratio: f64,
-    /// Ratio for a new node when none is configured.
-    pub initial_ram_allocation_ratio: f64,
-    /// Ratio for a new node when none is configured.
-    pub initial_disk_allocation_ratio: f64,
-    /// CPUs for pinned instances.
-    pub cpu_dedicated_set: Option<CpuSet>,
-    /// CPUs for floating instances.
-    pub cpu_shared_set: Option<CpuSet>,
-    /// Nova's legacy `vcpu_pin_set`: the CPUs of every guest, floating and pinned, counted as
-    /// VCPU (with `cpu_shared_set` too, this one still decides VCPU, as in Nova).
-    pub vcpu_pin_set: Option<CpuSet>,
-    /// `cpu_power_management`: Nova powers the dedicated CPUs no guest runs on down, and
-    /// they count while offline; `None` when off.
-    pub cpu_power_management: Option<CpuPowerManagement>,
-    /// Sharing provider holding DISK_GB.
-    pub shared_storage_provider: Option<uuid::Uuid>,
-    /// Pages kept from guests, per node and size (`reserved_huge_pages`).
-    pub reserved_huge_pages: Vec<ReservedPages>,
-    /// Fill the busiest NUMA cells first (Nova's packing strategy) instead of spreading.
-    pub packing_host_numa_cells_allocation_strategy: bool,
-    /// The base page size in KiB, when configured.
-    pub base_page_size_kb: Option<u64>,
-}
-
-impl Resources {
-    /// Nova's legacy CPU mode: pinned guests pin from the floating guests' CPUs and count as
-    /// VCPU, when no dedicated set is configured and either no shared set or `vcpu_pin_set`.
-    pub fn legacy_cpus(&self) -> bool {
-        self.cpu_dedicated_set.is_none()
-            && (self.cpu_shared_set.is_none() || self.vcpu_pin_set.is_some())
-    }
-}
-
-impl Default for Resources {
-    fn default() -> Resources {
-        // The defaults of an empty file; validate() of an empty Config gives the same.
-        Resources {
-            reserved_host_cpus: 0,
-            reserved_host_memory_mb: 512,
-            reserved_host_disk_mb: 0,
-            cpu_allocation_ratio: None,
-            ram_allocation_ratio: None,
-            disk_allocation_ratio: None,
-            initial_cpu_allocation_ratio: 4.0,
-            initial_ram_allocation_ratio: 1.0,
-            initial_disk_allocation_ratio: 1.0,
-            cpu_dedicated_set: None,
-            cpu_shared_set: None,
-            vcpu_pin_set: None,
-            cpu_power_management: None,
-            shared_storage_provider: None,
-            reserved_huge_pages: Vec::new(),
-            packing_host_numa_cells_allocation_strategy: false,
-            base_page_size_kb: None,
-        }
-    }
-}
-
-/// Where DISK_GB comes from (`[host] disk_source`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum DiskSource {
-    /// The filesystem of the instances path (`statvfs`), as Nova's libvirt driver measures it
-    /// for a local image backend.
-    #[default]
-    Statvfs,
-    /// The totals the caller gives in `POST /v1/refresh` (kept in the state directory): an
-    /// image backend that is not a local filesystem (rbd, LVM), or nova-compute on rtrack.
-    Caller,
-}
-
-/// The configuration rtrack runs with: every value checked, defaults applied.
-#[derive(Debug, Clone)]
-pub struct ValidConfig {
-    /// Roots to probe.
-    pub probe_root: crate::probes::HostRoot,
-    /// State directory as configured (resolved against `$STATE_DIRECTORY` by the daemon).
-    pub state_dir: Option<PathBuf>,
-    /// Instances path.
-    pub instances_path: PathBuf,
-    /// `[host] disk_source`.
-    pub disk_source: DiskSource,
-    /// Configured node name.
-    pub hypervisor_hostname: Option<String>,
-    /// Configured service host name.
-    pub host: Option<String>,
-    /// ComputeNode hypervisor_type.
-    pub hypervisor_type: String,
-    /// ComputeNode host_ip.
-    pub host_ip: Option<std::net::IpAddr>,
-    /// ComputeNode service_id.
-    pub service_id: Option<i64>,
-    /// `[host] compute_node_uuid`: the identity the state directory must have (lower-case,
-    /// hyphenated).
-    pub compute_node_uuid: Option<String>,
-    /// Reserved amounts and ratios.
-    pub resources: Resources,
-    /// PCI device specs, in file order (first match wins).
-    pub device_specs: Vec<crate::pci_policy::DeviceSpec>,
-    /// PCI aliases by name (same-name entries ORed, as Nova does).
-    pub aliases: crate::pci_policy::AliasTable,
-    /// `[pci] report_in_placement`.
-    pub report_pci_in_placement: bool,
-    /// `[devices]` and `[mdev.*]`: vGPU types, their parents and classes; SEV guests.
-    pub mdev: devices::MdevPolicy,
-    /// `[neutron]`, `[neutron_physnet.*]`, `[neutron_tunnel]`: the networks' NUMA affinity.
-    pub network_affinity: neutron::NetworkAffinity,
-    /// Where Nova's provider config files are read from.
-    pub provider_config_location: PathBuf,
-    /// What they say (read by the loader, with the file; empty until then).
-    pub provider_configs: provider_yaml::ProviderConfigs,
-    /// Audit interval.
-    pub audit_interval_s: u64,
-    /// Audit jitter.
-    pub audit_jitter_s: u64,
-    /// API socket path as configured.
-    pub socket: Option<PathBuf>,
-    /// API socket mode.
-    pub socket_mode: u32,
-    /// API socket group.
-    pub socket_group: String,
-    /// Request body limit.
-    pub max_body_bytes: u64,
-    /// Request timeout.
-    pub request_timeout_s: u64,
-    /// Connections served at once.
-    pub max_connections: u64,
-    /// Header (and idle) timeout of a connection, seconds.
-    pub header_timeout_s: u64,
-    /// Metrics TCP listener.
-    pub metrics_listen: Option<std::net::SocketAddr>,
-    /// Log format.
-    pub log_format: LogFormat,
-    /// Log level.
-    pub log_level: String,
-    /// `[placement]`, validated: `None` when no endpoint is set (reporting off).
-    pub placement_settings: Option<upstream::PlacementSettings>,
-    /// `[upstream.http]`, validated.
-    pub http_push: Option<upstream::HttpPushSettings>,
-    /// `[placement]` as written.
-    pub placement: PlacementConfig,
-    /// `[upstream.http]` as written.
-    pub upstream_http: Option<UpstreamHttpConfig>,
-}
-
-impl ValidConfig {
-    /// The configuration of an empty file.
-    pub fn defaults() -> ValidConfig {
-        // An empty Config always validates; the error arm cannot happen but is not unwrapped.
-        match Config::default().validate(Path::new("(defaults)")) {
-            Ok(v) => v,
-            Err(e) => unreachable!("defaults must validate: {e}"),
-        }
     }
 }
 

@@ -164,3 +164,64 @@ pub trait PlacementApi {
     /// Requests sent so far, by kind.
     fn counts(&self) -> RequestCounts;
 }
+
+/// The microversion that gave consumers a type (`consumer_type`, required in writes from then).
+pub const CONSUMER_TYPES: (u32, u32) = (1, 38);
+/// The last one without: writes there leave an existing consumer's type as it is.
+pub const BEFORE_CONSUMER_TYPES: (u32, u32) = (1, 36);
+
+/// A type Placement accepts in a write (`^[A-Z0-9_]+$`); it reads back "unknown" for consumers
+/// written without one.
+pub fn sendable_type(t: &str) -> bool {
+    !t.is_empty()
+        && t.bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// The `POST /reshaper` body: each provider's inventory with its generation, each consumer's
+/// whole allocation with its owner and generation (`consumer_type` only `with_types`).
+pub fn reshaper_body(
+    inventories: &BTreeMap<Uuid, (u64, BTreeMap<String, InventoryRecord>)>,
+    allocations: &BTreeMap<Uuid, ConsumerAllocations>,
+    with_types: bool,
+) -> serde_json::Value {
+    use serde_json::json;
+    let inventories: BTreeMap<Uuid, serde_json::Value> = inventories
+        .iter()
+        .map(|(rp, (generation, inv))| {
+            (
+                *rp,
+                json!({"resource_provider_generation": generation, "inventories": inv}),
+            )
+        })
+        .collect();
+    let allocations: BTreeMap<Uuid, serde_json::Value> = allocations
+        .iter()
+        .map(|(c, a)| {
+            let (project, user, ctype) = a
+                .owner
+                .clone()
+                .unwrap_or_else(|| ("unknown".into(), "unknown".into(), String::new()));
+            let per_rp: BTreeMap<Uuid, serde_json::Value> = a
+                .resources
+                .iter()
+                .map(|(rp, r)| (*rp, json!({"resources": r})))
+                .collect();
+            let mut body = json!({
+                "allocations": per_rp,
+                "project_id": project,
+                "user_id": user,
+                "consumer_generation": a.generation,
+            });
+            if with_types {
+                body["consumer_type"] = json!(if ctype.is_empty() {
+                    "INSTANCE".to_string()
+                } else {
+                    ctype
+                });
+            }
+            (*c, body)
+        })
+        .collect();
+    json!({"inventories": inventories, "allocations": allocations})
+}

@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::allocations::{Amounts, Owner};
+use super::api::{reshaper_body, sendable_type, BEFORE_CONSUMER_TYPES, CONSUMER_TYPES};
 use super::api::{ConsumerAllocations, PlacementApi, ProviderInfo, RequestCounts};
 use super::auth::Authenticator;
 use super::plan::InventoryRecord;
@@ -249,19 +250,6 @@ impl HttpPlacement {
         self.version = negotiated;
         answer
     }
-}
-
-/// The microversion that gave consumers a type (`consumer_type`, required in writes from then).
-const CONSUMER_TYPES: (u32, u32) = (1, 38);
-/// The last one without: writes there leave an existing consumer's type as it is.
-const BEFORE_CONSUMER_TYPES: (u32, u32) = (1, 36);
-
-/// A type Placement accepts in a write (`^[A-Z0-9_]+$`); it reads back "unknown" for consumers
-/// written without one.
-fn sendable_type(t: &str) -> bool {
-    !t.is_empty()
-        && t.bytes()
-            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
 }
 
 impl PlacementApi for HttpPlacement {
@@ -553,50 +541,13 @@ impl PlacementApi for HttpPlacement {
         inventories: &BTreeMap<Uuid, (u64, BTreeMap<String, InventoryRecord>)>,
         allocations: &BTreeMap<Uuid, ConsumerAllocations>,
     ) -> Result<(), UpstreamError> {
-        let inventories: BTreeMap<Uuid, Value> = inventories
-            .iter()
-            .map(|(rp, (generation, inv))| {
-                (
-                    *rp,
-                    json!({"resource_provider_generation": generation, "inventories": inv}),
-                )
-            })
-            .collect();
         // Every consumer moved exists: without types in the request, Placement keeps each one's
         // (needed when one is "unknown", which cannot be sent).
         let keep_types = allocations
             .values()
             .any(|a| a.owner.as_ref().is_some_and(|o| !sendable_type(&o.2)));
-        let with_type = self.version_at_least(CONSUMER_TYPES) && !keep_types;
-        let allocations: BTreeMap<Uuid, Value> = allocations
-            .iter()
-            .map(|(c, a)| {
-                let (project, user, ctype) = a
-                    .owner
-                    .clone()
-                    .unwrap_or_else(|| ("unknown".into(), "unknown".into(), String::new()));
-                let per_rp: BTreeMap<Uuid, Value> = a
-                    .resources
-                    .iter()
-                    .map(|(rp, r)| (*rp, json!({"resources": r})))
-                    .collect();
-                let mut body = json!({
-                    "allocations": per_rp,
-                    "project_id": project,
-                    "user_id": user,
-                    "consumer_generation": a.generation,
-                });
-                if with_type {
-                    body["consumer_type"] = json!(if ctype.is_empty() {
-                        "INSTANCE".to_string()
-                    } else {
-                        ctype
-                    });
-                }
-                (*c, body)
-            })
-            .collect();
-        let body = json!({"inventories": inventories, "allocations": allocations});
+        let with_types = self.version_at_least(CONSUMER_TYPES) && !keep_types;
+        let body = reshaper_body(inventories, allocations, with_types);
         if keep_types {
             self.call_before_types("reshape", Method::POST, "/reshaper", &body)
                 .await?;
