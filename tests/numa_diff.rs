@@ -502,6 +502,25 @@ struct Tally {
     failures: Vec<String>,
 }
 
+/// Whether Nova's cells (`host_cell` of each guest cell, in order) are rtrack's.
+fn same_host_cells(nova: &Value, ours: &RStep) -> bool {
+    let theirs: Vec<u64> = nova
+        .as_array()
+        .map(|cells| {
+            cells
+                .iter()
+                .filter_map(|c| c["host_cell"].as_u64())
+                .collect()
+        })
+        .unwrap_or_default();
+    let mine: Vec<u64> = ours
+        .fitted
+        .as_ref()
+        .map(|t| t.cells.iter().map(|c| u64::from(c.host_cell)).collect())
+        .unwrap_or_default();
+    !mine.is_empty() && theirs == mine
+}
+
 fn nova_cells(v: &Value) -> Vec<Value> {
     v.as_array().cloned().unwrap_or_default()
 }
@@ -597,6 +616,7 @@ fn compare(case: &Case, ours: &[RStep], rhost: &RHost, nova: &Value, tally: &mut
             n["id"].as_str().unwrap_or("")
         );
         let nres = n["result"].as_str().unwrap_or("");
+        let nocache = &n["nocache"];
         let explain = |why: &'static str, tally: &mut Tally| {
             tally.explained.entry(why).or_default().push(at.clone());
         };
@@ -626,13 +646,25 @@ fn compare(case: &Case, ours: &[RStep], rhost: &RHost, nova: &Value, tally: &mut
                 explain("Nova fits isolate + isolated emulator threads next to a busy sibling, then fails to pin (CPUPinningInvalid); rtrack reserves a whole free core", tally);
                 return;
             }
+            // Nova's cached fit hands one host cell's pins to another guest cell (the error
+            // names CPUs of a cell the guest cell is not on); judged afresh, Nova fits the guest
+            // on the same host cells as rtrack.
+            ("error", "fitted")
+                if n["error"]
+                    .as_str()
+                    .is_some_and(|e| e.starts_with("CPUPinningUnknown"))
+                    && nocache["result"] == "fitted"
+                    && same_host_cells(&nocache["cells"], o) =>
+            {
+                explain("Nova's fit cache pins a guest cell with another host cell's CPUs, then fails to apply it (CPUPinningUnknown); Nova's own fit, judged afresh, takes the same host cells as rtrack", tally);
+                return;
+            }
             _ => {}
         }
         if nres == "fitted" && o.result == "refused_totals" {
             explain("Placement's totals (VCPU, PCPU, MEMORY_MB with their max_unit) refuse what Nova's NUMA code alone would place; rtrack checks both, as the scheduler does", tally);
             return;
         }
-        let nocache = &n["nocache"];
         let ours_fitted = o.result == "fitted";
         if ["claim", "check", "resize"].contains(&n["op"].as_str().unwrap_or(""))
             && nres != o.result.as_str()
