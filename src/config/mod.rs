@@ -22,6 +22,7 @@ mod placement;
 pub mod placement_sources;
 pub mod pmem;
 pub mod provider_yaml;
+pub mod topology;
 pub mod upstream;
 pub mod yaml;
 
@@ -37,6 +38,7 @@ pub use file::{
 };
 pub use numa::{ReservedPages, ReservedPagesConfig};
 pub use pci::{AliasConfig, DeviceSpecConfig};
+pub use topology::{PinAlignment, TopologyPolicy};
 
 impl Config {
     /// Reads and parses a file.
@@ -143,6 +145,7 @@ impl Config {
             cpu_shared_set: cpuset("resources.cpu_shared_set", &r.cpu_shared_set)?,
             vcpu_pin_set: cpuset("resources.vcpu_pin_set", &r.vcpu_pin_set)?,
             cpu_power_management: cpu_power::validate(r, file)?,
+            topology: topology::validate(r, file)?,
             reserved_huge_pages: numa::reserved_huge_pages(
                 r.reserved_huge_pages.as_deref().unwrap_or_default(),
                 file,
@@ -507,6 +510,9 @@ pub struct Resources {
     /// `cpu_power_management`: Nova powers the dedicated CPUs no guest runs on down, and
     /// they count while offline; `None` when off.
     pub cpu_power_management: Option<CpuPowerManagement>,
+    /// `pin_alignment`, `prefer_closest_cells`, `dedicated_core_types`: rtrack's placement
+    /// policies beyond Nova's, off by default.
+    pub topology: TopologyPolicy,
     /// Sharing provider holding DISK_GB.
     pub shared_storage_provider: Option<uuid::Uuid>,
     /// Pages kept from guests, per node and size (`reserved_huge_pages`).
@@ -543,6 +549,7 @@ impl Default for Resources {
             cpu_shared_set: None,
             vcpu_pin_set: None,
             cpu_power_management: None,
+            topology: TopologyPolicy::default(),
             shared_storage_provider: None,
             reserved_huge_pages: Vec::new(),
             packing_host_numa_cells_allocation_strategy: false,
