@@ -2,12 +2,14 @@
 """Runs Nova's functional test modules with nova-compute on rtrack (or, --baseline, on
 Nova's own tracker), one process per module, and prints ``N passed, N failed, N skipped``.
 
-    run-functional.py [--baseline] [--python PY] [--out DIR] [--rtrackd BIN]
-                      [MODULE_OR_TEST...]
+    run-functional.py [--baseline] [--junit-dir DIR] [--python PY] [--out DIR]
+                      [--rtrackd BIN] [MODULE_OR_TEST...]
 
 MODULE may be short (``test_rt_servers``: looked up under nova.tests.functional.libvirt) or a
-dotted name down to one test. JUnit XML goes to ``DIR/<mode>/<module>.xml`` (default DIR:
-the repository's target/nova-functional), each module's output to ``<module>.log`` beside it.
+dotted name down to one test. JUnit XML goes to ``--junit-dir`` as ``<module>.xml`` when given,
+else to ``OUT/<mode>/<module>.xml`` (default OUT: the repository's target/nova-functional);
+each module's output goes to ``OUT/<mode>/<module>.log``, its JSON summary beside it. The last
+line printed is ``N passed, N failed, N skipped``; the exit status is 0 when nothing failed.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -32,6 +35,21 @@ def site_packages(py: str) -> str:
         text=True).strip()
 
 
+def snapshot_binary(path: str, bindir: str) -> str:
+    """A private copy of rtrackd for this run (the one in /work/rtrackd-bin may be replaced
+    while the run goes on): ``bindir/rtrackd-<mtime>-<size>``, reused when already there."""
+    st = os.stat(path)
+    os.makedirs(bindir, exist_ok=True)
+    dst = os.path.join(bindir, 'rtrackd-%d-%d' % (int(st.st_mtime), st.st_size))
+    if not os.path.exists(dst):
+        tmp = dst + '.tmp%d' % os.getpid()
+        shutil.copy2(path, tmp)
+        os.replace(tmp, dst)
+    print('rtrackd: %s (copy of %s, %s)' % (dst, path, time.strftime(
+        '%Y-%m-%d %H:%M:%S', time.localtime(st.st_mtime))), flush=True)
+    return dst
+
+
 def full_name(name: str) -> str:
     return name if name.startswith('nova.') else PREFIX + name
 
@@ -41,7 +59,9 @@ def main() -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--baseline', action='store_true', help="Nova's own tracker")
     p.add_argument('--python', default=DEFAULT_PY)
-    p.add_argument('--out', default=DEFAULT_OUT)
+    p.add_argument('--out', default=DEFAULT_OUT, help='logs and summaries (and JUnit XML '
+                   'without --junit-dir) under OUT/<mode>/')
+    p.add_argument('--junit-dir', default=None, help='JUnit XML files here, one per module')
     p.add_argument('--rtrackd', default=os.environ.get('RTRACKD', '/work/rtrackd-bin/rtrackd'))
     p.add_argument('--nice', type=int, default=10)
     p.add_argument('--quiet', action='store_true', help='no per-test lines')
@@ -51,10 +71,13 @@ def main() -> int:
     mode = 'baseline' if a.baseline else 'rtrack'
     outdir = os.path.join(a.out, mode)
     os.makedirs(outdir, exist_ok=True)
+    junit_dir = os.path.abspath(a.junit_dir) if a.junit_dir else outdir
+    os.makedirs(junit_dir, exist_ok=True)
     sp = site_packages(a.python)
     env = dict(os.environ)
     env['PYTHONPATH'] = HERE + (os.pathsep + env['PYTHONPATH'] if env.get('PYTHONPATH') else '')
-    env['RTRACKD'] = a.rtrackd
+    if not a.baseline:
+        env['RTRACKD'] = snapshot_binary(a.rtrackd, os.path.join(a.out, 'bin'))
     env.setdefault('RTRACK_HARNESS_DIR', os.path.join(a.out, 'harness'))
 
     totals = {'passed': 0, 'failed': 0, 'skipped': 0}
@@ -63,7 +86,7 @@ def main() -> int:
     for name in a.names:
         full = full_name(name)
         short = full[len(PREFIX):] if full.startswith(PREFIX) else full
-        junit = os.path.join(outdir, short + '.xml')
+        junit = os.path.join(junit_dir, short + '.xml')
         summary = os.path.join(outdir, short + '.json')
         log = os.path.join(outdir, short + '.log')
         cmd = ['nice', '-n', str(a.nice), a.python, '-m', 'nova_rtrack.testing.worker',
@@ -82,6 +105,7 @@ def main() -> int:
                         print('  ' + line.rstrip(), flush=True)
                 elif not line.startswith('START '):
                     logf.write(line)
+                    logf.flush()
             rc = proc.wait()
         wall = time.time() - t0
         try:
@@ -91,6 +115,8 @@ def main() -> int:
             s = {'records': [{'id': full, 'outcome': 'failed', 'time': 0.0,
                               'detail': 'worker exited %s without a summary (see %s)' % (
                                   rc, log)}]}
+            from nova_rtrack.testing.worker import write_junit
+            write_junit(junit, short, s['records'], wall)
         counts = {'passed': 0, 'failed': 0, 'skipped': 0}
         for r in s['records']:
             counts[r['outcome']] += 1

@@ -162,7 +162,9 @@ fn acknowledged_claims_survive_sigkill() {
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();
-        let deadline = Duration::from_millis(200 + fastrand::u64(0..600));
+        // The kill comes at a random moment after the first acknowledgement (a loaded machine
+        // may take long to start the child).
+        let deadline = Duration::from_millis(fastrand::u64(0..600));
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -171,9 +173,23 @@ fn acknowledged_claims_survive_sigkill() {
                 }
             }
         });
-        let start = Instant::now();
         let mut acked = Vec::new();
         let mut aborted = std::collections::BTreeSet::new();
+        let started = Instant::now();
+        while acked.is_empty() && started.elapsed() < Duration::from_secs(60) {
+            match rx.recv_timeout(Duration::from_millis(20)) {
+                Ok(line) => {
+                    if let Some(u) = line.strip_prefix("ACK ") {
+                        acked.push(u.to_string());
+                    } else if let Some(u) = line.strip_prefix("ABORTING ") {
+                        aborted.insert(u.to_string());
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(_) => {}
+            }
+        }
+        let start = Instant::now();
         while start.elapsed() < deadline + Duration::from_millis(500) {
             match rx.recv_timeout(Duration::from_millis(20)) {
                 Ok(line) => {

@@ -1040,6 +1040,163 @@ async fn in_use_class_is_kept_and_retried_next_cycle() {
     assert_eq!(o.requests.get("put_inventories"), 2, "{}", o.requests);
 }
 
+/// A host moved from "no CPU sets" to `cpu_dedicated_set` (as Nova's Train upgrade does): the
+/// pinned guests booted before hold VCPU; the reshape turns exactly what their claims count as
+/// PCPU into PCPU, in one transaction, keeping every other part and the owner. A consumer
+/// rtrack holds no claim for keeps its VCPU, and the old VCPU record stays until it is gone.
+#[tokio::test(flavor = "current_thread")]
+async fn pinned_guests_vcpu_becomes_pcpu_when_the_host_gets_cpu_dedicated_set() {
+    let Some(srv) = server("pcpu") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let inv = probe(&SyntheticHost::small(), &tmp.path().join("host"));
+    let raw = srv.client();
+    let node = Uuid::new_v4();
+    let mut legacy = config(&srv.url, "");
+    legacy.placement.roles = Some("admin,service".into());
+    let mut r = reporter(&legacy);
+    let d =
+        DesiredState::build(&view(&inv, &legacy), &legacy, node, "cmp-pcpu", false, &[]).unwrap();
+    r.report(&d).await.unwrap();
+    // A Neutron bandwidth provider outside rtrack's tree.
+    let bw = Uuid::new_v4();
+    let (s, v) = raw
+        .send(
+            reqwest::Method::POST,
+            "/resource_providers",
+            Some(json!({"uuid": bw.to_string(), "name": "agent-bw"})),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let (s, v) = raw
+        .put(
+            &format!("/resource_providers/{bw}/inventories"),
+            json!({"resource_provider_generation": 0, "inventories": {
+                "NET_BW_EGR_KILOBIT_PER_SEC": {"total": 10000}}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let (pinned, migration, stranger) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    let before = [
+        (
+            pinned,
+            "INSTANCE",
+            json!({node.to_string(): {"resources": {"VCPU": 2, "MEMORY_MB": 512}},
+                                     bw.to_string(): {"resources": {"NET_BW_EGR_KILOBIT_PER_SEC": 1000}}}),
+        ),
+        (
+            migration,
+            "MIGRATION",
+            json!({node.to_string(): {"resources": {"VCPU": 2, "MEMORY_MB": 512}}}),
+        ),
+        (
+            stranger,
+            "INSTANCE",
+            json!({node.to_string(): {"resources": {"VCPU": 1}}}),
+        ),
+    ];
+    for (c, kind, a) in &before {
+        let (s, v) = raw
+            .put(
+                &format!("/allocations/{c}"),
+                json!({"allocations": a, "project_id": "p1", "user_id": "u1",
+                       "consumer_generation": null, "consumer_type": kind}),
+            )
+            .await;
+        assert_eq!(s, 204, "{v}");
+    }
+    // Restarted with every CPU dedicated: the claims of the instance and of the outgoing
+    // move count PCPU now.
+    let mut pinned_cfg = config(&srv.url, "[resources]\ncpu_dedicated_set = \"0-7\"\n");
+    pinned_cfg.placement.roles = Some("admin,service".into());
+    let claim = |uuid: Uuid, kind: &str| Consumer {
+        uuid,
+        project_id: Some("p1".into()),
+        user_id: Some("u1".into()),
+        consumer_type: kind.into(),
+        resources: BTreeMap::from([
+            (ResourceKey::Host("PCPU".into()), 2),
+            (ResourceKey::Host("MEMORY_MB".into()), 512),
+        ]),
+    };
+    let claims = [
+        claim(pinned, CONSUMER_INSTANCE),
+        claim(migration, CONSUMER_MIGRATION),
+    ];
+    let d = DesiredState::build(
+        &view(&inv, &pinned_cfg),
+        &pinned_cfg,
+        node,
+        "cmp-pcpu",
+        false,
+        &claims,
+    )
+    .unwrap();
+    let mut r = reporter(&pinned_cfg);
+    let o = r.report(&d).await.unwrap();
+    eprintln!(
+        "MEASURE VCPU->PCPU reshape: {} ({:?})",
+        o.requests, o.reshaped
+    );
+    assert_eq!(o.requests.get("reshape"), 1, "{}", o.requests);
+    assert_eq!(o.reshaped, ["VCPU->PCPU"]);
+    let a = raw.get(&format!("/allocations/{pinned}")).await;
+    assert_eq!(
+        a["allocations"][node.to_string()]["resources"],
+        json!({"PCPU": 2, "MEMORY_MB": 512})
+    );
+    assert_eq!(
+        a["allocations"][bw.to_string()]["resources"],
+        json!({"NET_BW_EGR_KILOBIT_PER_SEC": 1000})
+    );
+    assert_eq!(
+        (a["project_id"].clone(), a["user_id"].clone()),
+        (json!("p1"), json!("u1"))
+    );
+    let a = raw.get(&format!("/allocations/{migration}")).await;
+    assert_eq!(
+        a["allocations"][node.to_string()]["resources"],
+        json!({"PCPU": 2, "MEMORY_MB": 512})
+    );
+    assert_eq!(a["consumer_type"], "MIGRATION");
+    let a = raw.get(&format!("/allocations/{stranger}")).await;
+    assert_eq!(
+        a["allocations"][node.to_string()]["resources"],
+        json!({"VCPU": 1})
+    );
+    let held = raw
+        .get(&format!("/resource_providers/{node}/inventories"))
+        .await;
+    assert_eq!(held["inventories"]["PCPU"]["total"], 8);
+    assert!(
+        held["inventories"]["VCPU"].is_object(),
+        "kept while the stranger uses it: {held}"
+    );
+    // Nothing more to move: the next cycles do not read the consumers again.
+    let o = r.report(&d).await.unwrap();
+    assert_eq!(
+        o.requests.get("reshape") + o.requests.get("get_consumer"),
+        0,
+        "{}",
+        o.requests
+    );
+    // Once the stranger is gone, VCPU goes.
+    let (s, v) = raw
+        .send(
+            reqwest::Method::DELETE,
+            &format!("/allocations/{stranger}"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 204, "{v}");
+    r.report(&d).await.unwrap();
+    let held = raw
+        .get(&format!("/resource_providers/{node}/inventories"))
+        .await;
+    assert!(held["inventories"].get("VCPU").is_none(), "{held}");
+    let usage = raw.get(&format!("/resource_providers/{node}/usages")).await;
+    assert_eq!(usage["usages"]["PCPU"], 4);
+}
+
 // ------------------------------------------------------------------ the daemon and the CLI
 
 /// `rtrackd` reports from its own loop: claims made over its socket become allocations

@@ -18,6 +18,11 @@ def install() -> None:
 
     from nova_rtrack import tracker
 
+    try:
+        from nova_rtrack import driver_patches
+        driver_patches.install()
+    except ImportError:  # pragma: no cover (a compute without the libvirt driver)
+        pass
     if resource_tracker.ResourceTracker is not tracker.RtrackResourceTracker:
         resource_tracker.NovaResourceTracker = resource_tracker.ResourceTracker
         resource_tracker.ResourceTracker = tracker.RtrackResourceTracker

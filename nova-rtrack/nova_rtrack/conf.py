@@ -154,6 +154,14 @@ def derive(conf: cfg.ConfigOpts, *, host: Optional[str] = None,
     if pcl:
         res['provider_config_location'] = pcl
 
+    if _opt(conf, 'libvirt', 'cpu_power_management'):
+        res['cpu_power_management'] = True
+        for name in ('cpu_power_management_strategy', 'cpu_power_governor_low',
+                     'cpu_power_governor_high'):
+            v = _opt(conf, 'libvirt', name)
+            if v:
+                res[name] = v
+
     pci: dict[str, Any] = {}
     specs = [_pci_spec(e) for e in _json_entries(_opt(conf, 'pci', 'device_spec'))]
     if specs:
@@ -167,9 +175,10 @@ def derive(conf: cfg.ConfigOpts, *, host: Optional[str] = None,
     if pci:
         out['pci'] = pci
 
+    devices: dict[str, Any] = {}
     types = list(_opt(conf, 'devices', 'enabled_mdev_types') or [])
     if types:
-        out['devices'] = {'enabled_mdev_types': types}
+        devices['enabled_mdev_types'] = types
         mdev: dict[str, Any] = {}
         for t in types:
             g = 'mdev_%s' % t
@@ -185,6 +194,19 @@ def derive(conf: cfg.ConfigOpts, *, host: Optional[str] = None,
                 entry['max_instances'] = int(mi)
             mdev[t] = entry
         out['mdev'] = mdev
+    cpu_mode = _opt(conf, 'libvirt', 'cpu_mode')
+    if cpu_mode:
+        devices['cpu_mode'] = cpu_mode
+    tdx = _opt(conf, 'libvirt', 'num_intel_tdx_guests')
+    if tdx is not None:
+        devices['num_intel_tdx_guests'] = int(tdx)
+    pmem = [e for e in (_opt(conf, 'libvirt', 'pmem_namespaces') or []) if e]
+    if pmem:
+        devices['pmem_namespaces'] = list(pmem)
+    if devices:
+        out['devices'] = devices
+
+    out.update(_neutron(conf))
 
     interval = _opt(conf, None, 'update_resources_interval')
     if interval and interval > 0:
@@ -222,6 +244,27 @@ def derive(conf: cfg.ConfigOpts, *, host: Optional[str] = None,
     return {k: v for k, v in out.items() if v}
 
 
+def _neutron(conf: cfg.ConfigOpts) -> dict[str, Any]:
+    """NUMA-aware vSwitches: ``[neutron] physnets``, ``[neutron_physnet_<name>] numa_nodes``
+    (dynamic groups, registered by ``nova.conf.neutron.register_dynamic_opts``) and
+    ``[neutron_tunnel] numa_nodes``, as rtrack's ``[neutron]``, ``[neutron_physnet.<name>]``
+    and ``[neutron_tunnel]``. A physnet whose group is not registered or has no nodes is
+    written with an empty list: rtrackd refuses it naming the option, as Nova's driver does.
+    """
+    out: dict[str, Any] = {}
+    physnets = [p for p in (_opt(conf, 'neutron', 'physnets') or []) if p]
+    if physnets:
+        out['neutron'] = {'physnets': list(physnets)}
+        out['neutron_physnet'] = {
+            p: {'numa_nodes': [int(n) for n in
+                               (_opt(conf, 'neutron_physnet_%s' % p, 'numa_nodes') or [])]}
+            for p in physnets}
+    tunnel = _opt(conf, 'neutron_tunnel', 'numa_nodes')
+    if tunnel:
+        out['neutron_tunnel'] = {'numa_nodes': [int(n) for n in tunnel]}
+    return out
+
+
 # Where each rtrack key comes from in nova.conf, for messages.
 NOVA_OPTION = {
     'host.host': '[DEFAULT] host',
@@ -246,6 +289,15 @@ NOVA_OPTION = {
     'pci.alias': '[pci] alias',
     'pci.report_in_placement': '[pci] report_in_placement',
     'devices.enabled_mdev_types': '[devices] enabled_mdev_types',
+    'devices.cpu_mode': '[libvirt] cpu_mode',
+    'devices.num_intel_tdx_guests': '[libvirt] num_intel_tdx_guests',
+    'devices.pmem_namespaces': '[libvirt] pmem_namespaces',
+    'resources.cpu_power_management': '[libvirt] cpu_power_management',
+    'resources.cpu_power_management_strategy': '[libvirt] cpu_power_management_strategy',
+    'resources.cpu_power_governor_low': '[libvirt] cpu_power_governor_low',
+    'resources.cpu_power_governor_high': '[libvirt] cpu_power_governor_high',
+    'neutron.physnets': '[neutron] physnets',
+    'neutron_tunnel.numa_nodes': '[neutron_tunnel] numa_nodes',
     'audit.interval_s': '[DEFAULT] update_resources_interval',
 }
 
@@ -263,6 +315,10 @@ RTRACK_DEFAULTS = {
     'pci.report_in_placement': False,
     'host.instances_path': '/var/lib/nova/instances',
     'audit.interval_s': 60,
+    'resources.cpu_power_management': False,
+    'resources.cpu_power_management_strategy': 'cpu_state',
+    'resources.cpu_power_governor_low': 'powersave',
+    'resources.cpu_power_governor_high': 'performance',
 }
 
 # Keys compared at start. The [placement] credentials and per-host identity are not: an
@@ -283,7 +339,8 @@ def _flat(d: dict[str, Any], prefix: str = '') -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in d.items():
         key = '%s.%s' % (prefix, k) if prefix else k
-        if isinstance(v, dict) and not key.startswith('pci.') and key != 'mdev':
+        if isinstance(v, dict) and not key.startswith('pci.') and key not in (
+                'mdev', 'neutron_physnet'):
             out.update(_flat(v, key))
         else:
             out[key] = v
@@ -300,6 +357,11 @@ def _norm(key: str, v: Any) -> Any:
                 e = ','.join('%s:%s' % (k, e[k]) for k in ('node', 'size', 'count') if k in e)
             norm.append(e)
         return sorted(norm)
+    if key == 'devices.pmem_namespaces' and isinstance(v, list):
+        # Nova's list option splits on commas; rtrack also takes one entry holding them all.
+        return sorted(p.strip() for e in v for p in str(e).split(',') if p.strip())
+    if key in ('neutron.physnets', 'neutron_tunnel.numa_nodes') and isinstance(v, list):
+        return sorted(v) or None
     if key in ('host.instances_path', 'resources.provider_config_location') and \
             isinstance(v, str) and len(v) > 1:
         return v.rstrip('/')
@@ -328,6 +390,38 @@ def mismatches(derived: dict[str, Any], actual: dict[str, Any]) -> list[str]:
         if want_m.get(t, {}) != have_m.get(t, {}):
             out.append('[mdev_%s] in nova.conf is %s, but rtrack.toml [mdev.%s] is %s' % (
                 t, _show(want_m.get(t)), t, _show(have_m.get(t))))
+    # [neutron_physnet_<name>] groups
+    want_p = derived.get('neutron_physnet', {})
+    have_p = actual.get('neutron_physnet', {})
+    for p in sorted(set(want_p) | set(have_p)):
+        w = sorted((want_p.get(p) or {}).get('numa_nodes') or [])
+        h = sorted((have_p.get(p) or {}).get('numa_nodes') or [])
+        if w != h:
+            out.append('[neutron_physnet_%s] numa_nodes = %s in nova.conf, but rtrack.toml '
+                       'has neutron_physnet.%s.numa_nodes = %s' % (
+                           p, _show(w if p in want_p else None), p,
+                           _show(h if p in have_p else None)))
+    return out
+
+
+def required_under_nova_compute(actual: dict[str, Any]) -> list[str]:
+    """rtrack.toml keys that must have one value when nova-compute runs on rtrack.
+
+    nova-compute's virt driver writes the hypervisor traits (CPU features, arch,
+    COMPUTE_STATUS_DISABLED) and Nova's scheduler writes the allocations: rtrackd must leave
+    both alone, or two writers flap.
+    """
+    pl = actual.get('placement')
+    if not isinstance(pl, dict):
+        return []
+    out = []
+    if pl.get('hypervisor_traits', 'rtrack') != 'nova-compute':
+        out.append('rtrack.toml has placement.hypervisor_traits = %s; nova-compute on rtrack '
+                   'needs "nova-compute" (its virt driver sets the hypervisor traits)' % (
+                       _show(pl.get('hypervisor_traits'))))
+    if pl.get('report_allocations', False):
+        out.append('rtrack.toml has placement.report_allocations = true; nova-compute on '
+                   "rtrack needs false (allocations are Nova's scheduler's)")
     return out
 
 
@@ -345,7 +439,9 @@ def load_toml(path: str) -> dict[str, Any]:
 def check_file(conf: cfg.ConfigOpts, path: str) -> list[str]:
     """Problems between nova.conf and the rtrack.toml at ``path`` (empty: consistent)."""
     problems = unsupported(conf)
-    problems += mismatches(derive(conf, include_placement=False), load_toml(path))
+    actual = load_toml(path)
+    problems += mismatches(derive(conf, include_placement=False), actual)
+    problems += required_under_nova_compute(actual)
     return problems
 
 

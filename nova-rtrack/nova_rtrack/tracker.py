@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional
 
 import os_traits
 from oslo_log import log as logging
+from oslo_serialization import jsonutils
 from oslo_utils import excutils
 
 from nova.compute import monitors
@@ -38,6 +39,7 @@ from nova import objects
 from nova.objects import fields
 from nova.objects import migration as migration_obj
 from nova.pci import request as pci_request
+from nova.pci import whitelist
 from nova.scheduler.client import report
 from nova import utils
 from nova.virt import node as virt_node
@@ -45,8 +47,14 @@ from nova.virt import node as virt_node
 from nova_rtrack import claims as rt_claims
 from nova_rtrack import client as rt_client
 from nova_rtrack import conf as rt_conf
+from nova_rtrack import driver_patches
+from nova_rtrack import pci_placement
 
 CONF = nova.conf.CONF
+# The Nova components whose warnings the drop-in gives in their place (see
+# _warn_held_unselected).
+PCI_MANAGER_LOG = logging.getLogger('nova.pci.manager')
+PCI_PLACEMENT_LOG = logging.getLogger('nova.compute.pci_placement_translator')
 rt_conf.register_opts(CONF)
 LOG = logging.getLogger(__name__)
 
@@ -204,6 +212,14 @@ class RtrackResourceTracker(object):
         self.provider_configs: dict = {}
         # Last driver resources per node (the harness and the ComputeNode sync read it).
         self.driver_resources: dict[str, dict[str, Any]] = {}
+        # rtrackd's vGPU choices per instance (mdevs of the last claim or move answer), for
+        # the libvirt driver's _allocate_mdevs (driver_patches).
+        self.claimed_mdevs: dict[str, list[dict[str, Any]]] = {}
+        # instance uuid -> PCI addresses claimed but not yet allocated (see _claim_only)
+        self.pci_claimed_only: dict[str, set[str]] = {}
+        # Nova's PciDevTracker reads [pci] device_spec once, when the service starts.
+        self.device_spec: list[str] = list(CONF.pci.device_spec or [])
+        driver_patches.bind(driver, self)
         self.binding = _binding_factory(self)
         # A disagreement between nova.conf and rtrack.toml stops nova-compute here, naming
         # the option (the manager builds the tracker while the service is created).
@@ -283,6 +299,12 @@ class RtrackResourceTracker(object):
             context, instance.uuid, image_meta, flavor, None, pci_requests, {}, None,
             instance.availability_zone if 'availability_zone' in instance else None,
             project_id=instance.project_id, user_id=instance.user_id)
+        # PCI request groups (Nova's pci_in_placement) come out of from_components unmapped:
+        # which providers they use is in the PCI requests' rp_uuids and the allocations. An
+        # unmapped group would read as "no provider" to rtrackd.
+        spec.requested_resources = [
+            g for g in (spec.requested_resources or [])
+            if 'provider_uuids' in g and g.provider_uuids]
         spec.is_bfv = self._is_bfv(context, instance)
         netmeta = self._network_metadata(limits)
         if netmeta is not None:
@@ -337,8 +359,8 @@ class RtrackResourceTracker(object):
             _status, answer = client.claim(body, request_id=self._rid(context))
         except rt_client.Refused as e:
             reason = _refusal_reason(e, bool(pci_requests and pci_requests.requests))
-            LOG.info('Failed to claim: %s (rtrackd: %s)', reason, e.message,
-                     instance=instance)
+            LOG.info('Failed to claim: %s (rtrackd: %s; %s)', reason, e.message,
+                     jsonutils.dumps(e.details)[:2000], instance=instance)
             raise _unavailable(reason)
         except rt_client.RtrackError as e:
             LOG.warning('Failed to claim on node %s: %s', nodename, e, instance=instance)
@@ -350,7 +372,8 @@ class RtrackResourceTracker(object):
             instance.numa_topology = claim.claimed_numa_topology
             self._set_instance_host_and_node(instance, cn)
             self._apply_pci(context, nodename, instance, answer)
-            instance.resources = None
+            instance.resources = self._resources_from_answer(cn, answer)
+            self._remember_mdevs(instance.uuid, answer)
             self.tracked_instances.add(instance.uuid)
             self.stats[nodename].update_stats_for_instance(instance, False)
             self._sync_node(context, nodename)
@@ -363,10 +386,15 @@ class RtrackResourceTracker(object):
                 except rt_client.RtrackError as e:
                     LOG.error('Could not abort the claim in rtrackd: %s', e,
                               instance=instance)
+        try:
+            self._pci_placement(context.elevated(), nodename, None)
+        except Exception as e:  # noqa (healing is best effort here, as the periodic retries)
+            LOG.warning('PCI allocation healing failed: %s', e, instance=instance)
         return claim
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def abort_instance_claim(self, context: Any, instance: Any, nodename: str) -> None:
+        self.claimed_mdevs.pop(instance.uuid, None)
         try:
             self._client(nodename).abort(instance.uuid, request_id=self._rid(context))
         except rt_client.RtrackError as e:
@@ -379,6 +407,7 @@ class RtrackResourceTracker(object):
             self._sync_node(context.elevated(), nodename)
 
     def _forget_instance(self, nodename: str, instance: Any) -> None:
+        self.claimed_mdevs.pop(instance.uuid, None)
         if instance.uuid in self.tracked_instances:
             self.tracked_instances.discard(instance.uuid)
             self.stats[nodename].update_stats_for_instance(instance, True)
@@ -476,8 +505,8 @@ class RtrackResourceTracker(object):
         except (rt_client.Refused, rt_client.Conflict) as e:
             # A live migration's page-size check is a 409 conflict in rtrackd.
             reason = _refusal_reason(e, bool(new_pci_requests.requests), is_live)
-            LOG.info('Failed to claim: %s (rtrackd: %s)', reason, e.message,
-                     instance=instance)
+            LOG.info('Failed to claim: %s (rtrackd: %s; %s)', reason, e.message,
+                     jsonutils.dumps(e.details)[:2000], instance=instance)
             raise _unavailable(reason)
         except rt_client.RtrackError as e:
             LOG.warning('Failed to claim a move on node %s: %s', nodename, e,
@@ -503,9 +532,10 @@ class RtrackResourceTracker(object):
                 old_pci_requests=instance.pci_requests,
                 new_pci_requests=new_pci_requests,
                 old_resources=instance.resources,
-                new_resources=None)
+                new_resources=self._resources_from_answer(cn, claim_answer))
             instance.migration_context = mig_context
             instance.save()
+            self._remember_mdevs(instance.uuid, claim_answer)
             self.tracked_migrations[instance.uuid] = migration
             self._sync_pci_rows(context, nodename)
             self._sync_node(context.elevated(), nodename)
@@ -516,6 +546,10 @@ class RtrackResourceTracker(object):
                 except rt_client.RtrackError as e:
                     LOG.error('Could not revert the move in rtrackd: %s', e,
                               instance=instance)
+        try:
+            self._pci_placement(context.elevated(), nodename, [migration])
+        except Exception as e:  # noqa (healing is best effort here, as the periodic retries)
+            LOG.warning('PCI allocation healing failed: %s', e, instance=instance)
         return claim
 
     def _own_allocations(self, cn: Any, allocations: Any) -> Any:
@@ -629,8 +663,44 @@ class RtrackResourceTracker(object):
                         instance=instance)
             return False
 
+    def _register_outgoing(self, context: Any, client: rt_client.RtrackClient, nodename: str,
+                           migrations: Any) -> None:
+        """Tells rtrackd of the resizes and cold migrations leaving this node.
+
+        Nova's own tracker counts them from the Migration records at every audit; rtrackd
+        needs them so that the source side is held under the migration's uuid, as Placement
+        holds it (a VCPU -> PCPU reshape moves that consumer too). A new one is reported at once.
+        """
+        registered = False
+        for mig in migrations:
+            outgoing = (mig.source_compute == self.host and mig.source_node == nodename and
+                        (mig.dest_compute, mig.dest_node) != (self.host, nodename))
+            if (not outgoing or mig.status == 'error' or
+                    mig.migration_type not in ('resize', 'migration')):
+                continue
+            try:
+                if client.get_migration(mig.id) is not None:
+                    continue
+            except rt_client.RtrackError as e:
+                LOG.warning('Cannot read migration %s from rtrackd: %s', mig.id, e)
+                return
+            try:
+                instance = objects.Instance.get_by_uuid(
+                    context, mig.instance_uuid,
+                    expected_attrs=['system_metadata', 'numa_topology', 'flavor',
+                                    'migration_context', 'resources'])
+            except exception.InstanceNotFound:
+                continue
+            registered |= self._ensure_outgoing(context, client, instance, mig, nodename)
+        if registered:
+            try:
+                client.refresh()
+            except rt_client.RtrackError as e:
+                LOG.warning('rtrackd refresh after recording outgoing moves failed: %s', e)
+
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def drop_move_claim_at_source(self, context: Any, instance: Any, migration: Any) -> None:
+        self.claimed_mdevs.pop(instance.uuid, None)
         migration.status = 'confirmed'
         migration.save()
         nodename = migration.source_node
@@ -656,6 +726,7 @@ class RtrackResourceTracker(object):
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def drop_move_claim_at_dest(self, context: Any, instance: Any, migration: Any) -> None:
+        self.claimed_mdevs.pop(instance.uuid, None)
         migration.status = 'reverted'
         migration.save()
         nodename = migration.dest_node
@@ -681,6 +752,7 @@ class RtrackResourceTracker(object):
     def drop_move_claim(self, context: Any, instance: Any, nodename: str,
                         flavor: Any = None, prefix: str = 'new_') -> None:
         """Drops the incoming move claim at this node (abort, live-migration rollback)."""
+        self.claimed_mdevs.pop(instance.uuid, None)
         if nodename in self.compute_nodes:
             client = self._client(nodename)
             mig_id = None
@@ -767,10 +839,60 @@ class RtrackResourceTracker(object):
         stats = self.stats[nodename]
         stats.update_stats_for_instance(instance, removed)
         if removed:
+            self.claimed_mdevs.pop(uuid, None)
             self.tracked_instances.discard(uuid)
             self.is_bfv.pop(uuid, None)
             self._apply_pci(context, nodename, instance, None, keep_instance=True)
         self._sync_node(context.elevated(), nodename)
+
+    # -- assigned resources (vPMEM) ---------------------------------------------------------
+
+    @staticmethod
+    def _resources_from_answer(cn: Any, answer: Optional[dict[str, Any]]) -> Any:
+        """``instance.resources`` as Nova's tracker assigns them (``_claim_resources``):
+        one Resource per vPMEM namespace rtrackd gave the claim, on the compute node provider,
+        its metadata the driver's LibvirtVPMEMDevice (the libvirt driver writes the guest's
+        nvdimm from it). None when the claim holds none."""
+        namespaces = (answer or {}).get('pmem_namespaces') or []
+        if not namespaces:
+            return None
+        res = []
+        for ns in namespaces:
+            res.append(objects.Resource(
+                provider_uuid=cn.uuid, resource_class=ns['resource_class'],
+                identifier=ns['name'],
+                metadata=objects.LibvirtVPMEMDevice(
+                    label=ns['label'], name=ns['name'], size=ns['size'],
+                    devpath=ns['devpath'], align=ns['align'])))
+        return objects.ResourceList(objects=res)
+
+    # -- vGPUs ------------------------------------------------------------------------------
+
+    def _remember_mdevs(self, instance_uuid: str, answer: Optional[dict[str, Any]]) -> None:
+        mdevs = (answer or {}).get('mdevs')
+        if mdevs:
+            self.claimed_mdevs[instance_uuid] = list(mdevs)
+        else:
+            self.claimed_mdevs.pop(instance_uuid, None)
+
+    def mdevs_for(self, instance: Any) -> Optional[list[dict[str, Any]]]:
+        """The mdevs rtrackd gave ``instance`` on this host (its claim, or its incoming move's
+        claim): ``[{uuid, parent, type, existing}]``; None when rtrackd holds none."""
+        cached = self.claimed_mdevs.get(instance.uuid)
+        if cached:
+            return cached
+        nodename = instance.node if instance.node in self.compute_nodes else self._only_node()
+        if nodename is None:
+            return None
+        try:
+            claim = self._client(nodename).get_claim(instance.uuid)
+        except rt_client.RtrackError as e:
+            LOG.warning('Cannot read the claim of %s from rtrackd: %s', instance.uuid, e)
+            return None
+        if not claim:
+            return None
+        mdevs = claim.get('mdevs') or (claim.get('claim') or {}).get('mdevs')
+        return list(mdevs) if mdevs else None
 
     # -- PCI --------------------------------------------------------------------------------
 
@@ -786,15 +908,27 @@ class RtrackResourceTracker(object):
         # A live migration's move already took the ports' devices at this destination.
         held = self._held_devices(client, instance_uuid, pci_requests)
         if held is not None:
+            self._claim_only(instance_uuid, held)
             return self._pci_objects_for(context, nodename, held)
         try:
             answer = client.attach_pci(instance_uuid, pci_requests.obj_to_primitive(),
                                        request_id=self._rid(context))
         except rt_client.RtrackError as e:
             raise exception.PciDeviceRequestFailed(requests=pci_requests.requests) from e
+        devices = answer.get('pci_devices') or []
+        self._claim_only(instance_uuid, devices)
         self._sync_pci_rows(context, nodename)
         self._sync_node(context, nodename)
-        return self._pci_objects_for(context, nodename, answer.get('pci_devices') or [])
+        return self._pci_objects_for(context, nodename, devices)
+
+    def _claim_only(self, instance_uuid: str, devices: list) -> None:
+        """Devices Nova has claimed but not allocated yet (interface attach, live-migration
+        destination): their rows say 'claimed' until allocate_pci_devices_for_instance, as
+        Nova's PciDevTracker keeps them (Instance.pci_devices loads only 'allocated' rows, and
+        the manager adds the claimed device itself)."""
+        addrs = {d['address'] for d in devices if d.get('address')}
+        if addrs:
+            self.pci_claimed_only.setdefault(instance_uuid, set()).update(addrs)
 
     def _held_devices(self, client: rt_client.RtrackClient, instance_uuid: str,
                       pci_requests: Any) -> Optional[list]:
@@ -807,6 +941,7 @@ class RtrackResourceTracker(object):
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def unclaim_pci_devices(self, context: Any, pci_device: Any, instance: Any) -> None:
+        self.pci_claimed_only.get(instance.uuid, set()).discard(pci_device.address)
         nodename = self._only_node()
         if nodename is None:
             return
@@ -821,6 +956,7 @@ class RtrackResourceTracker(object):
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def allocate_pci_devices_for_instance(self, context: Any, instance: Any) -> None:
+        self.pci_claimed_only.pop(instance.uuid, None)
         nodename = self._only_node()
         if nodename is not None:
             self._sync_pci_rows(context, nodename)
@@ -833,6 +969,7 @@ class RtrackResourceTracker(object):
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def free_pci_device_claims_for_instance(self, context: Any, instance: Any) -> None:
+        self.pci_claimed_only.pop(instance.uuid, None)
         nodename = self._only_node()
         if nodename is not None:
             self._sync_pci_rows(context, nodename)
@@ -873,8 +1010,54 @@ class RtrackResourceTracker(object):
         res = self.driver_resources.get(nodename) or {}
         return bool(res.get('pci_passthrough_devices') not in (None, '[]'))
 
+    def _driver_pci_devices(self, nodename: str) -> dict[str, dict[str, Any]]:
+        """The driver's PCI devices by address, as Nova's PciDevTracker takes them: the
+        hypervisor's dict with the matching device spec's ``managed`` and
+        ``live_migratable`` tags added (``enhanced_pci_device_with_spec_tags``)."""
+        raw = (self.driver_resources.get(nodename) or {}).get('pci_passthrough_devices')
+        if not raw:
+            return {}
+        try:
+            spec_filter = whitelist.Whitelist(self.device_spec)
+        except exception.NovaException as e:
+            LOG.warning('Cannot read [pci] device_spec: %s', e)
+            spec_filter = None
+        out = {}
+        for dev in jsonutils.loads(raw):
+            if spec_filter is not None:
+                try:
+                    spec = spec_filter.device_assignable(dict(dev))
+                    if spec is not None:
+                        spec.enhanced_pci_device_with_spec_tags(dev)
+                except exception.NovaException:
+                    pass
+            out[dev['address']] = dev
+        return out
+
+    def _unselected_free(self, nodename: str, devices: list[dict[str, Any]]) -> set[str]:
+        """Free devices the hypervisor no longer reports or the ``[pci] device_spec`` no
+        longer selects: Nova's PciDevTracker drops them at once (a held one when it is
+        freed); rtrackd may list them until its next audit."""
+        raw = (self.driver_resources.get(nodename) or {}).get('pci_passthrough_devices')
+        if raw is None:
+            return set()
+        try:
+            whitelist.Whitelist(self.device_spec)
+        except exception.NovaException:
+            return set()
+        chosen = {d['address'] for d, _tags in self._spec_selected(nodename)}
+        return {d['address'] for d in devices
+                if not d.get('instance_uuid') and d['address'] not in chosen}
+
     def _sync_pci_rows(self, context: Any, nodename: str, force: bool = False) -> None:
-        """PciDevice rows = rtrackd's tracked devices (static facts merged from the driver)."""
+        """PciDevice rows = rtrackd's tracked devices.
+
+        What a device is (vendor, product, type, NUMA node, parent) and its state (status,
+        instance, request) are rtrackd's; the rest of the row is built as Nova's PciDevTracker
+        builds it from the driver's dict (label, dev_id, and in extra_info the capabilities,
+        parent_ifname, mac_address and the spec's managed/live_migratable tags), and kept up to
+        date when the hypervisor reports a change (PciDevice.update_device).
+        """
         cn = self.compute_nodes.get(nodename)
         if cn is None or 'id' not in cn:
             return
@@ -885,47 +1068,43 @@ class RtrackResourceTracker(object):
         except rt_client.RtrackError as e:
             LOG.warning('Cannot read rtrackd PCI devices: %s', e)
             return
-        import json as _json
-        drv = {}
-        raw = (self.driver_resources.get(nodename) or {}).get('pci_passthrough_devices')
-        if raw:
-            for d in _json.loads(raw):
-                drv[d['address']] = d
+        drv = self._driver_pci_devices(nodename)
         rows = self._pci_rows(context, nodename)
         seen = set()
+        dropped = self._unselected_free(nodename, devices)
         for d in devices:
+            if d['address'] in dropped:
+                continue
             addr = d['address']
             seen.add(addr)
             row = rows.get(addr)
-            static = drv.get(addr, {})
+            dev = dict(drv.get(addr) or {})
+            dev.setdefault('label', 'label_%s_%s' % (d.get('vendor_id'), d.get('product_id')))
+            dev.setdefault('dev_id', 'pci_%s' % addr.replace(':', '_').replace('.', '_'))
+            dev.update({
+                'compute_node_id': cn.id,
+                'address': addr,
+                'vendor_id': d.get('vendor_id'),
+                'product_id': d.get('product_id'),
+                'dev_type': d.get('dev_type'),
+                'numa_node': d.get('numa_node'),
+                'parent_addr': d.get('parent_addr'),
+            })
             if row is None:
-                dev = {
-                    'compute_node_id': cn.id,
-                    'address': addr,
-                    'vendor_id': d.get('vendor_id'),
-                    'product_id': d.get('product_id'),
-                    'dev_type': d.get('dev_type'),
-                    'numa_node': d.get('numa_node'),
-                    'parent_addr': d.get('parent_addr'),
-                    'label': static.get('label', 'label_%s_%s' % (
-                        d.get('vendor_id'), d.get('product_id'))),
-                    'dev_id': static.get('dev_id', 'pci_%s' % addr.replace(':', '_').replace(
-                        '.', '_')),
-                }
-                for k in ('parent_ifname', 'capabilities'):
-                    if k in static:
-                        dev[k] = static[k]
                 row = objects.PciDevice.create(context, dev)
                 row.compute_node_id = cn.id
+            else:
+                row.update_device(dev)
             status = d.get('status') or 'available'
             nova_status = {'reserved': 'unavailable'}.get(status, status)
-            changed = False
+            if (nova_status == 'allocated' and
+                    addr in self.pci_claimed_only.get(d.get('instance_uuid') or '', ())):
+                nova_status = 'claimed'
             for k, v in (('status', nova_status), ('instance_uuid', d.get('instance_uuid')),
                          ('request_id', d.get('request_id'))):
-                if getattr(row, k, None) != v:
+                if not row.obj_attr_is_set(k) or getattr(row, k) != v:
                     setattr(row, k, v)
-                    changed = True
-            if 'id' not in row or changed:
+            if 'id' not in row or row.obj_what_changed():
                 row._context = context
                 row.save()
         for addr, row in rows.items():
@@ -968,6 +1147,7 @@ class RtrackResourceTracker(object):
         migrations = objects.MigrationList.get_in_progress_and_error(
             context, self.host, nodename)
         self._settle_migrations(context, client, nodename)
+        self._register_outgoing(context, client, nodename, migrations)
         instance_by_uuid = self._sync_instances(context, client, nodename, instances,
                                                 migrations)
         self._ensure_compute_id_for_instances(context, instances, cn)
@@ -977,6 +1157,7 @@ class RtrackResourceTracker(object):
         self._sync_pci_rows(context, nodename)
         self._sync_node(context, nodename, resources=resources, startup=startup)
         self._sync_traits(context, cn)
+        self._pci_placement(context, nodename, migrations, check=True)
 
     def _sync_instances(self, context: Any, client: rt_client.RtrackClient, nodename: str,
                         instances: Any, migrations: Any) -> dict[str, Any]:
@@ -1040,11 +1221,25 @@ class RtrackResourceTracker(object):
             LOG.info('Telling rtrackd that instance %s left node %s: %s', uuid, nodename,
                      changes)
             try:
-                client.update_state(uuid, changes)
+                answer = client.update_state(uuid, changes)
             except rt_client.RtrackError as e:
                 LOG.warning('rtrackd refused %s for %s: %s; aborting its claim', changes,
                             uuid, e)
                 client.abort(uuid)
+                continue
+            left = inst is None or inst.deleted or (
+                inst.host, inst.node) != (self.host, nodename)
+            if left and (answer or {}).get('instance') is not None:
+                # Gone from this node with no move in progress (an evacuated instance
+                # found when the source comes back, ...): Nova frees everything it held here,
+                # its PCI devices included (PciDevTracker.clean_usage). rtrackd still holds
+                # the claim after the state update (gaps file): abort it.
+                LOG.info('rtrackd still holds instance %s, which left node %s: aborting its '
+                         'claim', uuid, nodename)
+                try:
+                    client.abort(uuid)
+                except rt_client.RtrackError as e:
+                    LOG.warning('rtrackd did not abort the claim of %s: %s', uuid, e)
         return instance_by_uuid
 
     def _claim_found_instance(self, context: Any, client: rt_client.RtrackClient,
@@ -1243,6 +1438,155 @@ class RtrackResourceTracker(object):
             except Exception as e:  # noqa
                 LOG.warning('Cannot set the traits of %s: %s', uuid, e)
                 return
+
+    def _spec_selected(self, nodename: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """The driver's PCI devices the ``[pci] device_spec`` selects, in the hypervisor's
+        order, each with its spec's tags."""
+        raw = (self.driver_resources.get(nodename) or {}).get('pci_passthrough_devices')
+        if not raw:
+            return []
+        try:
+            spec_filter = whitelist.Whitelist(self.device_spec)
+        except exception.NovaException:
+            return []
+        out = []
+        for dev in jsonutils.loads(raw):
+            try:
+                spec = spec_filter.device_assignable(dict(dev))
+            except exception.NovaException:
+                spec = None
+            if spec is not None:
+                out.append((dev, dict(spec.get_tags())))
+        return out
+
+    def _pci_placement(self, context: Any, nodename: str, migrations: Any,
+                       check: bool = False) -> None:
+        """Nova's PCI-in-Placement duties left to nova-compute (pci_placement): with
+        ``check``, the device_spec refusals (PlacementPciException, which stops nova-compute
+        at start as Nova's does); then the healing of instance allocations missing their
+        PCI devices."""
+        if not CONF.pci.report_in_placement:
+            return
+        cn = self.compute_nodes.get(nodename)
+        if cn is None:
+            return
+        selected = self._spec_selected(nodename)
+        if check:
+            err = pci_placement.devname_refusal(
+                e for e in rt_conf._json_entries(self.device_spec) if isinstance(e, dict))
+            err = err or pci_placement.view_refusal(nodename, selected)
+            if err is not None:
+                raise err
+        physnet = {d['address'] for d, tags in selected if tags.get('physical_network')}
+        try:
+            devices = self._client(nodename).pci_devices()
+        except rt_client.RtrackError as e:
+            LOG.warning('Cannot read rtrackd PCI devices: %s', e)
+            return
+        self._warn_held_unselected(cn, devices, selected)
+        held: dict[str, collections.Counter] = {}
+        for d in devices:
+            uuid = d.get('instance_uuid')
+            name = pci_placement.rp_name(nodename, d)
+            if not uuid or name is None or d['address'] in physnet:
+                continue
+            held.setdefault(uuid, collections.Counter())[name] += 1
+        if not held:
+            return
+        rc = self.reportclient
+        try:
+            resp = rc.get('/resource_providers?in_tree=%s' % cn.uuid, version='1.14',
+                          global_request_id=context.global_id)
+            rps = resp.json()['resource_providers'] if resp else []
+        except Exception as e:  # noqa
+            LOG.warning('Cannot read the provider tree of %s: %s', cn.uuid, e)
+            return
+        tree = {p['uuid'] for p in rps}
+        wanted = {n for c in held.values() for n in c}
+        providers: dict[str, tuple[str, Optional[str]]] = {}
+        for p in rps:
+            if p['name'] not in wanted:
+                continue
+            inv = rc._get_inventory(context, p['uuid']) or {}
+            classes = sorted((inv.get('inventories') or {}).keys())
+            providers[p['name']] = (p['uuid'], classes[0] if len(classes) == 1 else None)
+        skip = {m.instance_uuid for m in migrations or []
+                if m.source_compute == m.dest_compute and
+                m.migration_type == fields.MigrationType.RESIZE}
+        allocations = {}
+        for consumer in held:
+            try:
+                allocations[consumer] = rc.get_allocs_for_consumer(context, consumer)
+            except Exception as e:  # noqa
+                LOG.warning('Cannot read the allocations of %s: %s', consumer, e)
+        for consumer, current in pci_placement.heal(
+                nodename, held, providers, tree, allocations, skip).items():
+            payload = {
+                'allocations': {rp: {'resources': a['resources']}
+                                for rp, a in current['allocations'].items()
+                                if a.get('resources')},
+                'consumer_generation': current.get('consumer_generation'),
+                'project_id': current.get('project_id'),
+                'user_id': current.get('user_id'),
+            }
+            LOG.info('Healing the PCI allocations of %s in Placement: %s', consumer,
+                     payload['allocations'])
+            try:
+                rc.put_allocations(context, consumer, payload)
+            except Exception as e:  # noqa
+                LOG.warning('Cannot heal the PCI allocations of %s: %s', consumer, e)
+
+    def _warn_held_unselected(self, cn: Any, devices: list[dict[str, Any]],
+                              selected: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+        """Nova's warnings for a device an instance holds that the hypervisor no longer
+        reports or the ``[pci] device_spec`` no longer selects (rtrackd keeps it, and its
+        Placement provider, until it is freed), with the words and logger names of the Nova
+        components the drop-in replaces (PciDevTracker, the PCI Placement translator), which
+        operators' log checks know."""
+        chosen = {d['address'] for d, _tags in selected}
+        reported = set()
+        raw = (self.driver_resources.get(cn.hypervisor_hostname) or {}).get(
+            'pci_passthrough_devices')
+        if raw:
+            reported = {d['address'] for d in jsonutils.loads(raw)}
+        try:
+            spec_filter = whitelist.Whitelist(self.device_spec)
+        except exception.NovaException:
+            spec_filter = None
+        for d in devices:
+            owner = d.get('instance_uuid')
+            status = d.get('status')
+            if not owner or status not in ('allocated', 'claimed') or d['address'] in chosen:
+                continue
+            invalid = exception.PciDeviceInvalidStatus(
+                compute_node_id=cn.id, address=d['address'], status=status,
+                hopestatus=['available', 'unavailable', 'unclaimable'])
+            PCI_MANAGER_LOG.warning(
+                "Unable to remove device with status '%(status)s' and ownership "
+                "%(instance_uuid)s because of %(pci_exception)s. Check your [pci]device_spec "
+                "configuration to make sure this allocated device is whitelisted. If you have "
+                "removed the device from the whitelist intentionally or the device is no "
+                "longer available on the host you will need to delete the server or migrate "
+                "it to another host to silence this warning.",
+                {'status': status, 'instance_uuid': owner,
+                 'pci_exception': invalid.format_message()})
+            in_spec = False
+            if d['address'] not in reported and spec_filter is not None:
+                try:
+                    in_spec = spec_filter.device_assignable(
+                        {k: d.get(k) for k in ('address', 'vendor_id', 'product_id',
+                                               'dev_type', 'parent_addr')}) is not None
+                except exception.NovaException:
+                    in_spec = False
+            if not in_spec:
+                PCI_PLACEMENT_LOG.warning(
+                    "Device spec is not found for device %s in [pci]device_spec. The device "
+                    "is allocated by %s. We are keeping this device in the Placement view. You "
+                    "should not remove an allocated device from the configuration. Please "
+                    "restore the configuration. If you cannot restore the configuration as the "
+                    "device is dead then delete or cold migrate the instance and then restart "
+                    "the nova-compute service to resolve the inconsistency.",
+                    d['address'], owner)
 
     @staticmethod
     def _has_remote_managed(cn: Any) -> bool:

@@ -138,6 +138,73 @@ class ConfTest(unittest.TestCase):
             {'resources': {'reserved_host_disk_mb': 1500}},
             {'resources': {'reserved_host_disk_mb': 2048}}))
 
+    def test_numa_aware_vswitches(self) -> None:
+        from nova.conf import neutron as neutron_conf
+        self.flags(group='neutron', physnets=['foo', 'bar'])
+        neutron_conf.register_dynamic_opts(CONF)
+        self.flags(group='neutron_physnet_foo', numa_nodes=[1])
+        self.flags(group='neutron_physnet_bar', numa_nodes=[0, 1])
+        self.flags(group='neutron_tunnel', numa_nodes=[0])
+        d = rt_conf.derive(CONF, include_placement=False)
+        self.assertEqual({'physnets': ['foo', 'bar']}, d['neutron'])
+        self.assertEqual({'foo': {'numa_nodes': [1]}, 'bar': {'numa_nodes': [0, 1]}},
+                         d['neutron_physnet'])
+        self.assertEqual({'numa_nodes': [0]}, d['neutron_tunnel'])
+        back = tomllib.loads(rt_conf.dumps_toml(d))
+        self.assertEqual(d, back)
+        # a different node for one physnet in rtrack.toml is named
+        other = tomllib.loads(rt_conf.dumps_toml(d))
+        other['neutron_physnet']['foo']['numa_nodes'] = [0]
+        problems = rt_conf.mismatches(d, other)
+        self.assertEqual(1, len(problems), problems)
+        self.assertIn('[neutron_physnet_foo] numa_nodes = [1] in nova.conf', problems[0])
+
+    def test_no_physnets_no_sections(self) -> None:
+        d = rt_conf.derive(CONF, include_placement=False)
+        self.assertNotIn('neutron', d)
+        self.assertNotIn('neutron_physnet', d)
+        self.assertNotIn('neutron_tunnel', d)
+
+    def test_libvirt_options_rtrack_shares(self) -> None:
+        self.flags(group='libvirt', cpu_power_management=True,
+                   cpu_power_management_strategy='governor', cpu_mode='host-passthrough',
+                   num_intel_tdx_guests=7, pmem_namespaces=['4GB:ns_0', 'SMALL:ns_1|ns_2'])
+        d = rt_conf.derive(CONF, include_placement=False)
+        self.assertTrue(d['resources']['cpu_power_management'])
+        self.assertEqual('governor', d['resources']['cpu_power_management_strategy'])
+        self.assertEqual('powersave', d['resources']['cpu_power_governor_low'])
+        self.assertEqual('host-passthrough', d['devices']['cpu_mode'])
+        self.assertEqual(7, d['devices']['num_intel_tdx_guests'])
+        self.assertEqual(['4GB:ns_0', 'SMALL:ns_1|ns_2'], d['devices']['pmem_namespaces'])
+        # one entry holding Nova's whole comma-separated string is the same configuration
+        actual = tomllib.loads(rt_conf.dumps_toml(d))
+        actual['devices']['pmem_namespaces'] = ['4GB:ns_0,SMALL:ns_1|ns_2']
+        self.assertEqual([], rt_conf.mismatches(d, actual))
+        actual['devices']['num_intel_tdx_guests'] = 8
+        problems = rt_conf.mismatches(d, actual)
+        self.assertEqual(1, len(problems))
+        self.assertIn('[libvirt] num_intel_tdx_guests = 7 in nova.conf', problems[0])
+
+    def test_power_management_off_is_not_written(self) -> None:
+        d = rt_conf.derive(CONF, include_placement=False)
+        self.assertNotIn('cpu_power_management', d['resources'])
+        self.assertNotIn('cpu_power_management_strategy', d['resources'])
+
+    def test_placement_must_leave_novas_traits_and_allocations_alone(self) -> None:
+        self.flags(instances_path='/var/lib/nova/instances')
+        with tempfile.NamedTemporaryFile('w', suffix='.toml', delete=False) as f:
+            f.write('[placement]\nendpoint = "http://placement:8778"\n'
+                    'report_allocations = true\n')
+        self.addCleanup(os.unlink, f.name)
+        problems = rt_conf.check_file(CONF, f.name)
+        self.assertEqual(2, len(problems), problems)
+        self.assertIn('placement.hypervisor_traits', problems[0])
+        self.assertIn('report_allocations = true', problems[1])
+        with open(f.name, 'w') as g:
+            g.write('[placement]\nendpoint = "http://placement:8778"\n'
+                    'hypervisor_traits = "nova-compute"\n')
+        self.assertEqual([], rt_conf.check_file(CONF, f.name))
+
     def test_vcpu_pin_set_is_refused(self) -> None:
         self.flags(vcpu_pin_set='0-3')
         self.assertIn('vcpu_pin_set', rt_conf.unsupported(CONF)[0])

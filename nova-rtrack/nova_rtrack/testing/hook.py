@@ -64,7 +64,13 @@ def _patch_testcase(module: Any) -> None:
     module.TestCase.setUp = setUp
 
 
+def _patch_libvirt_driver(module: Any) -> None:
+    from nova_rtrack import driver_patches
+    driver_patches.install()
+
+
 TARGETS: dict[str, Callable[[Any], None]] = {
+    'nova.virt.libvirt.driver': _patch_libvirt_driver,
     'nova.compute.resource_tracker': _patch_rt,
     'nova.tests.functional.fixtures': _patch_placement_fixture,
     'nova.test': _patch_testcase,

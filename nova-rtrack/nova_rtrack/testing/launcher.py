@@ -332,12 +332,50 @@ class Daemon:
 
 # -- configuration -------------------------------------------------------------------------
 
+def _freeze_start_options(tracker: Any, derived: dict[str, Any]) -> None:
+    """Options Nova reads once, when the compute service starts (the libvirt driver's
+    ``supported_vgpu_types`` and ``[mdev_*]`` mappings in its ``__init__``, the vPMEM
+    namespaces in ``init_host``, the PciDevTracker's ``[pci] device_spec``), keep the value they had then for this tracker (one per
+    service start). The functional tests share one CONF between their computes and change
+    these options before restarting one compute only; the others keep what they started with.
+    """
+    frozen = getattr(tracker, '_harness_start_options', None)
+    if frozen is None:
+        devices = derived.get('devices') or {}
+        frozen = {
+            'enabled_mdev_types': devices.get('enabled_mdev_types'),
+            'pmem_namespaces': devices.get('pmem_namespaces'),
+            'mdev': derived.get('mdev'),
+            'device_spec': (derived.get('pci') or {}).get('device_spec'),
+        }
+        tracker._harness_start_options = frozen
+    devices = dict(derived.get('devices') or {})
+    for key in ('enabled_mdev_types', 'pmem_namespaces'):
+        devices.pop(key, None)
+        if frozen[key]:
+            devices[key] = frozen[key]
+    derived.pop('devices', None)
+    if devices:
+        derived['devices'] = devices
+    derived.pop('mdev', None)
+    if frozen['mdev']:
+        derived['mdev'] = frozen['mdev']
+    pci = dict(derived.get('pci') or {})
+    pci.pop('device_spec', None)
+    if frozen['device_spec']:
+        pci['device_spec'] = frozen['device_spec']
+    derived.pop('pci', None)
+    if pci:
+        derived['pci'] = pci
+
+
 def harness_config(daemon: Daemon, tracker: Any, nodename: str,
                    resources: dict[str, Any], short_audit: bool) -> str:
     from nova import conf as nova_conf
     CONF = nova_conf.CONF
     derived = rt_conf.derive(CONF, host=tracker.host, hypervisor_hostname=nodename,
                              compute_node_uuid=resources['uuid'], include_placement=False)
+    _freeze_start_options(tracker, derived)
     over: dict[str, Any] = {
         'host': {
             'root': daemon.root_link,
@@ -350,15 +388,24 @@ def harness_config(daemon: Daemon, tracker: Any, nodename: str,
         'audit': {'interval_s': 1 if short_audit else 3600},
         'log': {'level': 'info'},
     }
+    service = getattr(tracker, 'service_ref', None)
+    if service is not None and 'id' in service and service.id is not None:
+        over['host']['service_id'] = int(service.id)
     if STATE.placement_url:
         over['placement'] = {
             'endpoint': STATE.placement_url,
             'auth': 'noauth',
             'token': 'admin',
             'roles': 'admin,service',
-            'report_interval_s': 1,
+            # Every report is asked for by POST /v1/refresh (nova-compute's periodic); the
+            # old binaries without it report every second and the harness polls Placement.
+            'report_interval_s': 1 if short_audit else 3600,
             'refresh_interval_s': 3600,
             'timeout_s': 10,
+            # nova-compute's virt driver sets the hypervisor traits, Nova's scheduler the
+            # allocations (as in production: conf.required_under_nova_compute).
+            'hypervisor_traits': 'nova-compute',
+            'report_allocations': False,
         }
     derived.pop('audit', None)
     cfg = rt_conf.merge(derived, over)
@@ -445,7 +492,9 @@ class HarnessBindingMixin:
         test = STATE.current_test
         if d is None:
             d = Daemon(self.tracker.host, nodename, test)
-            d.short_audit = STATE.has_refresh is not True
+            # Current rtrackd has POST /v1/refresh: long intervals, every audit and report
+            # asked for. An old binary without it is found at its first start (below).
+            d.short_audit = STATE.has_refresh is False
             STATE.daemons[key] = d
             if test is not None:
                 test.addCleanup(_stop_daemon, key, d)
@@ -463,6 +512,11 @@ class HarnessBindingMixin:
                     STATE.has_refresh = '/v1/refresh' in paths
                 except rt_client.RtrackError:
                     STATE.has_refresh = False
+                if not STATE.has_refresh and not d.short_audit:
+                    # An rtrackd without the route: audit and report every second, and poll.
+                    d.short_audit = True
+                    d.set_config(harness_config(d, self.tracker, nodename, resources, True))
+                    d.restart()
         elif cfg_changed:
             LOG.info('rtrackd %s: configuration changed, restarting', d.host)
             d.restart()

@@ -36,6 +36,11 @@ class Result(unittest.TestResult):
         self.records.append({'id': test.id(), 'outcome': outcome, 'time': t,
                              'detail': detail})
         sys.__stderr__.write('%s %s %.2fs\n' % (outcome.upper(), test.id(), t))
+        if outcome == 'failed' and detail:
+            # The traceback (not the captured logs before it) into the module's log at once.
+            tb = detail[detail.rfind('Traceback (most recent call last)'):] \
+                if 'Traceback (most recent call last)' in detail else detail[-3000:]
+            sys.__stderr__.write('DETAIL %s\n%s\nEND DETAIL\n' % (test.id(), tb[-6000:]))
         sys.__stderr__.flush()
 
     def addSuccess(self, test: Any) -> None:

@@ -45,6 +45,20 @@ pub fn inventory_report_schema() -> Value {
     v["properties"]["core_types"] = core_types_schema();
     v["properties"]["pmem_namespaces"] = pmem_namespaces_schema();
     v["properties"]["offered"] = offered_schema();
+    v["properties"]["uptime"] = json!({"type": "object", "properties": {
+        "seconds": {"type": "integer", "nullable": true},
+        "load_average": {"type": "array", "nullable": true, "items": {"type": "number"}}}});
+    // Every key but the ones a host may not have.
+    let required: Vec<Value> = v["properties"]
+        .as_object()
+        .map(|p| {
+            p.keys()
+                .filter(|k| !matches!(k.as_str(), "dedicated_cpus" | "vdpa_devices" | "offered"))
+                .map(|k| Value::String(k.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    v["required"] = Value::Array(required);
     v
 }
 

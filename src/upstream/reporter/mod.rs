@@ -26,12 +26,13 @@ pub mod holdings;
 mod refresh;
 mod release;
 pub mod reshape;
+mod reshaper;
 mod write;
 
 use crate::config::upstream::PlacementSettings;
 use crate::upstream::api::{PlacementApi, RequestCounts};
 use crate::upstream::backoff::{conflict_pause, Backoff};
-use crate::upstream::desired::{DesiredState, ProviderRole};
+use crate::upstream::desired::DesiredState;
 use crate::upstream::plan::{plan, Action, CachedProvider, ProviderCache};
 use crate::upstream::UpstreamError;
 
@@ -137,6 +138,9 @@ pub struct Reporter<P: PlacementApi> {
     unwritable_warned: BTreeSet<String>,
     /// `[placement] unclaimed_grace_s`.
     unclaimed_grace: Duration,
+    /// The compute node's generation when the pinned-VCPU reshape last found nothing it may
+    /// move (consumers without a claim here): not read again until the generation changes.
+    pcpu_fruitless_at: Option<u64>,
 }
 
 impl<P: PlacementApi> Reporter<P> {
@@ -158,6 +162,7 @@ impl<P: PlacementApi> Reporter<P> {
             released_done: Vec::new(),
             unwritable_warned: BTreeSet::new(),
             unclaimed_grace: settings.unclaimed_grace,
+            pcpu_fruitless_at: None,
         }
     }
 
@@ -301,54 +306,9 @@ impl<P: PlacementApi> Reporter<P> {
         let classes = reshape::classes_to_reshape(desired, &self.cache);
         if !classes.is_empty() {
             self.reshape(desired, &classes, outcome).await?;
+        } else if reshape::pcpu::wanted(desired, &self.cache) {
+            self.reshape_pinned_vcpus(desired, outcome).await?;
         }
-        Ok(())
-    }
-
-    /// Moves `classes` from the compute node to its children with their allocations (see
-    /// [`reshape`]); the cache is read again at the next cycle.
-    async fn reshape(
-        &mut self,
-        desired: &DesiredState,
-        classes: &[String],
-        outcome: &mut ReportOutcome,
-    ) -> Result<(), UpstreamError> {
-        let root = desired.root;
-        let mut consumers = BTreeMap::new();
-        for c in self.api.provider_allocations(root).await?.into_keys() {
-            consumers.insert(c, self.api.get_consumer(c).await?);
-        }
-        let moved = match reshape::moved_allocations(desired, &self.cache, classes, &consumers) {
-            Ok(m) => m,
-            Err(why) => {
-                tracing::warn!(target: "rtrack::upstream", classes = ?classes, "cannot move the compute node's inventory to its children: {why}; retried next cycle");
-                return Ok(());
-            }
-        };
-        let mut inventories = BTreeMap::new();
-        if let Some(r) = self.cache.providers.get(&root) {
-            let mut inv = r.inventories.clone();
-            inv.retain(|class, _| !classes.contains(class));
-            inventories.insert(root, (r.generation, inv));
-        }
-        for p in desired.providers.iter().filter(|p| {
-            p.role == ProviderRole::Nested && classes.iter().any(|c| p.inventories.contains_key(c))
-        }) {
-            if let Some(c) = self.cache.providers.get(&p.uuid) {
-                inventories.insert(p.uuid, (c.generation, c.inventories.clone()));
-            }
-        }
-        match self.api.reshape(&inventories, &moved).await {
-            Ok(()) => {}
-            Err(e) if e.status() == Some(403) => {
-                tracing::warn!(target: "rtrack::upstream", error = %e, "Placement refuses the reshaper to rtrack's user: give it the service role (as nova-compute's user has); the compute node keeps its old inventory meanwhile");
-                return Ok(());
-            }
-            Err(e) => return Err(e),
-        }
-        tracing::info!(target: "rtrack::upstream", classes = ?classes, consumers = moved.len(), "moved the compute node's inventory and its allocations to the children (Placement's reshaper)");
-        outcome.reshaped.extend(classes.iter().cloned());
-        self.invalidate();
         Ok(())
     }
 

@@ -141,14 +141,13 @@ impl<P: PlacementApi> Reporter<P> {
             }
             // What GET usages answers (every class of the inventory, 0 included), without
             // asking and fresh where the provider was not read again: kept where rtrack uses it
-            // (PCI children's floor, nested providers, an old compute node's classes).
+            // (PCI children's floor, nested providers, the compute node's reshapes).
             if let Some(p) = cache.providers.get_mut(rp) {
                 let nested = desired
                     .provider(p.uuid)
                     .is_some_and(|d| d.role == ProviderRole::Nested);
-                let old_root =
-                    p.uuid == desired.root && p.inventories.keys().any(|c| moving.contains(c));
-                if p.traits.contains(COMPUTE_MANAGED_PCI_DEVICE) || nested || old_root {
+                if p.traits.contains(COMPUTE_MANAGED_PCI_DEVICE) || nested || p.uuid == desired.root
+                {
                     let mut all: BTreeMap<String, u64> =
                         p.inventories.keys().map(|c| (c.clone(), 0)).collect();
                     all.extend(usages);

@@ -147,5 +147,7 @@ pub fn moved_allocations(
     Ok(out)
 }
 
+pub mod pcpu;
+
 #[cfg(test)]
 mod tests;
