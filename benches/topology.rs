@@ -266,14 +266,22 @@ fn probe(host: &TopologyHost) -> (tempfile::TempDir, HostInventory) {
 fn main() {
     let on = "[resources]\npin_alignment = \"l3\"\nprefer_closest_cells = true\n";
     let (_d, epyc) = probe(&TopologyHost::epyc());
-    let runs: Vec<(&str, Figures)> = [("policies off (Nova)", ""), ("l3 + closest cells", on)]
-        .into_iter()
-        .map(|(name, toml)| {
-            let mut f = Figures::default();
-            run(&epyc, toml, &mut f);
-            (name, f)
-        })
-        .collect();
+    let runs: Vec<(&str, Figures)> = [
+        ("policies off (Nova)", ""),
+        ("l3 only", "[resources]\npin_alignment = \"l3\"\n"),
+        (
+            "closest cells only",
+            "[resources]\nprefer_closest_cells = true\n",
+        ),
+        ("l3 + closest cells", on),
+    ]
+    .into_iter()
+    .map(|(name, toml)| {
+        let mut f = Figures::default();
+        run(&epyc, toml, &mut f);
+        (name, f)
+    })
+    .collect();
     table("EPYC-like host (256 CPUs, 8 cells, 16 L3 domains)", &runs);
 
     let (_d, hybrid) = probe(&TopologyHost::hybrid());

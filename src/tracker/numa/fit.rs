@@ -351,6 +351,39 @@ fn cell_order<'a>(input: &FitInput<'a>) -> Vec<&'a HostCell> {
     cells
 }
 
+/// Every host cell, by id, with a verdict per guest cell (`pairs[guest][position in order]`).
+fn cell_verdicts(
+    host: &HostTopology,
+    order: &[&HostCell],
+    guest: &[GuestCell],
+    pairs: &[Vec<Result<FittedCell, String>>],
+) -> Vec<CellVerdicts> {
+    let mut by_id: Vec<CellVerdicts> = host
+        .cells
+        .iter()
+        .map(|hc| {
+            let pos = order.iter().position(|o| o.id == hc.id);
+            CellVerdicts {
+                id: hc.id,
+                verdicts: guest
+                    .iter()
+                    .enumerate()
+                    .map(|(g, gc)| Verdict {
+                        guest_cell: gc.id,
+                        reason: match pos.map(|p| &pairs[g][p]) {
+                            Some(Ok(_)) => "fits".into(),
+                            Some(Err(e)) => e.clone(),
+                            None => "not tried".into(),
+                        },
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    by_id.sort_by_key(|c| c.id);
+    by_id
+}
+
 /// Fits `input.guest` onto the host. `pci` checks the PCI requests for a set of host cells
 /// (their ids, ascending) and is called only for assignments where every cell fits; its
 /// success value comes back with the topology. A refusal carries the last PCI error seen.
@@ -374,33 +407,7 @@ pub fn fit_instance<R, E>(
                 .collect()
         })
         .collect();
-    let verdicts = || -> Vec<CellVerdicts> {
-        let mut by_id: Vec<CellVerdicts> = input
-            .host
-            .cells
-            .iter()
-            .map(|hc| {
-                let pos = order.iter().position(|o| o.id == hc.id);
-                CellVerdicts {
-                    id: hc.id,
-                    verdicts: guest
-                        .iter()
-                        .enumerate()
-                        .map(|(g, gc)| Verdict {
-                            guest_cell: gc.id,
-                            reason: match pos.map(|p| &pairs[g][p]) {
-                                Some(Ok(_)) => "fits".into(),
-                                Some(Err(e)) => e.clone(),
-                                None => "not tried".into(),
-                            },
-                        })
-                        .collect(),
-                }
-            })
-            .collect();
-        by_id.sort_by_key(|c| c.id);
-        by_id
-    };
+    let verdicts = || cell_verdicts(input.host, &order, guest, &pairs);
     let refuse = |reason: String, e: Option<E>| {
         Err((
             NumaRefusal {
