@@ -237,7 +237,11 @@ fn numa_claims_end_to_end() {
             .is_some_and(|c| c.iter().any(|k| k["level"] == 3)),
         "{n}"
     );
-    assert_eq!(n["cells"][0]["l3_domains"].as_array().map(Vec::len), Some(1), "{n}");
+    assert_eq!(
+        n["cells"][0]["l3_domains"].as_array().map(Vec::len),
+        Some(1),
+        "{n}"
+    );
     assert_eq!(n["cells"][0]["core_types"], json!([]), "{n}");
     let out = Command::new(RTRACKCTL)
         .args(["--socket"])
