@@ -1,7 +1,8 @@
 //! The placement policies beyond Nova's: L3 alignment, core types and the closest cells, each
 //! alone and together; and the property that with `pin_alignment` and `prefer_closest_cells`
 //! on, a guest fits exactly when it fits with every policy off (only which CPUs and cells
-//! differ), its pins stay on free dedicated CPUs, and no CPU is pinned twice.
+//! differ), its pins stay on free dedicated CPUs, and no CPU is pinned twice; with core types,
+//! pins stay on the types allowed and a guest fits only where it would without them.
 
 use proptest::prelude::*;
 
@@ -285,6 +286,50 @@ proptest! {
                 };
                 prop_assert!(total(&t) <= total(nova));
             }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn core_types_keep_pins_on_the_types_allowed(
+        masks in proptest::collection::vec(any::<u16>(), 4),
+        vcpus in 1u32..12,
+        tp in any::<u8>(),
+        atom in any::<bool>(),
+        aligned in any::<bool>(),
+    ) {
+        let h = four_cells(true);
+        let mut u = NumaUsage::default();
+        for (i, m) in masks.iter().enumerate() {
+            let base = 16 * i as u32;
+            let pinned = CpuSet::from_ids((0..16).filter(|b| m & (1 << b) != 0).map(|b| base + b));
+            u.cells.entry(i as u32).or_default().pinned = pinned;
+        }
+        let spec = format!("0-{}", vcpus - 1);
+        let mut g = guest(&[("", spec.as_str(), 1024)], Some(CpuPolicy::Dedicated));
+        g.thread_policy = thread_policy(tp);
+        // The flavor's override, or the configuration's list.
+        let allowed = if atom { "IntelAtom" } else { "IntelCore" };
+        if atom {
+            g.core_types = Some(vec![allowed.into()]);
+        }
+        let policy = TopologyPolicy {
+            dedicated_core_types: Some(vec!["IntelCore".into()]),
+            pin_alignment: if aligned { PinAlignment::L3 } else { PinAlignment::None },
+            ..Default::default()
+        };
+        let on = fit_with(&h, &u, &g, &policy);
+        if let Ok(t) = &on {
+            check_pins(&h, &u, t);
+            for c in &t.cells {
+                let hc = h.cell(c.host_cell).unwrap();
+                prop_assert!(c.pinned_host_cpus().is_subset(&hc.facts.cpus_of_types(&[allowed.to_string()])));
+            }
+            // Taking CPUs away never makes a guest fit that did not.
+            prop_assert!(fit_with(&h, &u, &g, &TopologyPolicy::default()).is_ok());
         }
     }
 }
