@@ -1104,6 +1104,21 @@ async fn pinned_guests_vcpu_becomes_pcpu_when_the_host_gets_cpu_dedicated_set() 
             .await;
         assert_eq!(s, 204, "{v}");
     }
+    // The pinned guest was written by an older Nova, without a type: Placement says "unknown",
+    // which a write cannot send; it must stay so.
+    let (s, v) = raw
+        .send_at(
+            "1.36",
+            reqwest::Method::PUT,
+            &format!("/allocations/{pinned}"),
+            Some(
+                json!({"allocations": before[0].2, "project_id": "p1", "user_id": "u1",
+                        "consumer_generation": 1}),
+            ),
+        )
+        .await;
+    assert_eq!(s, 204, "{v}");
+    let untyped = raw.get(&format!("/allocations/{pinned}")).await["consumer_type"].clone();
     // Restarted with every CPU dedicated: the claims of the instance and of the outgoing
     // move count PCPU now.
     let mut pinned_cfg = config(&srv.url, "[resources]\ncpu_dedicated_set = \"0-7\"\n");
@@ -1152,6 +1167,7 @@ async fn pinned_guests_vcpu_becomes_pcpu_when_the_host_gets_cpu_dedicated_set() 
         (a["project_id"].clone(), a["user_id"].clone()),
         (json!("p1"), json!("u1"))
     );
+    assert_eq!(a["consumer_type"], untyped);
     let a = raw.get(&format!("/allocations/{migration}")).await;
     assert_eq!(
         a["allocations"][node.to_string()]["resources"],

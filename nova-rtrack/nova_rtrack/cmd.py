@@ -18,8 +18,9 @@ def install() -> None:
 
     from nova_rtrack import tracker
 
+    from nova_rtrack import driver_patches
+    driver_patches.install_manager()
     try:
-        from nova_rtrack import driver_patches
         driver_patches.install()
     except ImportError:  # pragma: no cover (a compute without the libvirt driver)
         pass

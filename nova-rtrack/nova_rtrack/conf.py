@@ -144,6 +144,10 @@ def derive(conf: cfg.ConfigOpts, *, host: Optional[str] = None,
         v = _opt(conf, 'compute', name)
         if v:
             res[name] = v
+    # Deprecated, still honoured by Nova 34 (and by rtrackd: VCPU is those CPUs, pinned guests
+    # pin from them as VCPU); refused beside cpu_dedicated_set by both.
+    if _opt(conf, None, 'vcpu_pin_set'):
+        res['vcpu_pin_set'] = _opt(conf, None, 'vcpu_pin_set')
     hp = _huge_pages(conf)
     if hp:
         res['reserved_huge_pages'] = hp
@@ -282,6 +286,7 @@ NOVA_OPTION = {
     'resources.initial_disk_allocation_ratio': '[DEFAULT] initial_disk_allocation_ratio',
     'resources.cpu_dedicated_set': '[compute] cpu_dedicated_set',
     'resources.cpu_shared_set': '[compute] cpu_shared_set',
+    'resources.vcpu_pin_set': '[DEFAULT] vcpu_pin_set',
     'resources.packing_host_numa_cells_allocation_strategy':
         '[compute] packing_host_numa_cells_allocation_strategy',
     'resources.provider_config_location': '[compute] provider_config_location',
@@ -328,10 +333,7 @@ CHECKED = [k for k in NOVA_OPTION if not k.startswith('host.host')]
 
 def unsupported(conf: cfg.ConfigOpts) -> list[str]:
     """nova.conf options rtrack cannot honour, each as a sentence naming the option."""
-    out = []
-    if _opt(conf, None, 'vcpu_pin_set'):
-        out.append('[DEFAULT] vcpu_pin_set is set: rtrack does not support it; use '
-                   '[compute] cpu_dedicated_set and cpu_shared_set')
+    out: list[str] = []
     return out
 
 

@@ -133,6 +133,46 @@ def _claim_live_migration(tracker: Any, instance: Any, allocations: Any) -> Opti
     return tracker.mdevs_for(instance)
 
 
+def incoming_live_migration() -> Optional[dict[str, Any]]:
+    """The arguments (``ctxt``, ``instance``, ``migration``, ``limits``) of the
+    ``ComputeManager.check_can_live_migrate_destination`` running in this thread, if any."""
+    return getattr(_current, 'live_migration_destination', None)
+
+
+def _remember_live_migration_destination(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Nova's destination pre-check claims in its tracker only for NUMA guests; a guest with
+    flavor PCI devices still asks the tracker for them (``claim_pci_devices``). The drop-in
+    then registers the incoming move in rtrackd with these arguments."""
+    sig = inspect.signature(method)
+
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            arguments = dict(sig.bind_partial(self, *args, **kwargs).arguments)
+        except TypeError:
+            arguments = {}
+        prev = getattr(_current, 'live_migration_destination', None)
+        _current.live_migration_destination = arguments
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            _current.live_migration_destination = prev
+    wrapper._rtrack_wrapped = method  # type: ignore[attr-defined]
+    return wrapper
+
+
+def install_manager() -> None:
+    """Patches ``nova.compute.manager.ComputeManager`` (idempotent)."""
+    from nova.compute import manager as compute_manager
+
+    cls = compute_manager.ComputeManager
+    if getattr(cls, '_rtrack_patched', False):
+        return
+    cls.check_can_live_migrate_destination = _remember_live_migration_destination(
+        cls.check_can_live_migrate_destination)
+    cls._rtrack_patched = True
+
+
 def install() -> None:
     """Patches ``nova.virt.libvirt.driver.LibvirtDriver`` (idempotent)."""
     from nova.virt.libvirt import driver as libvirt_driver

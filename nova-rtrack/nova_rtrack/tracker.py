@@ -469,12 +469,18 @@ class RtrackResourceTracker(object):
         else:
             migration = self._create_migration(context, instance, new_flavor, cn, move_type)
 
-        new_pci_requests = pci_request.get_pci_requests_from_flavor(new_flavor)
-        new_pci_requests.instance_uuid = instance.uuid
-        if instance.pci_requests:
-            for request in instance.pci_requests.requests:
-                if request.source == objects.InstancePCIRequest.NEUTRON_PORT:
-                    new_pci_requests.requests.append(request)
+        if migration.is_live_migration and instance.pci_requests:
+            # Same flavor: the instance's own requests, whose ids the destination's later
+            # claim_pci_devices (Nova's _flavor_based_pci_claim) asks for.
+            new_pci_requests = objects.InstancePCIRequests(
+                requests=list(instance.pci_requests.requests), instance_uuid=instance.uuid)
+        else:
+            new_pci_requests = pci_request.get_pci_requests_from_flavor(new_flavor)
+            new_pci_requests.instance_uuid = instance.uuid
+            if instance.pci_requests:
+                for request in instance.pci_requests.requests:
+                    if request.source == objects.InstancePCIRequest.NEUTRON_PORT:
+                        new_pci_requests.requests.append(request)
 
         client = self._client(nodename)
         self._settle_migrations(context, client, nodename, instance.uuid)
@@ -910,6 +916,13 @@ class RtrackResourceTracker(object):
         if held is not None:
             self._claim_only(instance_uuid, held)
             return self._pci_objects_for(context, nodename, held)
+        held = self._claim_incoming_live_migration(context, client, nodename, instance_uuid,
+                                                   pci_requests)
+        if held is not None:
+            self._claim_only(instance_uuid, held)
+            self._sync_pci_rows(context, nodename)
+            self._sync_node(context, nodename)
+            return self._pci_objects_for(context, nodename, held)
         try:
             answer = client.attach_pci(instance_uuid, pci_requests.obj_to_primitive(),
                                        request_id=self._rid(context))
@@ -929,6 +942,39 @@ class RtrackResourceTracker(object):
         addrs = {d['address'] for d in devices if d.get('address')}
         if addrs:
             self.pci_claimed_only.setdefault(instance_uuid, set()).update(addrs)
+
+    def _claim_incoming_live_migration(self, context: Any, client: rt_client.RtrackClient,
+                                       nodename: str, instance_uuid: str,
+                                       pci_requests: Any) -> Optional[list]:
+        """A live migration's destination asking for flavor PCI devices of a guest Nova did
+        not claim for (no NUMA: ``_live_migration_claim`` is skipped): the incoming move is
+        registered in rtrackd, which chooses the devices, as for a NUMA guest; its end is
+        settled from the Migration's status. None when this is not that case."""
+        lm = driver_patches.incoming_live_migration()
+        if not lm or lm.get('migration') is None:
+            return None
+        instance = lm.get('instance')
+        if instance is None or instance.uuid != instance_uuid:
+            return None
+        if client.get_migration(lm['migration'].id) is not None:
+            return None
+        ctxt = lm.get('ctxt') or context
+        try:
+            allocs = self.reportclient.get_allocations_for_consumer(ctxt, instance_uuid)
+        except Exception as e:  # noqa
+            LOG.warning('Cannot read the allocations of %s: %s', instance_uuid, e)
+            allocs = None
+        try:
+            claim = self._move_claim(ctxt, instance, instance.flavor, nodename,
+                                     lm['migration'], allocs,
+                                     move_type=fields.MigrationType.LIVE_MIGRATION,
+                                     image_meta=instance.image_meta, limits=lm.get('limits'))
+        except exception.ComputeResourcesUnavailable as e:
+            raise exception.PciDeviceRequestFailed(requests=pci_requests.requests) from e
+        wanted = {r.request_id for r in pci_requests.requests}
+        held = [d for d in (claim.answer or {}).get('pci_devices') or []
+                if d.get('request_id') in wanted]
+        return held or self._held_devices(client, instance_uuid, pci_requests)
 
     def _held_devices(self, client: rt_client.RtrackClient, instance_uuid: str,
                       pci_requests: Any) -> Optional[list]:
@@ -1126,6 +1172,8 @@ class RtrackResourceTracker(object):
         if 'cpu_info' not in resources or resources['cpu_info'] is None:
             resources['cpu_info'] = ''
         self.driver_resources[nodename] = resources
+        if startup:
+            self._check_pci_reporting_kept(context, resources['uuid'])
         # Outside the lock: starting or refreshing rtrackd may wait on Placement.
         self.binding.prepare(context, nodename, resources, startup)
         self._update_available_resource(context, resources, startup=startup)
@@ -1458,6 +1506,27 @@ class RtrackResourceTracker(object):
             if spec is not None:
                 out.append((dev, dict(spec.get_tags())))
         return out
+
+    def _check_pci_reporting_kept(self, context: Any, root_uuid: str) -> None:
+        """Nova refuses to turn ``[pci] report_in_placement`` off once PCI providers
+        (``COMPUTE_MANAGED_PCI_DEVICE``) exist in the compute's tree: checked at start (Nova
+        checks at every periodic; only the start's refusal stops the service), before
+        rtrackd is given the new configuration (which would remove them)."""
+        if CONF.pci.report_in_placement:
+            return
+        try:
+            resp = self.reportclient.get(
+                '/resource_providers?in_tree=%s&required=%s' % (
+                    root_uuid, os_traits.COMPUTE_MANAGED_PCI_DEVICE),
+                version='1.18', global_request_id=context.global_id)
+            found = resp.json()['resource_providers'] if resp else []
+        except Exception as e:  # noqa
+            LOG.warning('Cannot read the provider tree of %s: %s', root_uuid, e)
+            return
+        if found:
+            raise exception.PlacementPciException(
+                error='The [pci]report_in_placement is False but it was enabled before on '
+                      'this compute. Nova does not support disabling it after it is enabled.')
 
     def _pci_placement(self, context: Any, nodename: str, migrations: Any,
                        check: bool = False) -> None:

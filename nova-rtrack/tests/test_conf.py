@@ -205,9 +205,10 @@ class ConfTest(unittest.TestCase):
                     'hypervisor_traits = "nova-compute"\n')
         self.assertEqual([], rt_conf.check_file(CONF, f.name))
 
-    def test_vcpu_pin_set_is_refused(self) -> None:
+    def test_vcpu_pin_set_is_passed_on_with_its_legacy_meaning(self) -> None:
         self.flags(vcpu_pin_set='0-3')
-        self.assertIn('vcpu_pin_set', rt_conf.unsupported(CONF)[0])
+        self.assertEqual([], rt_conf.unsupported(CONF))
+        self.assertEqual('0-3', rt_conf.derive(CONF)['resources']['vcpu_pin_set'])
 
 
 if __name__ == '__main__':

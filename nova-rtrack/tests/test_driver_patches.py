@@ -154,3 +154,24 @@ class LiveMigrationDestinationTest(test.NoDBTestCase):
         with self.assertRaises(exception.ComputeResourcesUnavailable):
             self._run(tracker, name='spawn')
         tracker.live_migration_claim.assert_not_called()
+
+
+class ManagerPatchTest(test.NoDBTestCase):
+    def test_the_destination_precheck_arguments_are_known_inside_it(self) -> None:
+        seen = []
+
+        def check(self_: Any, ctxt: Any, instance: Any, block_migration: Any,
+                  disk_over_commit: Any, migration: Any, limits: Any) -> None:
+            seen.append(driver_patches.incoming_live_migration())
+        wrapped = driver_patches._remember_live_migration_destination(check)
+        wrapped(object(), 'ctx', INSTANCE, False, None, mock.sentinel.migration, None)
+        self.assertEqual('ctx', seen[0]['ctxt'])
+        self.assertIs(INSTANCE, seen[0]['instance'])
+        self.assertIs(mock.sentinel.migration, seen[0]['migration'])
+        self.assertIsNone(driver_patches.incoming_live_migration())
+
+    def test_install_manager_wraps_the_real_method(self) -> None:
+        from nova.compute import manager as compute_manager
+        driver_patches.install_manager()
+        self.assertIsNotNone(driver_patches.unwrap(
+            compute_manager.ComputeManager.check_can_live_migrate_destination))

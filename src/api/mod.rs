@@ -11,6 +11,7 @@
 //! pool: they wait for their commit (fsync), and must not stall the runtime.
 
 pub mod bodies;
+pub mod disk_facts;
 pub mod error;
 pub mod metrics;
 pub mod openapi;

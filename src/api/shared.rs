@@ -121,6 +121,12 @@ pub struct DaemonState {
     upstream: parking_lot::Mutex<Option<tokio::sync::mpsc::Sender<UpstreamCommand>>>,
     refresh: parking_lot::Mutex<Option<tokio::sync::mpsc::Sender<RefreshRequest>>>,
     drift: RwLock<Option<DriftHealth>>,
+    /// `[host] disk_source = "caller"`: the totals last given, and the state directory that
+    /// keeps them.
+    caller_disk: RwLock<(
+        Option<super::disk_facts::DiskTotals>,
+        Option<std::path::PathBuf>,
+    )>,
 }
 
 impl DaemonState {
@@ -142,7 +148,35 @@ impl DaemonState {
             upstream: parking_lot::Mutex::new(None),
             refresh: parking_lot::Mutex::new(None),
             drift: RwLock::new(None),
+            caller_disk: RwLock::new((None, None)),
         }
+    }
+
+    /// The DISK_GB totals the caller gave last (`[host] disk_source = "caller"`).
+    pub fn caller_disk(&self) -> Option<super::disk_facts::DiskTotals> {
+        self.caller_disk.read().0
+    }
+
+    /// The totals kept at startup, and the state directory new ones are kept in.
+    pub fn init_caller_disk(
+        &self,
+        totals: Option<super::disk_facts::DiskTotals>,
+        state_dir: std::path::PathBuf,
+    ) {
+        *self.caller_disk.write() = (totals, Some(state_dir));
+    }
+
+    /// Keeps new totals in the state directory, then in force (a failed write changes nothing).
+    pub fn set_caller_disk(&self, totals: super::disk_facts::DiskTotals) -> std::io::Result<()> {
+        let mut held = self.caller_disk.write();
+        if held.0 == Some(totals) {
+            return Ok(());
+        }
+        if let Some(dir) = &held.1 {
+            totals.save(dir)?;
+        }
+        held.0 = Some(totals);
+        Ok(())
     }
 
     /// The configuration in force.

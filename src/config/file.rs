@@ -74,6 +74,10 @@ pub struct HostConfig {
     pub state_dir: Option<PathBuf>,
     /// Where instance disks live (measured for DISK_GB). Default `/var/lib/nova/instances`.
     pub instances_path: Option<PathBuf>,
+    /// Where DISK_GB comes from: `"statvfs"` (the instances path's filesystem, the default) or
+    /// `"caller"` (the totals `POST /v1/refresh` last gave: image backends that are not a local
+    /// filesystem, and nova-compute on rtrack, whose driver measures them).
+    pub disk_source: Option<String>,
     /// The compute node's name (Nova's `hypervisor_hostname`). Default: the kernel hostname.
     pub hypervisor_hostname: Option<String>,
     /// The service host name (Nova's `host`). Default: the kernel hostname.

@@ -274,6 +274,17 @@ impl Config {
                 "must be a positive integer (the id of the nova-compute Service in Nova's database)",
             ));
         }
+        let disk_source = match h.disk_source.as_deref() {
+            None | Some("statvfs") => DiskSource::Statvfs,
+            Some("caller") => DiskSource::Caller,
+            Some(other) => {
+                return Err(err(
+                    "host.disk_source",
+                    crate::echo::quoted(other),
+                    "must be \"statvfs\" (the instances path's filesystem) or \"caller\" (the totals POST /v1/refresh gives)",
+                ))
+            }
+        };
         let compute_node_uuid = match &h.compute_node_uuid {
             None => None,
             Some(s) => Some(
@@ -415,6 +426,7 @@ impl Config {
                 .instances_path
                 .clone()
                 .unwrap_or_else(|| PathBuf::from("/var/lib/nova/instances")),
+            disk_source,
             hypervisor_hostname: h.hypervisor_hostname.clone(),
             host: h.host.clone(),
             hypervisor_type: h
@@ -558,6 +570,18 @@ impl Default for Resources {
     }
 }
 
+/// Where DISK_GB comes from (`[host] disk_source`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DiskSource {
+    /// The filesystem of the instances path (`statvfs`), as Nova's libvirt driver measures it
+    /// for a local image backend.
+    #[default]
+    Statvfs,
+    /// The totals the caller gives in `POST /v1/refresh` (kept in the state directory): an
+    /// image backend that is not a local filesystem (rbd, LVM), or nova-compute on rtrack.
+    Caller,
+}
+
 /// The configuration rtrack runs with: every value checked, defaults applied.
 #[derive(Debug, Clone)]
 pub struct ValidConfig {
@@ -567,6 +591,8 @@ pub struct ValidConfig {
     pub state_dir: Option<PathBuf>,
     /// Instances path.
     pub instances_path: PathBuf,
+    /// `[host] disk_source`.
+    pub disk_source: DiskSource,
     /// Configured node name.
     pub hypervisor_hostname: Option<String>,
     /// Configured service host name.

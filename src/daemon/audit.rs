@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::systemd;
+use crate::api::disk_facts::DiskTotals;
 use crate::api::shared::DaemonState;
+use crate::config::DiskSource;
 use crate::probes::{self, HostInventory};
 
 /// How an [`Auditor`] probes the host.
@@ -23,7 +25,9 @@ pub type ProbeFn = Arc<dyn Fn(&DaemonState) -> Result<HostInventory, String> + S
 pub fn probe_options(cfg: &crate::config::ValidConfig) -> probes::ProbeOptions {
     probes::ProbeOptions {
         disk: probes::disk::DiskOptions {
-            instances_path: Some(cfg.instances_path.clone()),
+            // The caller's totals replace the measure (see `apply_disk_source`).
+            instances_path: (cfg.disk_source == DiskSource::Statvfs)
+                .then(|| cfg.instances_path.clone()),
             include_virtual: false,
         },
         pci_vpd: cfg.device_specs.iter().any(|s| s.remote_managed()),
@@ -35,10 +39,23 @@ pub fn probe_options(cfg: &crate::config::ValidConfig) -> probes::ProbeOptions {
 /// memory, sysfs gone): the tracker would otherwise drop every free device and all capacity.
 pub fn probe(state: &DaemonState) -> Result<HostInventory, String> {
     let cfg = state.config();
-    let host =
+    let mut host =
         probes::probe_host(&cfg.probe_root, &probe_options(&cfg)).map_err(|e| e.to_string())?;
     check_plausible(&host, &cfg.probe_root)?;
+    apply_disk_source(&mut host, &cfg, state.caller_disk());
     Ok(host)
+}
+
+/// With `[host] disk_source = "caller"`, the instances filesystem is the caller's totals (none
+/// until the first: no DISK_GB is reported meanwhile).
+pub fn apply_disk_source(
+    host: &mut HostInventory,
+    cfg: &crate::config::ValidConfig,
+    caller: Option<DiskTotals>,
+) {
+    if cfg.disk_source == DiskSource::Caller {
+        host.disks.instances = caller.map(|t| t.as_filesystem(&cfg.instances_path));
+    }
 }
 
 /// Rejects a probe that found no online CPU or no memory, or whose sysfs PCI directory is gone.

@@ -117,11 +117,13 @@ async fn main_loop(
     // bounded in time like every later one.
     let probe_cfg = cfg.clone();
     let limit = audit::time_limit(cfg.audit_interval_s);
+    let caller_disk = caller_disk_at_start(&cfg, &state_dir);
     let first_probe = tokio::task::spawn_blocking(move || {
-        let host =
+        let mut host =
             crate::probes::probe_host(&probe_cfg.probe_root, &audit::probe_options(&probe_cfg))
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
         audit::check_plausible(&host, &probe_cfg.probe_root).map_err(|e| anyhow::anyhow!("{e}"))?;
+        audit::apply_disk_source(&mut host, &probe_cfg, caller_disk);
         Ok::<_, anyhow::Error>(host)
     });
     let host = tokio::select! {
@@ -194,6 +196,7 @@ async fn main_loop(
         cfg.clone(),
         access.clone(),
     ));
+    state.init_caller_disk(caller_disk, state_dir.clone());
     let auditor = Arc::new(Auditor::new(state.clone()));
     // The probe above worked; an audit that cannot save what it found (a full disk, a locked
     // store) does not keep rtrackd from serving what the store holds: it is logged, /healthz
@@ -391,6 +394,28 @@ async fn main_loop(
         "rtrackd stopped; the store is flushed"
     );
     Ok(())
+}
+
+/// The DISK_GB totals kept from the caller (`[host] disk_source = "caller"`). A file that
+/// cannot be read is logged and left for the next `POST /v1/refresh` to replace.
+fn caller_disk_at_start(
+    cfg: &crate::config::ValidConfig,
+    state_dir: &std::path::Path,
+) -> Option<crate::api::disk_facts::DiskTotals> {
+    if cfg.disk_source != crate::config::DiskSource::Caller {
+        return None;
+    }
+    match crate::api::disk_facts::DiskTotals::load(state_dir) {
+        Ok(Some(t)) => Some(t),
+        Ok(None) => {
+            tracing::warn!("[host] disk_source = \"caller\": no DISK_GB totals given yet; none is reported until POST /v1/refresh gives disk_gb");
+            None
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "[host] disk_source = \"caller\": the kept DISK_GB totals cannot be read; none is reported until POST /v1/refresh gives disk_gb");
+            None
+        }
+    }
 }
 
 /// One refresh: an audit, then (with Placement configured) a report that does not wait for a

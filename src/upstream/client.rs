@@ -231,6 +231,37 @@ impl HttpPlacement {
     fn version_at_least(&self, v: (u32, u32)) -> bool {
         self.version.is_some_and(|have| have >= v)
     }
+
+    /// A write at the last microversion without consumer types (when the negotiated one has
+    /// them), so that Placement keeps each existing consumer's type as it is.
+    async fn call_before_types(
+        &mut self,
+        kind: &'static str,
+        method: Method,
+        path: &str,
+        body: &Value,
+    ) -> Result<(StatusCode, Value), UpstreamError> {
+        let negotiated = self.version;
+        if self.version_at_least(CONSUMER_TYPES) {
+            self.version = Some(BEFORE_CONSUMER_TYPES);
+        }
+        let answer = self.call(kind, method, path, &[], Some(body), &[]).await;
+        self.version = negotiated;
+        answer
+    }
+}
+
+/// The microversion that gave consumers a type (`consumer_type`, required in writes from then).
+const CONSUMER_TYPES: (u32, u32) = (1, 38);
+/// The last one without: writes there leave an existing consumer's type as it is.
+const BEFORE_CONSUMER_TYPES: (u32, u32) = (1, 36);
+
+/// A type Placement accepts in a write (`^[A-Z0-9_]+$`); it reads back "unknown" for consumers
+/// written without one.
+fn sendable_type(t: &str) -> bool {
+    !t.is_empty()
+        && t.bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
 }
 
 impl PlacementApi for HttpPlacement {
@@ -498,7 +529,14 @@ impl PlacementApi for HttpPlacement {
             "user_id": user,
             "consumer_generation": generation,
         });
-        if self.version_at_least((1, 38)) {
+        // An existing consumer Placement names "unknown" (written before types) keeps that:
+        // the type is not rtrack's to set.
+        if generation.is_some() && !ctype.is_empty() && !sendable_type(ctype) {
+            self.call_before_types("put_allocation", Method::PUT, &path, &body)
+                .await?;
+            return Ok(());
+        }
+        if self.version_at_least(CONSUMER_TYPES) {
             body["consumer_type"] = json!(if ctype.is_empty() {
                 "INSTANCE"
             } else {
@@ -524,7 +562,12 @@ impl PlacementApi for HttpPlacement {
                 )
             })
             .collect();
-        let with_type = self.version_at_least((1, 38));
+        // Every consumer moved exists: without types in the request, Placement keeps each one's
+        // (needed when one is "unknown", which cannot be sent).
+        let keep_types = allocations
+            .values()
+            .any(|a| a.owner.as_ref().is_some_and(|o| !sendable_type(&o.2)));
+        let with_type = self.version_at_least(CONSUMER_TYPES) && !keep_types;
         let allocations: BTreeMap<Uuid, Value> = allocations
             .iter()
             .map(|(c, a)| {
@@ -554,8 +597,13 @@ impl PlacementApi for HttpPlacement {
             })
             .collect();
         let body = json!({"inventories": inventories, "allocations": allocations});
-        self.call("reshape", Method::POST, "/reshaper", &[], Some(&body), &[])
-            .await?;
+        if keep_types {
+            self.call_before_types("reshape", Method::POST, "/reshaper", &body)
+                .await?;
+        } else {
+            self.call("reshape", Method::POST, "/reshaper", &[], Some(&body), &[])
+                .await?;
+        }
         Ok(())
     }
 

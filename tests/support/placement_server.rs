@@ -150,11 +150,22 @@ impl Raw {
         path: &str,
         body: Option<Value>,
     ) -> (u16, Value) {
+        self.send_at("1.39", method, path, body).await
+    }
+
+    /// One request at a microversion (an older client: `1.36` writes consumers without a type).
+    pub async fn send_at(
+        &self,
+        version: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
         let mut r = self
             .http
             .request(method, format!("{}{path}", self.url))
             .header("x-auth-token", "admin")
-            .header("openstack-api-version", "placement 1.39");
+            .header("openstack-api-version", format!("placement {version}"));
         if let Some(b) = body {
             r = r.json(&b);
         }

@@ -69,8 +69,14 @@ def _patch_libvirt_driver(module: Any) -> None:
     driver_patches.install()
 
 
+def _patch_compute_manager(module: Any) -> None:
+    from nova_rtrack import driver_patches
+    driver_patches.install_manager()
+
+
 TARGETS: dict[str, Callable[[Any], None]] = {
     'nova.virt.libvirt.driver': _patch_libvirt_driver,
+    'nova.compute.manager': _patch_compute_manager,
     'nova.compute.resource_tracker': _patch_rt,
     'nova.tests.functional.fixtures': _patch_placement_fixture,
     'nova.test': _patch_testcase,

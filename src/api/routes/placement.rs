@@ -202,9 +202,51 @@ pub async fn reconcile(
     Ok(Json(v).into_response())
 }
 
+/// `POST /v1/refresh`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = RefreshRequest)]
+pub struct RefreshBody {
+    /// DISK_GB totals from the caller, in GiB (only with `[host] disk_source = "caller"`): kept
+    /// in the state directory and used by this and every later audit until the next.
+    #[serde(default)]
+    pub disk_gb: Option<crate::api::disk_facts::DiskTotals>,
+}
+
 /// `POST /v1/refresh`: an audit now (the host probed again), then a report to Placement now;
-/// answered once both are done. `503 not_ready` when either failed.
-pub async fn refresh(State(state): St) -> ApiResult {
+/// answered once both are done. `503 not_ready` when either failed. The body may give the
+/// caller's DISK_GB totals first.
+pub async fn refresh(
+    State(state): St,
+    headers: axum::http::HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult {
+    let body: RefreshBody = if body.as_ref().is_ok_and(|b| b.is_empty()) {
+        RefreshBody::default()
+    } else {
+        json_body(&state, &headers, body, "a refresh request")?
+    };
+    if let Some(totals) = body.disk_gb {
+        if state.config().disk_source != crate::config::DiskSource::Caller {
+            return Err(ApiError::invalid(
+                "disk_gb",
+                "accepted only with [host] disk_source = \"caller\" (DISK_GB is measured from the instances path here)",
+            ));
+        }
+        totals
+            .check()
+            .map_err(|(field, why)| ApiError::invalid(&field, why))?;
+        let st = state.clone();
+        blocking(move || {
+            st.set_caller_disk(totals).map_err(|e| {
+                ApiError::new(
+                    ErrorCode::StoreFailed,
+                    format!("the DISK_GB totals could not be kept in the state directory: {e}"),
+                )
+            })
+        })
+        .await?;
+    }
     let tx = state
         .refresh()
         .ok_or_else(|| ApiError::new(ErrorCode::NotReady, "rtrackd is not serving yet"))?;
