@@ -229,6 +229,20 @@ fn numa_claims_end_to_end() {
         "{n}"
     );
     assert_eq!(n["cells"][0]["cores"][0][0]["state"], "shared");
+    // Each cell's caches, L3 domains and core types (issue 24): the synthetic host has one L3
+    // per socket and one kind of core.
+    assert!(
+        n["cells"][0]["caches"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|k| k["level"] == 3)),
+        "{n}"
+    );
+    assert_eq!(
+        n["cells"][0]["l3_domains"].as_array().map(Vec::len),
+        Some(1),
+        "{n}"
+    );
+    assert_eq!(n["cells"][0]["core_types"], json!([]), "{n}");
     let out = Command::new(RTRACKCTL)
         .args(["--socket"])
         .arg(&d.socket)
@@ -238,7 +252,7 @@ fn numa_claims_end_to_end() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(
-        text.contains("[1a 9a]") && text.contains(&format!("a = {a}")),
+        text.contains("[1a 9a]") && text.contains(&format!("a = {a}")) && text.contains("  L3 #0 "),
         "{text}"
     );
 

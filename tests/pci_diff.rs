@@ -485,6 +485,7 @@ impl Run<'_> {
             emulator_threads: None,
             pagesize: None,
             networks: Default::default(),
+            core_types: None,
         })
     }
 

@@ -1,9 +1,9 @@
 //! rtrack-probes: reads a host's hardware from sysfs and procfs under a configurable root.
 //!
 //! In: a [`HostRoot`] and [`ProbeOptions`] (the instances path to measure, whether to list virtual
-//! block devices). Out: a [`HostInventory`] (host identity, CPUs, NUMA nodes, memory, disks, PCI
-//! functions, vDPA devices, mediated devices, memory encryption, persistent memory namespaces,
-//! uptime, and the [`Warning`]s in probe order), or a [`ProbeError`] only when neither root is a
+//! block devices). Out: a [`HostInventory`] (host identity, CPUs, NUMA nodes, CPU caches and core
+//! types, memory, disks, PCI functions, vDPA devices, mediated devices, memory encryption,
+//! persistent memory namespaces, uptime, and the [`Warning`]s in probe order), or a [`ProbeError`] only when neither root is a
 //! readable directory.
 //!
 //! Every probe is a function of a [`HostRoot`] (separate sysfs and procfs roots, so that tests
@@ -11,12 +11,15 @@
 //! plain data and pushes [`Warning`]s for anything missing or malformed. A probe never panics on
 //! file contents and never aborts the whole inventory because one file is bad.
 //!
-//! One module per probe: [`cpu`] (with [`cpuinfo`]), [`cpu_power`], [`numa`], [`memory`],
+//! One module per probe: [`cpu`] (with [`cpuinfo`]), [`cpu_power`], [`numa`], [`cache`],
+//! [`core_type`], [`memory`],
 //! [`disk`], [`pci`] (with [`vpd`]), [`vdpa`], [`mdev`], [`mem_encryption`], [`pmem`], [`host`],
 //! [`uptime`];
 //! [`probe_host`] runs them all in the order their inputs need.
 
+pub mod cache;
 pub mod confine;
+pub mod core_type;
 pub mod cpu;
 pub mod cpu_power;
 pub mod cpuinfo;
@@ -72,6 +75,12 @@ pub struct HostInventory {
     pub cpu: cpu::CpuInfo,
     /// NUMA nodes, sorted by id.
     pub numa_nodes: Vec<numa::NumaNode>,
+    /// CPU caches of level 2 and above, one per instance, with the online CPUs sharing each.
+    #[serde(default)]
+    pub caches: Vec<cache::CacheInstance>,
+    /// Kinds of core on hybrid processors; empty on a host with one kind.
+    #[serde(default)]
+    pub core_types: Vec<core_type::CoreType>,
     /// Host memory.
     pub memory: memory::MemoryInfo,
     /// Instance filesystem and block devices.
@@ -118,6 +127,8 @@ pub fn probe_host(root: &HostRoot, opts: &ProbeOptions) -> Result<HostInventory,
     cpu_nodes.extend(&numa.cpu_nodes);
     let mut cpu = cpu::probe_cpu(root, cpu_lists, &cpu_nodes, &mut w);
     cpu.governors = cpu_power::probe_governors(root, &opts.cpu_governors, &mut w);
+    let caches = cache::probe_caches(root, &cpu.online, &mut w);
+    let core_types = core_type::probe_core_types(root, &cpu.present, &mut w);
     let memory = memory::probe_memory(root, &mut w);
     let disks = disk::probe_disks(root, &opts.disk, &mut w);
     let mut pci_devices = pci::probe_pci(root, &numa, opts.pci_vpd, &mut w);
@@ -133,6 +144,8 @@ pub fn probe_host(root: &HostRoot, opts: &ProbeOptions) -> Result<HostInventory,
         uptime,
         cpu,
         numa_nodes: numa.nodes,
+        caches,
+        core_types,
         memory,
         disks,
         pci_devices,

@@ -362,6 +362,167 @@ fn check_against_hwloc(fixture: &RealFixture, inv: &HostInventory, counts: Hwloc
 }
 
 // ---------------------------------------------------------------------------------------------
+// hwloc lstopo output: caches of level 2 and above, and CPU kinds.
+
+/// A cache as hwloc shows it: level, type, size as lstopo prints it, CPUs.
+type HwlocCache = (u32, String, String, CpuSet);
+
+/// lstopo's size text: `hwloc_memory_size_printf_value` rounds to KiB below 10 MiB, to MiB
+/// below 10 GiB, else GiB.
+fn hwloc_size(bytes: u64) -> String {
+    if bytes < 10 << 20 {
+        format!("{}KiB", ((bytes >> 9) + 1) >> 1)
+    } else if bytes < 10 << 30 {
+        format!("{}MiB", ((bytes >> 19) + 1) >> 1)
+    } else {
+        format!("{}GiB", ((bytes >> 29) + 1) >> 1)
+    }
+}
+
+/// `L3Cache` -> (3, Unified); `L2dCache` -> (2, Data); `L2iCache` -> (2, Instruction).
+fn hwloc_cache_kind(name: &str) -> Option<(u32, String)> {
+    let rest = name.strip_prefix('L')?.strip_suffix("Cache")?;
+    let (digits, kind) = match rest.chars().last()? {
+        'd' => (&rest[..rest.len() - 1], "Data"),
+        'i' => (&rest[..rest.len() - 1], "Instruction"),
+        _ => (rest, "Unified"),
+    };
+    Some((digits.parse().ok()?, kind.to_string()))
+}
+
+/// The caches of a `.console` tree: each cache's CPUs are the PUs indented below it.
+fn hwloc_console_caches(text: &str) -> Vec<HwlocCache> {
+    let mut out = Vec::new();
+    // Open caches: (indent, level, type, size, PUs so far).
+    let mut open: Vec<(usize, u32, String, String, CpuSet)> = Vec::new();
+    for line in text.lines() {
+        let indent = line.len() - line.trim_start().len();
+        let t = line.trim_start();
+        if !t.contains(" L#") {
+            continue;
+        }
+        while open.last().is_some_and(|o| o.0 >= indent) {
+            let (_, l, k, s, c) = open.pop().unwrap();
+            out.push((l, k, s, c));
+        }
+        let name = t.split_whitespace().next().unwrap_or("");
+        if let Some((level, kind)) = hwloc_cache_kind(name).filter(|(l, _)| *l >= 2) {
+            let size = t
+                .split("size=")
+                .nth(1)
+                .and_then(|s| s.split([' ', ')']).next())
+                .unwrap_or("")
+                .to_string();
+            open.push((indent, level, kind, size, CpuSet::new()));
+        } else if let Some(rest) = t.strip_prefix("PU L#") {
+            let p: u32 = rest
+                .split("(P#")
+                .nth(1)
+                .and_then(|s| s.split(')').next())
+                .and_then(|s| s.parse().ok())
+                .unwrap();
+            for o in &mut open {
+                o.4.insert(p);
+            }
+        }
+    }
+    out.extend(open.into_iter().map(|(_, l, k, s, c)| (l, k, s, c)));
+    out
+}
+
+fn xml_attr<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
+    tag.split(&format!(" {name}=\"")).nth(1)?.split('"').next()
+}
+
+/// The caches of an hwloc `.xml` export (`cpuset` is a bitmap of `0x`-prefixed 32-bit words).
+fn hwloc_xml_caches(text: &str) -> Vec<HwlocCache> {
+    let mut out = Vec::new();
+    for tag in text.split("<object ").skip(1) {
+        let tag = format!(" {}", tag.split('>').next().unwrap_or(""));
+        let tag = tag.as_str();
+        let Some(kind) = xml_attr(tag, "type").and_then(hwloc_cache_kind) else {
+            continue;
+        };
+        let level: u32 = xml_attr(tag, "depth").unwrap().parse().unwrap();
+        if level < 2 {
+            continue;
+        }
+        let kind = match xml_attr(tag, "cache_type") {
+            Some("1") => "Data",
+            Some("2") => "Instruction",
+            _ => kind.1.as_str(),
+        }
+        .to_string();
+        let size: u64 = xml_attr(tag, "cache_size").unwrap().parse().unwrap();
+        let map = xml_attr(tag, "cpuset").unwrap().replace("0x", "");
+        out.push((
+            level,
+            kind,
+            hwloc_size(size),
+            CpuSet::parse_map(&map).unwrap(),
+        ));
+    }
+    out
+}
+
+/// The CPU kinds section of a `.console` (`CPU kind #0 efficiency 0 cpuset 0x…`): how many.
+fn hwloc_console_cpu_kinds(text: &str) -> usize {
+    text.lines().filter(|l| l.starts_with("CPU kind #")).count()
+}
+
+fn check_caches_against_hwloc(fixture: &RealFixture, inv: &HostInventory, theirs: Vec<HwlocCache>) {
+    let name = fixture.name;
+    let mut ours: Vec<HwlocCache> = inv
+        .caches
+        .iter()
+        .map(|c| {
+            let size = hwloc_size(c.size_kb.unwrap_or(0) << 10);
+            (c.level, c.kind.clone(), size, c.cpus.clone())
+        })
+        .collect();
+    let mut theirs = theirs;
+    ours.sort();
+    theirs.sort();
+    assert_eq!(ours, theirs, "{name}: caches (hwloc)");
+}
+
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn caches_and_core_types_agree_with_hwloc_on_every_real_fixture_that_has_them() {
+    let dir = rtrack_fixtures::fixtures_dir().join("oracles");
+    let mut compared = Vec::new();
+    for fixture in REAL_FIXTURES {
+        let base = fixture.name.strip_prefix("hwloc-").unwrap_or(fixture.name);
+        let console = std::fs::read_to_string(dir.join(format!("{base}.console")));
+        let xml = std::fs::read_to_string(dir.join(format!("{base}.xml"))).or_else(|_| {
+            std::fs::read_to_string(dir.join(format!("{base}.lstopo.from-fixture.xml")))
+        });
+        let theirs = match (&console, &xml) {
+            (Ok(text), _) => hwloc_console_caches(text),
+            (_, Ok(text)) => hwloc_xml_caches(text),
+            _ => continue,
+        };
+        let inv = probe(fixture);
+        check_caches_against_hwloc(fixture, &inv, theirs);
+        if let Ok(text) = &console {
+            // One kind (or none listed) is no core types; more must be named.
+            let kinds = hwloc_console_cpu_kinds(text);
+            assert!(
+                kinds <= 1,
+                "{}: a hybrid fixture: compare the names",
+                fixture.name
+            );
+            assert!(inv.core_types.is_empty(), "{}: core types", fixture.name);
+        }
+        if !inv.caches.is_empty() {
+            compared.push(fixture.name);
+        }
+    }
+    // Guard against an oracle silently not being found: every fixture with an lstopo output
+    // and cache directories.
+    assert_eq!(compared.len(), 8, "{compared:?}");
+}
 
 #[test]
 fn every_real_fixture_agrees_with_its_oracles() {

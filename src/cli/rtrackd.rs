@@ -267,6 +267,11 @@ fn check_config(loaded: &LoadedConfig) -> anyhow::Result<()> {
                 },
                 numa.base_page_kb
             );
+            for line in
+                crate::tracker::numa::domains::policy_summary(&numa, &host, &c.resources.topology)
+            {
+                println!("  {line}");
+            }
             if let Some(pm) = &c.resources.cpu_power_management {
                 let offline = c
                     .resources

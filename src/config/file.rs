@@ -142,6 +142,15 @@ pub struct ResourcesConfig {
     /// Fill the busiest NUMA cells first instead of spreading guests (Nova's
     /// `[compute] packing_host_numa_cells_allocation_strategy`). Default false.
     pub packing_host_numa_cells_allocation_strategy: Option<bool>,
+    /// Align dedicated guests' pins to cache domains: `"none"` (Nova's choice, the default) or
+    /// `"l3"` (a guest cell one free L3 domain can hold is not spread over two).
+    pub pin_alignment: Option<String>,
+    /// Multi-cell guests take the fitting host cells closest together (NUMA distance), Nova's
+    /// cell order breaking ties. Default false.
+    pub prefer_closest_cells: Option<bool>,
+    /// Core types dedicated guests pin on hybrid hosts (`IntelCore`, `IntelAtom`...); default
+    /// every type. A flavor's `rtrack:cpu_core_type` overrides it.
+    pub dedicated_core_types: Option<Vec<String>>,
     /// The base page size in KiB, when the probe cannot read it (default: the kernel's, else
     /// 4 on x86_64, aarch64 and s390x, 64 on ppc64le).
     pub base_page_size_kb: Option<u64>,

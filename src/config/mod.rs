@@ -22,6 +22,7 @@ mod placement;
 pub mod placement_sources;
 pub mod pmem;
 pub mod provider_yaml;
+pub mod topology;
 pub mod upstream;
 mod valid;
 pub mod yaml;
@@ -38,6 +39,7 @@ pub use file::{
 };
 pub use numa::{ReservedPages, ReservedPagesConfig};
 pub use pci::{AliasConfig, DeviceSpecConfig};
+pub use topology::{PinAlignment, TopologyPolicy};
 pub use valid::{DiskSource, LogFormat, Resources, ValidConfig};
 
 impl Config {
@@ -145,6 +147,7 @@ impl Config {
             cpu_shared_set: cpuset("resources.cpu_shared_set", &r.cpu_shared_set)?,
             vcpu_pin_set: cpuset("resources.vcpu_pin_set", &r.vcpu_pin_set)?,
             cpu_power_management: cpu_power::validate(r, file)?,
+            topology: topology::validate(r, file)?,
             reserved_huge_pages: numa::reserved_huge_pages(
                 r.reserved_huge_pages.as_deref().unwrap_or_default(),
                 file,

@@ -47,6 +47,9 @@ pub struct Resources {
     /// `cpu_power_management`: Nova powers the dedicated CPUs no guest runs on down, and
     /// they count while offline; `None` when off.
     pub cpu_power_management: Option<CpuPowerManagement>,
+    /// `pin_alignment`, `prefer_closest_cells`, `dedicated_core_types`: rtrack's placement
+    /// policies beyond Nova's, off by default.
+    pub topology: TopologyPolicy,
     /// Sharing provider holding DISK_GB.
     pub shared_storage_provider: Option<uuid::Uuid>,
     /// Pages kept from guests, per node and size (`reserved_huge_pages`).
@@ -83,6 +86,7 @@ impl Default for Resources {
             cpu_shared_set: None,
             vcpu_pin_set: None,
             cpu_power_management: None,
+            topology: TopologyPolicy::default(),
             shared_storage_provider: None,
             reserved_huge_pages: Vec::new(),
             packing_host_numa_cells_allocation_strategy: false,

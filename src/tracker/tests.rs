@@ -146,6 +146,7 @@ fn one_cell_guest(memory_mb: i64) -> crate::tracker::numa::GuestTopology {
         emulator_threads: None,
         pagesize: None,
         networks: Default::default(),
+        core_types: None,
     }
 }
 

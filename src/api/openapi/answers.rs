@@ -41,6 +41,8 @@ pub fn inventory_report_schema() -> Value {
                     "tdx_host_platform": {"type": "boolean", "nullable": true}}},
                 "warnings": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "message": {"type": "string"}}}},
                 "compute_node": {"type": "object"}}});
+    v["properties"]["caches"] = caches_schema();
+    v["properties"]["core_types"] = core_types_schema();
     v["properties"]["pmem_namespaces"] = pmem_namespaces_schema();
     v["properties"]["offered"] = offered_schema();
     v["properties"]["uptime"] = json!({"type": "object", "properties": {
@@ -106,5 +108,21 @@ pub fn numa_detail_schema() -> Value {
                     "instance": {"type": "string", "format": "uuid"},
                     "online": {"type": "boolean"},
                     "governor": {"type": "string", "description": "cpufreq governor, read for dedicated CPUs under power management"}}}}},
-                "pci_devices": {"type": "array", "items": {"type": "array", "items": {"type": "string"}, "description": "[address, status]"}}}}]})
+                "pci_devices": {"type": "array", "items": {"type": "array", "items": {"type": "string"}, "description": "[address, status]"}},
+                "caches": caches_schema(),
+                "l3_domains": {"type": "array", "items": {"type": "string", "description": "cpulist"}, "description": "the cell's CPUs by L3 domain"},
+                "core_types": core_types_schema()}}]})
+}
+
+/// CPU cache instances of level 2 and above (`--once`'s `caches`, a cell's in `GET /v1/numa`).
+fn caches_schema() -> Value {
+    json!({"type": "array", "description": "one per cache instance of level 2 and above", "items": {"type": "object", "properties": {
+        "level": {"type": "integer"}, "type": {"type": "string", "enum": ["Unified", "Data", "Instruction"]},
+        "size_kb": {"type": "integer", "nullable": true}, "cpus": {"type": "string", "description": "cpulist"}}}})
+}
+
+/// Core types of hybrid parts (empty with one kind of core).
+fn core_types_schema() -> Value {
+    json!({"type": "array", "description": "hybrid hosts only", "items": {"type": "object", "properties": {
+        "name": {"type": "string"}, "cpus": {"type": "string", "description": "cpulist"}}}})
 }

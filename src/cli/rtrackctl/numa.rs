@@ -1,5 +1,6 @@
 //! `rtrackctl numa`: one screen per host, read at a glance. Per NUMA cell its socket, its
-//! cores as a grid of CPUs marked free, shared, pinned by an instance (a letter per instance),
+//! cores grouped by L3 domain (with the L3's size) and marked with their core type on hybrid
+//! hosts, as a grid of CPUs marked free, shared, pinned by an instance (a letter per instance),
 //! kept for an instance's emulator threads or idle next to an `isolate` guest (and `!` when
 //! offline), its memory and pages per size, and the PCI devices local to it; CPU power
 //! management and the pinned CPUs that are offline.
@@ -57,47 +58,7 @@ pub(super) fn numa_screen(v: &Value) -> String {
             c["cpu_usage"],
             non_empty(c["pcpus"].as_str()),
         );
-        let mut line = String::from("  cores:");
-        for core in c["cores"].as_array().cloned().unwrap_or_default() {
-            let mut cell = String::from(" [");
-            for (i, cpu) in core
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-                .iter()
-                .enumerate()
-            {
-                if i > 0 {
-                    cell.push(' ');
-                }
-                let mark = match cpu["state"].as_str().unwrap_or("") {
-                    "free" => ".".to_string(),
-                    "shared" => "s".to_string(),
-                    "unused" => "-".to_string(),
-                    state => {
-                        let t = tag_of(cpu["instance"].as_str().unwrap_or("?"));
-                        match state {
-                            "emulator" => format!("{t}*"),
-                            "isolated" => format!("{t}~"),
-                            _ => t.to_string(),
-                        }
-                    }
-                };
-                let offline = if cpu["online"].as_bool() == Some(false) {
-                    "!"
-                } else {
-                    ""
-                };
-                let _ = write!(cell, "{}{mark}{offline}", cpu["cpu"]);
-            }
-            cell.push(']');
-            if line.len() + cell.len() > 100 {
-                let _ = writeln!(out, "{line}");
-                line = String::from("        ");
-            }
-            line.push_str(&cell);
-        }
-        let _ = writeln!(out, "{line}");
+        draw_cores(&mut out, c, &mut tag_of);
         let pages: Vec<String> = c["mempages"]
             .as_array()
             .cloned()
@@ -167,10 +128,134 @@ pub(super) fn numa_screen(v: &Value) -> String {
         out,
         "\n. free dedicated CPU   s shared CPU   - in neither CPU set   letter: pinned by an instance   * its emulator threads   ~ kept idle beside an isolate guest   ! offline"
     );
+    if cells
+        .iter()
+        .any(|c| c["core_types"].as_array().is_some_and(|k| !k.is_empty()))
+    {
+        let _ = writeln!(
+            out,
+            "Core types: P[..] performance (IntelCore)   E[..] efficiency (IntelAtom)   L[..] low power"
+        );
+    }
     for inst in &order {
         let _ = writeln!(out, "  {} = {inst}", tags[inst]);
     }
     out
+}
+
+/// One core as `[cpu mark ...]`, prefixed with its core type's letter on hybrid hosts.
+fn core_text(core: &Value, kind: Option<char>, tag_of: &mut dyn FnMut(&str) -> char) -> String {
+    let mut cell = String::from(" ");
+    if let Some(k) = kind {
+        cell.push(k);
+    }
+    cell.push('[');
+    for (i, cpu) in core.as_array().into_iter().flatten().enumerate() {
+        if i > 0 {
+            cell.push(' ');
+        }
+        let mark = match cpu["state"].as_str().unwrap_or("") {
+            "free" => ".".to_string(),
+            "shared" => "s".to_string(),
+            "unused" => "-".to_string(),
+            state => {
+                let t = tag_of(cpu["instance"].as_str().unwrap_or("?"));
+                match state {
+                    "emulator" => format!("{t}*"),
+                    "isolated" => format!("{t}~"),
+                    _ => t.to_string(),
+                }
+            }
+        };
+        let offline = if cpu["online"].as_bool() == Some(false) {
+            "!"
+        } else {
+            ""
+        };
+        let _ = write!(cell, "{}{mark}{offline}", cpu["cpu"]);
+    }
+    cell.push(']');
+    cell
+}
+
+/// The letter of a core type: `P` performance (`IntelCore`), `E` efficiency (`IntelAtom`),
+/// `L` low power; else the first letter of its name.
+fn kind_letter(name: &str) -> char {
+    match name {
+        "IntelCore" => 'P',
+        "IntelAtom" => 'E',
+        "IntelLowPower" => 'L',
+        other => other.chars().next().unwrap_or('?'),
+    }
+}
+
+/// The cell's cores, wrapped at 100 columns: one group per L3 domain (with the L3's size) when
+/// the cell has L3 facts, else one `cores:` group; each core marked with its type on hybrid
+/// hosts.
+fn draw_cores(out: &mut String, c: &Value, tag_of: &mut dyn FnMut(&str) -> char) {
+    let cpus_of = |v: &Value| -> Vec<u64> {
+        v.as_str()
+            .and_then(|s| crate::probes::CpuSet::parse_list(s).ok())
+            .map(|s| s.iter().map(u64::from).collect())
+            .unwrap_or_default()
+    };
+    let kinds: Vec<(char, Vec<u64>)> = c["core_types"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|k| {
+            (
+                kind_letter(k["name"].as_str().unwrap_or("?")),
+                cpus_of(&k["cpus"]),
+            )
+        })
+        .collect();
+    let first_cpu = |core: &Value| core[0]["cpu"].as_u64();
+    let kind_of = |core: &Value| {
+        let cpu = first_cpu(core)?;
+        kinds
+            .iter()
+            .find(|(_, cpus)| cpus.contains(&cpu))
+            .map(|(k, _)| *k)
+    };
+    let cores = c["cores"].as_array().cloned().unwrap_or_default();
+    let domains: Vec<Vec<u64>> = c["l3_domains"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(cpus_of)
+        .collect();
+    let mut groups: Vec<(String, Vec<&Value>)> = Vec::new();
+    if domains.is_empty() {
+        groups.push(("  cores:".into(), cores.iter().collect()));
+    } else {
+        for (i, d) in domains.iter().enumerate() {
+            let size = c["caches"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|k| k["level"] == 3 && cpus_of(&k["cpus"]).iter().any(|x| d.contains(x)))
+                .and_then(|k| k["size_kb"].as_u64())
+                .map_or(String::new(), |kb| format!(" {}", page_size(kb as i64)));
+            let members = cores
+                .iter()
+                .filter(|core| first_cpu(core).is_some_and(|x| d.contains(&x)))
+                .collect();
+            groups.push((format!("  L3 #{i}{size}:"), members));
+        }
+    }
+    for (head, members) in groups {
+        let mut line = head;
+        for core in members {
+            let cell = core_text(core, kind_of(core), tag_of);
+            if line.len() + cell.len() > 100 {
+                let _ = writeln!(out, "{line}");
+                line = String::from("        ");
+            }
+            line.push_str(&cell);
+        }
+        let _ = writeln!(out, "{line}");
+    }
 }
 
 /// CPU power management, and the pinned CPUs that are offline (by instance letter).
@@ -254,6 +339,24 @@ mod tests {
             "{s}"
         );
         assert!(s.contains("a = u1") && s.contains("b = u2"), "{s}");
+    }
+
+    #[test]
+    fn cores_are_grouped_by_l3_domain_and_marked_with_their_type() {
+        let v = json!({"legacy_cpus": true, "cells": [{
+            "id": 0, "socket": 0, "cpus": "0-3", "pcpus": "0-3", "cpu_usage": 0, "pinned_cpus": "",
+            "memory_mb": 4096, "memory_usage_mb": 0, "mempages": [],
+            "cores": [[{"cpu": 0, "state": "free"}, {"cpu": 1, "state": "free"}],
+                      [{"cpu": 2, "state": "pinned", "instance": "u1"}], [{"cpu": 3, "state": "free"}]],
+            "pci_devices": [],
+            "caches": [{"level": 3, "type": "Unified", "size_kb": 32768, "cpus": "0-1"},
+                       {"level": 3, "type": "Unified", "size_kb": 16384, "cpus": "2-3"}],
+            "l3_domains": ["0-1", "2-3"],
+            "core_types": [{"name": "IntelCore", "cpus": "0-1"}, {"name": "IntelAtom", "cpus": "2-3"}]}]});
+        let s = numa_screen(&v);
+        assert!(s.contains("  L3 #0 32M: P[0. 1.]\n"), "{s}");
+        assert!(s.contains("  L3 #1 16M: E[2a] E[3.]\n"), "{s}");
+        assert!(s.contains("Core types: P[..] performance"), "{s}");
     }
 
     #[test]

@@ -111,6 +111,25 @@ fn explicit_cpu_resources(f: &FlavorView<'_>) -> Result<(i64, i64), ClaimError> 
     Ok((vcpu, pcpu))
 }
 
+/// `rtrack:cpu_core_type`: the core types a pinned guest's CPUs should use, comma-separated
+/// hwloc or kernel names (rtrack's own extra spec; Nova lets unknown namespaces through).
+fn core_types(f: &FlavorView<'_>) -> Result<Option<Vec<String>>, ClaimError> {
+    const KEY: &str = "rtrack:cpu_core_type";
+    let Some(v) = f.spec(KEY) else {
+        return Ok(None);
+    };
+    let names: Vec<String> = v
+        .split(',')
+        .filter(|n| !n.trim().is_empty())
+        .map(crate::config::topology::core_type_name)
+        .collect::<Result<_, _>>()
+        .map_err(|e| invalid(f.field(KEY), e))?;
+    if names.is_empty() {
+        return Err(invalid(f.field(KEY), "names no core type"));
+    }
+    Ok(Some(names))
+}
+
 /// `trait[N]:HW_CPU_HYPERTHREADING` in the flavor, else `required` when the image requires it.
 fn hyperthreading_trait(f: &FlavorView<'_>, image: &ImageProps) -> Option<String> {
     for (key, value) in f.extra_specs {
@@ -234,6 +253,7 @@ pub fn numa_constraints(
 
     let nodes = node_count(f, image, image_path)?;
     let pages = pagesize(f, image, image_path)?;
+    let core_types = core_types(f)?;
     // Nova's `get_vpmems`: labels trimmed, empty ones dropped; vPMEM gives the guest a NUMA
     // topology (one cell by default), as pinning and page sizes do.
     let vpmems = f
@@ -305,6 +325,7 @@ pub fn numa_constraints(
             emulator_threads: emulator,
             pagesize: pages,
             networks: Default::default(),
+            core_types: core_types.filter(|_| policy.is_some_and(CpuPolicy::pins)),
         }),
         cpus,
     })

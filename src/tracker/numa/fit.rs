@@ -16,17 +16,23 @@
 //! and the search over assignments is a matching with pruning, not every permutation (Nova bug
 //! #1978372: an 8-cell guest on a 16-cell host took minutes).
 
+mod closest;
+mod search;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
 
+use search::{matchable, Search};
+
+use super::align::aligned_pinning;
 use super::host::{HostCell, HostTopology};
-use super::networks::{network_reason, networks_allow};
+use super::networks::network_reason;
 use super::pinning::pack_onto_cores;
 use super::usage::{CellUsage, NumaUsage};
-use super::{
-    CpuPolicy, FittedCell, FittedTopology, GuestCell, GuestNetworks, GuestTopology, PageSize,
-};
+use super::{CpuPolicy, FittedCell, FittedTopology, GuestCell, GuestTopology, PageSize};
+use crate::config::{PinAlignment, TopologyPolicy};
+use crate::probes::CpuSet;
 
 /// Assignments tried (PCI checks included) before the search gives up and refuses: far more
 /// than any real guest needs with the pruning, few enough to answer in milliseconds.
@@ -50,6 +56,8 @@ pub struct FitInput<'a> {
     pub pci_free_per_cell: &'a BTreeMap<u32, i64>,
     /// The guest asks for PCI devices.
     pub wants_pci: bool,
+    /// rtrack's placement policies beyond Nova's (all off: Nova's placement exactly).
+    pub policy: &'a TopologyPolicy,
 }
 
 /// One guest cell on one host cell: fits, or why not.
@@ -193,18 +201,34 @@ fn fit_cell(
     let mut cpu_pinning = BTreeMap::new();
     let mut cpuset_reserved = None;
     if pins {
-        let free = host.pcpuset.difference(&usage.pinned).len();
+        let (taken, note) = match core_type_limit(input, host) {
+            Some((others, names)) => (
+                CpuSet::from_ids(usage.pinned.iter().chain(others.iter())),
+                format!(
+                    " (core types {}: the {} CPUs of other types are left out)",
+                    names.join(", "),
+                    others.len()
+                ),
+            ),
+            None => (usage.pinned.clone(), String::new()),
+        };
+        let free = host.pcpuset.difference(&taken).len();
         let need = guest.pcpuset.len() + reserve;
         if need > free {
-            return Err(format!("free dedicated CPUs: have {free}, need {need}"));
+            return Err(format!(
+                "free dedicated CPUs: have {free}, need {need}{note}"
+            ));
         }
-        let (p, r) = pack_onto_cores(
-            host,
-            &usage.pinned,
-            &guest.pcpuset,
-            t.thread_policy,
-            reserve,
-        )?;
+        let nova = pack_onto_cores(host, &taken, &guest.pcpuset, t.thread_policy, reserve)
+            .map_err(|e| format!("{e}{note}"))?;
+        // The policy only chooses among pinnings once Nova's rules found one: never whether.
+        let (p, r) = match input.policy.pin_alignment {
+            PinAlignment::L3 => {
+                aligned_pinning(host, &taken, &guest.pcpuset, t.thread_policy, reserve)
+                    .unwrap_or(nova)
+            }
+            PinAlignment::None => nova,
+        };
         cpu_pinning = p;
         cpuset_reserved = r;
     }
@@ -247,6 +271,54 @@ fn fit_cell(
     })
 }
 
+/// `rtrack:cpu_core_type`, else `dedicated_core_types`, on a cell with core types: the dedicated
+/// CPUs of the other types, and the names allowed.
+fn core_type_limit(input: &FitInput<'_>, host: &HostCell) -> Option<(CpuSet, Vec<String>)> {
+    if host.facts.core_types.is_empty() {
+        return None;
+    }
+    let names = input
+        .guest
+        .core_types
+        .as_ref()
+        .or(input.policy.dedicated_core_types.as_ref())?;
+    let allowed = host.facts.cpus_of_types(names);
+    Some((host.pcpuset.difference(&allowed), names.clone()))
+}
+
+/// `prefer_closest_cells`: replaces Nova's assignment `chosen` by the one of the closest set
+/// of host positions that fits and passes the networks' and PCI checks (`check`), if closer.
+/// With the PCI requests, the check's result kept is the one for the cells finally chosen.
+fn prefer_closest<R, E>(
+    input: &FitInput<'_>,
+    search: &mut Search<'_, R, E>,
+    chosen: &mut Vec<usize>,
+    pci: &mut dyn FnMut(&[u32]) -> Result<R, E>,
+    checks: bool,
+) {
+    if !input.policy.prefer_closest_cells || chosen.len() < 2 {
+        return;
+    }
+    let Some(dist) = closest::position_distances(input.host, &search.ids) else {
+        return;
+    };
+    let fits = search.fits;
+    let better = closest::closest_assignment(fits, &dist, chosen, &mut |set| {
+        !checks || search.pci_ok(set, pci, false)
+    });
+    let Some(better) = better else {
+        return;
+    };
+    if input.wants_pci {
+        let nova = search.found.take();
+        if !search.pci_ok(&better, pci, true) {
+            search.found = nova;
+            return;
+        }
+    }
+    *chosen = better;
+}
+
 /// Host cells in the order Nova tries them.
 fn cell_order<'a>(input: &FitInput<'a>) -> Vec<&'a HostCell> {
     let mut cells: Vec<&HostCell> = input.host.cells.iter().collect();
@@ -279,36 +351,37 @@ fn cell_order<'a>(input: &FitInput<'a>) -> Vec<&'a HostCell> {
     cells
 }
 
-/// Kuhn's augmenting paths: can guests `from..` each get an unused host position they fit?
-fn matchable(fits: &[Vec<bool>], from: usize, used: &[bool]) -> bool {
-    let m = used.len();
-    let mut owner: Vec<Option<usize>> = vec![None; m];
-    fn augment(
-        g: usize,
-        fits: &[Vec<bool>],
-        used: &[bool],
-        seen: &mut [bool],
-        owner: &mut [Option<usize>],
-    ) -> bool {
-        for h in 0..used.len() {
-            if used[h] || !fits[g][h] || seen[h] {
-                continue;
+/// Every host cell, by id, with a verdict per guest cell (`pairs[guest][position in order]`).
+fn cell_verdicts(
+    host: &HostTopology,
+    order: &[&HostCell],
+    guest: &[GuestCell],
+    pairs: &[Vec<Result<FittedCell, String>>],
+) -> Vec<CellVerdicts> {
+    let mut by_id: Vec<CellVerdicts> = host
+        .cells
+        .iter()
+        .map(|hc| {
+            let pos = order.iter().position(|o| o.id == hc.id);
+            CellVerdicts {
+                id: hc.id,
+                verdicts: guest
+                    .iter()
+                    .enumerate()
+                    .map(|(g, gc)| Verdict {
+                        guest_cell: gc.id,
+                        reason: match pos.map(|p| &pairs[g][p]) {
+                            Some(Ok(_)) => "fits".into(),
+                            Some(Err(e)) => e.clone(),
+                            None => "not tried".into(),
+                        },
+                    })
+                    .collect(),
             }
-            seen[h] = true;
-            if owner[h].is_none_or(|o| augment(o, fits, used, seen, owner)) {
-                owner[h] = Some(g);
-                return true;
-            }
-        }
-        false
-    }
-    for g in from..fits.len() {
-        let mut seen = vec![false; m];
-        if !augment(g, fits, used, &mut seen, &mut owner) {
-            return false;
-        }
-    }
-    true
+        })
+        .collect();
+    by_id.sort_by_key(|c| c.id);
+    by_id
 }
 
 /// Fits `input.guest` onto the host. `pci` checks the PCI requests for a set of host cells
@@ -334,33 +407,7 @@ pub fn fit_instance<R, E>(
                 .collect()
         })
         .collect();
-    let verdicts = || -> Vec<CellVerdicts> {
-        let mut by_id: Vec<CellVerdicts> = input
-            .host
-            .cells
-            .iter()
-            .map(|hc| {
-                let pos = order.iter().position(|o| o.id == hc.id);
-                CellVerdicts {
-                    id: hc.id,
-                    verdicts: guest
-                        .iter()
-                        .enumerate()
-                        .map(|(g, gc)| Verdict {
-                            guest_cell: gc.id,
-                            reason: match pos.map(|p| &pairs[g][p]) {
-                                Some(Ok(_)) => "fits".into(),
-                                Some(Err(e)) => e.clone(),
-                                None => "not tried".into(),
-                            },
-                        })
-                        .collect(),
-                }
-            })
-            .collect();
-        by_id.sort_by_key(|c| c.id);
-        by_id
-    };
+    let verdicts = || cell_verdicts(input.host, &order, guest, &pairs);
     let refuse = |reason: String, e: Option<E>| {
         Err((
             NumaRefusal {
@@ -396,114 +443,6 @@ pub fn fit_instance<R, E>(
         );
     }
 
-    struct Search<'s, R, E> {
-        fits: &'s [Vec<bool>],
-        ids: Vec<u32>,
-        host: &'s HostTopology,
-        nets: &'s GuestNetworks,
-        wants_pci: bool,
-        /// A set of cells was refused for the networks' NUMA affinity.
-        network_refused: bool,
-        /// PCI verdicts by set of host cells.
-        checked: HashMap<Vec<u32>, bool>,
-        /// Sets of used host positions from which no assignment completes (what follows a
-        /// node depends only on which cells are taken, not on the order they were taken in).
-        dead: HashSet<Vec<bool>>,
-        found: Option<R>,
-        last_error: Option<E>,
-        steps: usize,
-    }
-    impl<R, E> Search<'_, R, E> {
-        fn pci_ok(
-            &mut self,
-            positions: &[usize],
-            pci: &mut dyn FnMut(&[u32]) -> Result<R, E>,
-            keep: bool,
-        ) -> bool {
-            let mut cells: Vec<u32> = positions.iter().map(|p| self.ids[*p]).collect();
-            cells.sort_unstable();
-            if let Some(ok) = self.checked.get(&cells) {
-                if !(keep && *ok) {
-                    return *ok;
-                }
-            }
-            self.steps += 1;
-            if !networks_allow(self.host, &cells, self.nets) {
-                self.network_refused = true;
-                self.checked.insert(cells, false);
-                return false;
-            }
-            if !self.wants_pci {
-                // Only the networks to check; the PCI check runs once, at the end.
-                return true;
-            }
-            let ok = match pci(&cells) {
-                Ok(r) => {
-                    if keep {
-                        self.found = Some(r);
-                    }
-                    true
-                }
-                Err(e) => {
-                    self.last_error = Some(e);
-                    false
-                }
-            };
-            self.checked.insert(cells, ok);
-            ok
-        }
-
-        fn dfs(
-            &mut self,
-            g: usize,
-            used: &mut Vec<bool>,
-            chosen: &mut Vec<usize>,
-            pci: &mut dyn FnMut(&[u32]) -> Result<R, E>,
-            checks: bool,
-        ) -> bool {
-            if g == self.fits.len() {
-                return !checks || self.pci_ok(&chosen.clone(), pci, true);
-            }
-            if self.steps > SEARCH_LIMIT || self.dead.contains(used) {
-                return false;
-            }
-            if checks {
-                // The requests must be met by the cells chosen plus some of the cells still
-                // open to the guest cells left; if all of those together cannot meet them, no
-                // completion can (more cells only allow more devices).
-                let bound: Vec<usize> =
-                    chosen
-                        .iter()
-                        .copied()
-                        .chain((0..used.len()).filter(|h| {
-                            !used[*h] && (g..self.fits.len()).any(|r| self.fits[r][*h])
-                        }))
-                        .collect();
-                if !self.pci_ok(&bound, pci, false) {
-                    self.dead.insert(used.clone());
-                    return false;
-                }
-            }
-            for h in 0..used.len() {
-                if used[h] || !self.fits[g][h] {
-                    continue;
-                }
-                self.steps += 1;
-                used[h] = true;
-                chosen.push(h);
-                if matchable(self.fits, g + 1, used) && self.dfs(g + 1, used, chosen, pci, checks) {
-                    return true;
-                }
-                chosen.pop();
-                used[h] = false;
-            }
-            if self.steps <= SEARCH_LIMIT {
-                self.dead.insert(used.clone());
-            }
-            false
-        }
-    }
-
     let nets = &input.guest.networks;
     let mut search: Search<'_, R, E> = Search {
         fits: &fits,
@@ -523,10 +462,8 @@ pub fn fit_instance<R, E>(
     // Sets of cells are checked when the guest asks for PCI devices or is on networks with a
     // NUMA affinity: both only allow more as cells are added, so a set refused prunes.
     let checks = input.wants_pci || !nets.is_empty();
-    let found = {
-        let mut call = |cells: &[u32]| pci(cells);
-        search.dfs(0, &mut used, &mut chosen, &mut call, checks)
-    };
+    let mut call = |cells: &[u32]| pci(cells);
+    let found = search.dfs(0, &mut used, &mut chosen, &mut call, checks);
     if !found {
         let reason = if search.steps > SEARCH_LIMIT {
             format!("no fit found within {SEARCH_LIMIT} tries of host cell combinations")
@@ -537,13 +474,14 @@ pub fn fit_instance<R, E>(
         };
         return refuse(reason, search.last_error.take());
     }
+    prefer_closest(input, &mut search, &mut chosen, &mut call, checks);
     let r = match search.found.take() {
         Some(r) => r,
         // No PCI wanted: the check is still asked once, for the cells chosen, so R is made.
         None => {
             let mut cells: Vec<u32> = chosen.iter().map(|p| order[*p].id).collect();
             cells.sort_unstable();
-            match pci(&cells) {
+            match call(&cells) {
                 Ok(r) => r,
                 Err(e) => return refuse("PCI".into(), Some(e)),
             }

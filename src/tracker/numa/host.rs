@@ -16,11 +16,14 @@
 //!   size the node lists, smallest first; `reserved` from `reserved_huge_pages`.
 //! - A cell's socket is its CPUs' package when they share one, else none; a CPU-less cell has
 //!   none.
+//! - Each cell also carries its caches, L3 domains, core types and distances
+//!   ([`super::domains`]), which only rtrack's own placement policies read.
 
 use std::collections::BTreeSet;
 
 use serde::Serialize;
 
+use super::domains::CellFacts;
 use crate::config::{ReservedPages, Resources};
 use crate::inventory::resources::cpu_sets;
 use crate::probes::cpu::OfflineCpu;
@@ -80,6 +83,9 @@ pub struct HostCell {
     /// Tunneled networks' vSwitch is on this node (`[neutron_tunnel] numa_nodes`).
     #[serde(default)]
     pub tunneled: bool,
+    /// Its caches, L3 domains, core types and distances (what rtrack's own placement
+    /// policies read; Nova's rules never do).
+    pub facts: CellFacts,
 }
 
 impl HostTopology {
@@ -172,6 +178,7 @@ impl HostTopology {
                     pages: page_pools(node, memory_kb, base_page_kb, &res.reserved_huge_pages),
                     physnets: Default::default(),
                     tunneled: false,
+                    facts: CellFacts::of(inv, node.id, &cpus),
                 }
             })
             .collect();
@@ -301,6 +308,7 @@ fn reserved_pages(list: &[ReservedPages], node: u32, size_kb: i64) -> i64 {
 /// than the pool has. Each problem names the key and what the host has.
 pub fn config_problems(inv: &HostInventory, res: &Resources) -> Vec<(String, String)> {
     let mut out = super::power::cpu_set_problems(inv, res);
+    out.extend(super::domains::policy_problems(inv, &res.topology));
     if res.reserved_huge_pages.is_empty() {
         return out;
     }

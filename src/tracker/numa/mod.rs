@@ -21,7 +21,9 @@
 //! not stick between attempts, emulator threads of `isolate` guests on whole free cores, a
 //! bounded search) is written in `docs/differences.md`.
 
+pub mod align;
 pub mod constraints;
+pub mod domains;
 pub mod fit;
 pub mod host;
 pub mod image;
@@ -182,6 +184,10 @@ pub struct GuestTopology {
     /// host cells the networks' NUMA affinity allows may hold it.
     #[serde(default, skip_serializing_if = "GuestNetworks::is_empty")]
     pub networks: GuestNetworks,
+    /// `rtrack:cpu_core_type`: the core types its pins should use (hwloc's names), over
+    /// `[resources] dedicated_core_types`; pinned guests only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub core_types: Option<Vec<String>>,
 }
 
 /// The networks a guest's ports are on (the RequestSpec's `network_metadata`).

@@ -177,6 +177,7 @@ mod tests {
             pages: Vec::new(),
             physnets: Default::default(),
             tunneled: false,
+            facts: Default::default(),
         }
     }
 

@@ -1,6 +1,7 @@
 //! What operators and tools read about the NUMA cells: per cell the shared and dedicated CPUs,
 //! their usage, memory and pages (`GET /v1/usage`), and per CPU what holds it, with the PCI
-//! devices local to the cell (`GET /v1/numa`, `rtrackctl numa`).
+//! devices local to the cell, its caches, L3 domains and core types (`GET /v1/numa`,
+//! `rtrackctl numa`).
 //!
 //! In: the [`HostTopology`], its [`NumaUsage`], the placements that count with their owners,
 //! and the tracked PCI devices. Out: [`CellReport`]s and [`CellDetail`]s, serializable, cpulists
@@ -14,6 +15,8 @@ use super::host::HostTopology;
 use super::power::{cpu_power, CpuPower};
 use super::usage::{with_siblings, NumaUsage};
 use super::{FittedTopology, ThreadPolicy};
+use crate::probes::cache::CacheInstance;
+use crate::probes::core_type::CoreType;
 use crate::probes::{CpuSet, HostInventory};
 
 /// One page pool of a cell, with its use.
@@ -84,6 +87,13 @@ pub struct CellDetail {
     pub cores: Vec<Vec<CpuState>>,
     /// Tracked PCI devices on this node, with their status.
     pub pci_devices: Vec<(String, String)>,
+    /// Cache instances of level 2 and above with CPUs in the cell (each whole, as in
+    /// `--once`'s `caches`).
+    pub caches: Vec<CacheInstance>,
+    /// The cell's CPUs by L3 domain (cpulists), by lowest CPU; empty without L3 facts.
+    pub l3_domains: Vec<CpuSet>,
+    /// The core types of its CPUs (hybrid hosts; empty with one kind of core).
+    pub core_types: Vec<CoreType>,
 }
 
 /// The usage report of every cell.
@@ -191,6 +201,9 @@ pub fn cell_details<'a>(
                     .filter(|(_, node, _)| *node == Some(c.id))
                     .map(|(a, _, s)| (a.clone(), s.clone()))
                     .collect(),
+                caches: c.facts.caches.clone(),
+                l3_domains: c.facts.l3_domains.clone(),
+                core_types: c.facts.core_types.clone(),
             }
         })
         .collect()

@@ -342,6 +342,7 @@ impl Tracker {
                     pack: r.packing_host_numa_cells_allocation_strategy,
                     pci_free_per_cell: &pci_free,
                     wants_pci: !req.pci_requests.is_empty(),
+                    policy: &r.topology,
                 };
                 match fit_instance(&input, pci) {
                     Ok((topology, pci)) => (Ok(pci), Some(topology), None),

@@ -393,3 +393,42 @@ fn glance_dicts_are_read_like_image_meta_props_from_dict() {
         "{e}"
     );
 }
+
+#[test]
+fn rtrack_cpu_core_type_names_core_types_of_pinned_guests_only() {
+    let specs = [
+        ("hw:cpu_policy", "dedicated"),
+        ("rtrack:cpu_core_type", "cpu_atom, IntelCore"),
+    ];
+    let t = run(2, 1024, &specs, json!({})).unwrap().numa.unwrap();
+    assert_eq!(
+        t.core_types.as_deref(),
+        Some(&["IntelAtom".to_string(), "IntelCore".to_string()][..])
+    );
+    // A shared guest gets no topology from it.
+    let c = run(2, 1024, &[("rtrack:cpu_core_type", "IntelCore")], json!({})).unwrap();
+    assert_eq!(c.numa, None);
+    let e = err(run(
+        2,
+        1024,
+        &[
+            ("hw:cpu_policy", "dedicated"),
+            ("rtrack:cpu_core_type", "big"),
+        ],
+        json!({}),
+    ));
+    assert!(
+        e.contains("rtrack:cpu_core_type") && e.contains("\"big\" is not a core type"),
+        "{e}"
+    );
+    let e = err(run(
+        2,
+        1024,
+        &[
+            ("hw:cpu_policy", "dedicated"),
+            ("rtrack:cpu_core_type", " , "),
+        ],
+        json!({}),
+    ));
+    assert!(e.contains("names no core type"), "{e}");
+}

@@ -1,7 +1,7 @@
 use super::*;
 use crate::probes::CpuSet;
 use crate::tracker::numa::host::PagePool;
-use crate::tracker::numa::{EmulatorPolicy, ThreadPolicy};
+use crate::tracker::numa::{EmulatorPolicy, GuestNetworks, ThreadPolicy};
 
 fn cpus(s: &str) -> CpuSet {
     CpuSet::parse_list(s).unwrap()
@@ -51,6 +51,7 @@ fn cell(
         ],
         physnets: Default::default(),
         tunneled: false,
+        facts: Default::default(),
     }
 }
 
@@ -79,6 +80,7 @@ fn guest(cells: &[(&str, &str, i64)], policy: Option<CpuPolicy>) -> GuestTopolog
         emulator_threads: None,
         pagesize: None,
         networks: Default::default(),
+        core_types: None,
     }
 }
 
@@ -98,6 +100,7 @@ fn fit(
         pack,
         pci_free_per_cell: &none,
         wants_pci: false,
+        policy: &TopologyPolicy::default(),
     };
     fit_instance(&input, |_| Ok::<(), ()>(()))
         .map(|(t, ())| t)
@@ -268,6 +271,7 @@ fn pci_affinity_moves_the_guest_to_cells_that_meet_it() {
         pack: false,
         pci_free_per_cell: &free,
         wants_pci: true,
+        policy: &TopologyPolicy::default(),
     };
     let mut asked = Vec::new();
     let (t, got) = fit_instance(&input, |cells| {
@@ -308,6 +312,7 @@ fn an_eight_cell_guest_on_sixteen_cells_is_answered_quickly_even_when_pci_never_
         pack: false,
         pci_free_per_cell: &free,
         wants_pci: true,
+        policy: &TopologyPolicy::default(),
     };
     let start = std::time::Instant::now();
     // Only sets that include both cell 3 and cell 12 meet the PCI requests.
@@ -404,3 +409,5 @@ fn networks_numa_affinity_chooses_the_cells_as_nova_does() {
         [1]
     );
 }
+
+mod policy;

@@ -1,0 +1,386 @@
+//! Cache probe: the CPU caches of level 2 and above, one entry per cache instance, with the
+//! CPUs that share it.
+//!
+//! In: `sys/devices/system/cpu/cpu<N>/cache/index<M>/{level,type,size,shared_cpu_list,id}` for
+//! every online CPU (`shared_cpu_map` when the list is missing). Out: [`CacheInstance`]s
+//! sorted by level, type and first CPU.
+//!
+//! The rules are hwloc's (`look_sysfscpu` in `topology-linux.c`), so that the probe and
+//! `lstopo` agree on the same tree: a cache's CPUs are its shared set restricted to the online
+//! CPUs, an instance is one distinct (level, type, CPUs), a missing `type` means unified, and a
+//! `size` is read as the number before its `K`. Level 1 caches are skipped after reading their
+//! `level` (no policy needs them). A CPU without a `cache` directory (guests, some ARM boards,
+//! captures that left it out) or an index whose files are missing or odd is a warning; the
+//! rest of the caches are still reported.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::cpulist::CpuSet;
+use crate::read::{list_dir, quoted, SysDir, Warnings};
+use crate::HostRoot;
+
+/// One cache instance of level 2 or above.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct CacheInstance {
+    /// Cache level (2, 3, 4).
+    pub level: u32,
+    /// `Unified`, `Data` or `Instruction`, as the kernel writes it.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Size in KiB; null when `size` is missing or not a size.
+    pub size_kb: Option<u64>,
+    /// The online CPUs sharing it (cpulist).
+    pub cpus: CpuSet,
+}
+
+/// What one `index<M>` directory says, before instances are merged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct IndexRead {
+    level: u32,
+    kind: String,
+    cpus: CpuSet,
+    id: Option<u64>,
+}
+
+/// Reads the caches of the online CPUs.
+pub fn probe_caches(root: &HostRoot, online: &CpuSet, w: &mut Warnings) -> Vec<CacheInstance> {
+    let cpu_dir = root.sys_path("devices/system/cpu");
+    let mut found: BTreeMap<(u32, String, CpuSet), CacheInstance> = BTreeMap::new();
+    // (level, type, id) -> the CPUs of the first instance seen with that id.
+    let mut ids: BTreeMap<(u32, String, u64), CpuSet> = BTreeMap::new();
+    // (index name, level) -> the CPUs whose cache there is known already: the other CPUs of an
+    // instance are not read again (a 256-CPU host would otherwise read each L3 256 times).
+    let mut covered: BTreeMap<(String, u32), CpuSet> = BTreeMap::new();
+    let mut without = CpuSet::new();
+    for cpu in online.iter() {
+        let dir = cpu_dir.join(format!("cpu{cpu}/cache"));
+        let Some(entries) = list_dir(&dir, w) else {
+            without.insert(cpu);
+            continue;
+        };
+        for name in entries.iter().filter(|n| index_number(n).is_some()) {
+            let index_dir = dir.join(name);
+            let Some(read) = read_index(&index_dir, cpu, online, &covered, w) else {
+                continue;
+            };
+            let seen = covered.entry((name.clone(), read.level)).or_default();
+            for c in read.cpus.iter() {
+                seen.insert(c);
+            }
+            if let Some(id) = read.id {
+                let key = (read.level, read.kind.clone(), id);
+                match ids.get(&key) {
+                    Some(seen) if *seen != read.cpus => w.push(
+                        &index_dir,
+                        format!(
+                            "L{} {} cache id {id} is shared by CPUs {} here and {seen} elsewhere: counted as two caches",
+                            read.level, read.kind, read.cpus
+                        ),
+                    ),
+                    Some(_) => {}
+                    None => {
+                        ids.insert(key, read.cpus.clone());
+                    }
+                }
+            }
+            let key = (read.level, read.kind.clone(), read.cpus.clone());
+            if found.contains_key(&key) {
+                continue;
+            }
+            let size_kb = read_size(&index_dir, w);
+            found.insert(
+                key,
+                CacheInstance {
+                    level: read.level,
+                    kind: read.kind,
+                    size_kb,
+                    cpus: read.cpus,
+                },
+            );
+        }
+    }
+    warn_missing(&cpu_dir, online, &without, w);
+    let mut out: Vec<CacheInstance> = found.into_values().collect();
+    out.sort_by(|a, b| {
+        (a.level, &a.kind, a.cpus.iter().next()).cmp(&(b.level, &b.kind, b.cpus.iter().next()))
+    });
+    out
+}
+
+/// `index<M>` -> M.
+fn index_number(name: &str) -> Option<u32> {
+    name.strip_prefix("index")?.parse().ok()
+}
+
+/// One warning for the online CPUs without a `cache` directory: every one of them (the caches
+/// are unknown) or some (theirs are).
+fn warn_missing(cpu_dir: &Path, online: &CpuSet, without: &CpuSet, w: &mut Warnings) {
+    if without.is_empty() {
+        return;
+    }
+    if without.len() == online.len() {
+        w.push(
+            cpu_dir,
+            "no online CPU has a cache directory (cpu<N>/cache): cache domains unknown",
+        );
+    } else {
+        w.push(
+            cpu_dir,
+            format!(
+                "CPUs {without} have no cache directory (cpu<N>/cache): their caches are unknown"
+            ),
+        );
+    }
+}
+
+/// Reads one `index<M>` of `cpu`: `None` for a level 1 cache, for one `covered` says was read
+/// from another of its CPUs, or, with a warning, when its level or CPUs cannot be read.
+fn read_index(
+    dir: &Path,
+    cpu: u32,
+    online: &CpuSet,
+    covered: &BTreeMap<(String, u32), CpuSet>,
+    w: &mut Warnings,
+) -> Option<IndexRead> {
+    let d = SysDir::open_unlisted(dir, w)?;
+    let name = dir.file_name()?.to_string_lossy().into_owned();
+    let level = match d.read_optional("level", w) {
+        Some(raw) => match raw.parse::<u32>() {
+            Ok(l) => l,
+            Err(_) => {
+                w.push(
+                    &d.join("level"),
+                    format!("value {} is not a cache level: cache skipped", quoted(&raw)),
+                );
+                return None;
+            }
+        },
+        None => {
+            w.push(
+                &d.join("level"),
+                "file is missing: cache level unknown, cache skipped",
+            );
+            return None;
+        }
+    };
+    if level < 2 || covered.get(&(name, level)).is_some_and(|c| c.contains(cpu)) {
+        return None;
+    }
+    let kind = match d.read_optional("type", w) {
+        Some(t) if ["Unified", "Data", "Instruction"].contains(&t.as_str()) => t,
+        Some(t) => {
+            w.push(
+                &d.join("type"),
+                format!(
+                    "value {} is not Unified, Data or Instruction: taken as Unified (as hwloc does)",
+                    quoted(&t)
+                ),
+            );
+            "Unified".to_string()
+        }
+        None => "Unified".to_string(),
+    };
+    let mut cpus = read_shared(&d, w)?.intersection(online);
+    if !cpus.contains(cpu) {
+        if !cpus.is_empty() {
+            w.push(
+                &d.join("shared_cpu_list"),
+                format!("CPUs {cpus} sharing the cache do not include CPU {cpu} itself"),
+            );
+        }
+        cpus.insert(cpu);
+    }
+    let id = d.read_optional("id", w).and_then(|raw| match raw.parse() {
+        Ok(id) => Some(id),
+        Err(_) => {
+            w.push(
+                &d.join("id"),
+                format!("value {} is not a cache id", quoted(&raw)),
+            );
+            None
+        }
+    });
+    Some(IndexRead {
+        level,
+        kind,
+        cpus,
+        id,
+    })
+}
+
+/// `shared_cpu_list`, else `shared_cpu_map`; a warning and `None` when neither is readable.
+fn read_shared(d: &SysDir, w: &mut Warnings) -> Option<CpuSet> {
+    type Parser = fn(&str) -> Result<CpuSet, String>;
+    let sources: [(&str, Parser); 2] = [
+        ("shared_cpu_list", CpuSet::parse_list),
+        ("shared_cpu_map", CpuSet::parse_map),
+    ];
+    for (name, parse) in sources {
+        let Some(raw) = d.read_optional(name, w) else {
+            continue;
+        };
+        match parse(&raw) {
+            Ok(s) => return Some(s),
+            Err(e) => w.push(&d.join(name), format!("not a CPU set: {e}")),
+        }
+    }
+    w.push(
+        d.path(),
+        "neither shared_cpu_list nor shared_cpu_map is readable: cache skipped",
+    );
+    None
+}
+
+/// `size` in KiB (`32768K`; `M` and a bare number are taken too), with a warning when it is
+/// missing or not a size.
+fn read_size(dir: &Path, w: &mut Warnings) -> Option<u64> {
+    let path = dir.join("size");
+    let Some(raw) = crate::read::read_optional(&path, w) else {
+        w.push(&path, "file is missing: cache size unknown");
+        return None;
+    };
+    match parse_size_kb(&raw) {
+        Some(kb) => Some(kb),
+        None => {
+            w.push(
+                &path,
+                format!("value {} is not a size like 32768K", quoted(&raw)),
+            );
+            None
+        }
+    }
+}
+
+/// `32768K` -> 32768; `32M` -> 32768; `1024` -> 1024 (KiB, as the kernel means it).
+pub fn parse_size_kb(raw: &str) -> Option<u64> {
+    let raw = raw.trim();
+    let (digits, scale) = match raw.as_bytes().last()? {
+        b'K' | b'k' => (&raw[..raw.len() - 1], 1),
+        b'M' | b'm' => (&raw[..raw.len() - 1], 1024),
+        _ => (raw, 1),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<u64>().ok()?.checked_mul(scale)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    fn write(dir: &Path, rel: &str, content: &str) {
+        let p = dir.join(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, content).unwrap();
+    }
+
+    fn index(dir: &Path, cpu: u32, i: u32, level: u32, kind: &str, size: &str, shared: &str) {
+        let base = format!("sys/devices/system/cpu/cpu{cpu}/cache/index{i}");
+        write(dir, &format!("{base}/level"), &format!("{level}\n"));
+        write(dir, &format!("{base}/type"), &format!("{kind}\n"));
+        write(dir, &format!("{base}/size"), &format!("{size}\n"));
+        write(
+            dir,
+            &format!("{base}/shared_cpu_list"),
+            &format!("{shared}\n"),
+        );
+    }
+
+    #[test]
+    fn sizes_are_read_as_the_kernel_writes_them() {
+        assert_eq!(parse_size_kb("32768K"), Some(32768));
+        assert_eq!(parse_size_kb("32M"), Some(32768));
+        assert_eq!(parse_size_kb("512"), Some(512));
+        assert_eq!(parse_size_kb("K"), None);
+        assert_eq!(parse_size_kb("-1K"), None);
+        assert_eq!(parse_size_kb(""), None);
+    }
+
+    #[test]
+    fn instances_are_merged_level_one_skipped_and_offline_cpus_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        for cpu in 0..4u32 {
+            index(dir.path(), cpu, 0, 1, "Data", "32K", &cpu.to_string());
+            let core = if cpu < 2 { "0-1" } else { "2-3" };
+            index(dir.path(), cpu, 2, 2, "Unified", "1024K", core);
+            // CPU 4 is offline: the L3 lists it, the report does not.
+            index(dir.path(), cpu, 3, 3, "Unified", "32768K", "0-4");
+        }
+        let mut w = Warnings::new();
+        let online = CpuSet::parse_list("0-3").unwrap();
+        let c = probe_caches(&HostRoot::under(dir.path()), &online, &mut w);
+        assert!(w.is_empty(), "{w:?}");
+        let shown: Vec<(u32, &str, Option<u64>, String)> = c
+            .iter()
+            .map(|c| (c.level, c.kind.as_str(), c.size_kb, c.cpus.to_string()))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                (2, "Unified", Some(1024), "0-1".to_string()),
+                (2, "Unified", Some(1024), "2-3".to_string()),
+                (3, "Unified", Some(32768), "0-3".to_string()),
+            ]
+        );
+        let json = serde_json::to_value(&c[2]).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"level": 3, "type": "Unified", "size_kb": 32768, "cpus": "0-3"})
+        );
+    }
+
+    #[test]
+    fn missing_and_odd_cache_files_are_warnings() {
+        let dir = tempfile::tempdir().unwrap();
+        index(dir.path(), 0, 2, 2, "Unified", "lots", "0");
+        index(dir.path(), 0, 3, 3, "Sideways", "8192K", "1");
+        write(
+            dir.path(),
+            "sys/devices/system/cpu/cpu0/cache/index4/level",
+            "x\n",
+        );
+        write(
+            dir.path(),
+            "sys/devices/system/cpu/cpu0/cache/index5/level",
+            "2\n",
+        );
+        let mut w = Warnings::new();
+        let online = CpuSet::parse_list("0-2").unwrap();
+        let c = probe_caches(&HostRoot::under(dir.path()), &online, &mut w);
+        assert_eq!(c.len(), 2);
+        assert_eq!(c[0].size_kb, None);
+        // The L3's list lacks CPU 0 itself: it is added, as for thread siblings.
+        assert_eq!(c[1].kind, "Unified");
+        assert_eq!(c[1].cpus.to_string(), "0-1");
+        let messages: Vec<&str> = w.as_slice().iter().map(|w| w.message.as_str()).collect();
+        let expect = [
+            "value \"lots\" is not a size like 32768K",
+            "is not Unified, Data or Instruction",
+            "do not include CPU 0 itself",
+            "value \"x\" is not a cache level",
+            "neither shared_cpu_list nor shared_cpu_map",
+            "CPUs 1-2 have no cache directory",
+        ];
+        for e in expect {
+            assert!(messages.iter().any(|m| m.contains(e)), "{e}: {messages:?}");
+        }
+    }
+
+    #[test]
+    fn a_host_without_caches_says_so_once() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir_all(dir.path().join("sys/devices/system/cpu/cpu0")).unwrap();
+        let mut w = Warnings::new();
+        let online = CpuSet::parse_list("0-7").unwrap();
+        assert!(probe_caches(&HostRoot::under(dir.path()), &online, &mut w).is_empty());
+        assert_eq!(w.len(), 1);
+        assert!(w.as_slice()[0]
+            .message
+            .contains("no online CPU has a cache"));
+    }
+}
