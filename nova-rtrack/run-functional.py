@@ -24,7 +24,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-DEFAULT_PY = '/work/nova-venv/bin/python'
+# The venv scripts/nova-functional builds (nova 34.0.0 and the test requirements).
+DEFAULT_PY = os.path.join(REPO, 'target', 'nova-functional-venv', 'bin', 'python')
+DEFAULT_RTRACKD = os.path.join(REPO, 'target', 'release', 'rtrackd')
 DEFAULT_OUT = os.path.join(REPO, 'target', 'nova-functional')
 PREFIX = 'nova.tests.functional.libvirt.'
 
@@ -36,8 +38,8 @@ def site_packages(py: str) -> str:
 
 
 def snapshot_binary(path: str, bindir: str) -> str:
-    """A private copy of rtrackd for this run (the one in /work/rtrackd-bin may be replaced
-    while the run goes on): ``bindir/rtrackd-<mtime>-<size>``, reused when already there."""
+    """A private copy of rtrackd for this run (the given one may be rebuilt while the run
+    goes on): ``bindir/rtrackd-<mtime>-<size>``, reused when already there."""
     st = os.stat(path)
     os.makedirs(bindir, exist_ok=True)
     dst = os.path.join(bindir, 'rtrackd-%d-%d' % (int(st.st_mtime), st.st_size))
@@ -62,7 +64,7 @@ def main() -> int:
     p.add_argument('--out', default=DEFAULT_OUT, help='logs and summaries (and JUnit XML '
                    'without --junit-dir) under OUT/<mode>/')
     p.add_argument('--junit-dir', default=None, help='JUnit XML files here, one per module')
-    p.add_argument('--rtrackd', default=os.environ.get('RTRACKD', '/work/rtrackd-bin/rtrackd'))
+    p.add_argument('--rtrackd', default=os.environ.get('RTRACKD', DEFAULT_RTRACKD))
     p.add_argument('--nice', type=int, default=10)
     p.add_argument('--quiet', action='store_true', help='no per-test lines')
     p.add_argument('names', nargs='*', default=['test_rt_servers'])

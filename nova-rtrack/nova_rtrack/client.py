@@ -211,12 +211,15 @@ class RtrackClient:
         body = self.get('/v1/pci-devices')
         return body.get('pci_devices', []) if isinstance(body, dict) else body
 
-    def refresh(self, timeout: Optional[float] = None) -> dict[str, Any]:
-        """``POST /v1/refresh``: audit now, report now, answered after both.
+    def refresh(self, timeout: Optional[float] = None,
+                disk_gb: Optional[dict[str, int]] = None) -> dict[str, Any]:
+        """``POST /v1/refresh``: audit now, report now, answered after both; ``disk_gb``
+        (``total``, ``used``, ``free`` in GiB) first, for ``[host] disk_source = "caller"``.
 
         Raises :class:`NotFound` (``no_such_route``) on an rtrackd that does not have it.
         """
-        return self.post('/v1/refresh', {}, timeout=timeout)
+        body: dict[str, Any] = {'disk_gb': disk_gb} if disk_gb else {}
+        return self.post('/v1/refresh', body, timeout=timeout)
 
 
 def _request_id(rid: str) -> str:

@@ -42,6 +42,11 @@ rtrack_opts = [
     cfg.BoolOpt('refresh_on_periodic', default=True,
                 help='Ask rtrackd to audit and report (POST /v1/refresh) at every '
                      'update_available_resource periodic.'),
+    cfg.BoolOpt('disk_from_driver', default=False,
+                help="Send the virt driver's DISK_GB totals (local_gb, local_gb_used, "
+                     'disk_available_least) with every refresh, for rtrack.toml\'s '
+                     '[host] disk_source = "caller" (image backends that are not the '
+                     "instances path's filesystem: rbd, LVM)."),
 ]
 
 
@@ -514,3 +519,17 @@ def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
         else:
             out[k] = v
     return out
+
+
+def disk_totals(resources: dict[str, Any]) -> Optional[dict[str, int]]:
+    """The driver's DISK_GB totals in the shape of rtrackd's ``disk_gb`` (GiB; Nova's
+    ``disk_available_least`` may be negative when disks are overcommitted: 0 then)."""
+    total = resources.get('local_gb')
+    if total is None:
+        return None
+    total = max(0, int(total))
+    used = min(total, max(0, int(resources.get('local_gb_used') or 0)))
+    free = resources.get('disk_available_least')
+    if free is None:
+        free = total - used
+    return {'total': total, 'used': used, 'free': min(total, max(0, int(free)))}

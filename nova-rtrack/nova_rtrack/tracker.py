@@ -121,8 +121,11 @@ class DaemonBinding:
                                                    '; '.join(problems)))
 
     def refresh(self, nodename: str) -> None:
+        disk = None
+        if CONF.rtrack.disk_from_driver:
+            disk = rt_conf.disk_totals(self.tracker.driver_resources.get(nodename) or {})
         try:
-            self.client(nodename).refresh()
+            self.client(nodename).refresh(disk_gb=disk)
         except rt_client.NotFound:
             if not self._refresh_missing_logged:
                 LOG.warning('rtrackd has no POST /v1/refresh; relying on its own audit and '

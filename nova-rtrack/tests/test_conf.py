@@ -205,6 +205,16 @@ class ConfTest(unittest.TestCase):
                     'hypervisor_traits = "nova-compute"\n')
         self.assertEqual([], rt_conf.check_file(CONF, f.name))
 
+    def test_disk_totals_from_the_drivers_resources(self) -> None:
+        self.assertEqual({'total': 128, 'used': 44, 'free': 84}, rt_conf.disk_totals(
+            {'local_gb': 128, 'local_gb_used': 44, 'disk_available_least': 84}))
+        # Overcommitted disks: Nova's disk_available_least goes negative.
+        self.assertEqual({'total': 10, 'used': 10, 'free': 0}, rt_conf.disk_totals(
+            {'local_gb': 10, 'local_gb_used': 12, 'disk_available_least': -5}))
+        self.assertEqual({'total': 10, 'used': 4, 'free': 6},
+                         rt_conf.disk_totals({'local_gb': 10, 'local_gb_used': 4}))
+        self.assertIsNone(rt_conf.disk_totals({}))
+
     def test_vcpu_pin_set_is_passed_on_with_its_legacy_meaning(self) -> None:
         self.flags(vcpu_pin_set='0-3')
         self.assertEqual([], rt_conf.unsupported(CONF))

@@ -300,8 +300,13 @@ class StartupCheckTest(test.NoDBTestCase):
             rt_tracker.RtrackResourceTracker('compute1', mock.Mock(), reportclient=mock.Mock())
         self.assertIn('[DEFAULT] reserved_host_memory_mb = 512 in nova.conf', str(cm.exception))
 
-    def test_vcpu_pin_set_stops_the_service(self) -> None:
-        self.flags(config_file='/nonexistent/rtrack.toml', group='rtrack')
+    def test_vcpu_pin_set_missing_from_rtrack_toml_stops_the_service(self) -> None:
+        # Honoured with Nova's legacy meaning, so both files must say the same.
+        import tempfile
+        with tempfile.NamedTemporaryFile('w', suffix='.toml', delete=False) as f:
+            f.write('[resources]\n')
+        self.addCleanup(__import__('os').unlink, f.name)
+        self.flags(config_file=f.name, group='rtrack')
         self.flags(vcpu_pin_set='0-3')
         with self.assertRaises(exception.InvalidConfiguration) as cm:
             rt_tracker.RtrackResourceTracker('compute1', mock.Mock(), reportclient=mock.Mock())

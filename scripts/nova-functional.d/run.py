@@ -150,26 +150,6 @@ def kill_tree(proc: subprocess.Popen) -> None:
             os.kill(p, signal.SIGKILL)
         except OSError:
             pass
-    umount_disks([proc.pid] + pids)
-
-
-def umount_disks(pids: list[int]) -> None:
-    """The tmpfs the harness mounts (as root) for a test process's DISK_GB,
-    ``$TMPDIR/nova-rtrack-disk-<pid>-<N>g``: unmounted by the process at its end, so by us
-    when we killed it."""
-    prefixes = tuple('nova-rtrack-disk-%d-' % p for p in pids)
-    try:
-        with open('/proc/mounts') as f:
-            points = [line.split()[1] for line in f]
-    except OSError:
-        return
-    for point in points:
-        if os.path.basename(point).startswith(prefixes):
-            subprocess.run(['umount', '-l', point], capture_output=True)
-            try:
-                os.rmdir(point)
-            except OSError:
-                pass
 
 
 class Runner:

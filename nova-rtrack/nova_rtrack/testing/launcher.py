@@ -34,7 +34,7 @@ from nova_rtrack.testing import sysfs
 
 LOG = logging.getLogger(__name__)
 
-RTRACKD = os.environ.get('RTRACKD', '/work/rtrackd-bin/rtrackd')
+RTRACKD = os.environ.get('RTRACKD', 'rtrackd')
 # Tests replace tempfile.tempdir with their own temporary directories: the harness's files
 # live under the process's TMPDIR as it was at import time.
 TMP = os.environ.get('TMPDIR') or '/tmp'
@@ -48,7 +48,6 @@ class _State:
     daemons: dict[tuple[str, str], 'Daemon'] = {}
     has_refresh: Optional[bool] = None
     base_dir: Optional[str] = None
-    disks: dict[int, str] = {}
     timings: dict[str, float] = {'spawn': 0.0, 'refresh': 0.0, 'generate': 0.0}
     counts: dict[str, int] = {'spawn': 0, 'refresh': 0, 'restart': 0}
     parity_log: Optional[str] = None
@@ -91,49 +90,21 @@ def set_placement_url(url: Optional[str]) -> None:
     STATE.placement_url = url
 
 
-# -- a disk of the driver's size -----------------------------------------------------------
+# -- the instances path ---------------------------------------------------------------------
 
-def disk_path(total_gb: int) -> str:
-    """A directory whose filesystem is ``total_gb`` GiB (rtrackd measures DISK_GB by statvfs).
-
-    The fake driver reports ``local_gb = 128`` from a mock; rtrackd has no way to be told
-    (gap: caller-supplied disk totals), so the harness mounts a tmpfs of that size (nothing is
-    allocated) when it runs as root. Otherwise the temp directory's filesystem is used.
-    """
-    if total_gb in STATE.disks:
-        return STATE.disks[total_gb]
-    path = os.path.join(TMP, 'nova-rtrack-disk-%d-%dg' % (os.getpid(), total_gb))
+def instances_dir() -> str:
+    """rtrackd's instances path: DISK_GB comes from the driver's totals (``[host] disk_source =
+    "caller"``, sent with every refresh), so any directory will do."""
+    path = os.path.join(TMP, 'nova-rtrack-instances-%d' % os.getpid())
     os.makedirs(path, exist_ok=True)
-    ok = False
-    if os.geteuid() == 0 and os.environ.get('RTRACK_NO_TMPFS') != '1':
-        r = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=%dg' % total_gb, 'tmpfs',
-                            path], capture_output=True)
-        ok = r.returncode == 0
-        if ok:
-            atexit.register(_umount, path)
-    if not ok:
-        LOG.warning('cannot mount a %d GiB tmpfs for DISK_GB; rtrackd measures %s instead',
-                    total_gb, path)
-    STATE.disks[total_gb] = path
     return path
 
 
 def shutdown() -> None:
-    """Stops every daemon and unmounts the disks (the worker exits with os._exit)."""
+    """Stops every daemon (the worker exits with os._exit)."""
     for key, d in list(STATE.daemons.items()):
         d.stop()
         STATE.daemons.pop(key, None)
-    for path in list(STATE.disks.values()):
-        _umount(path)
-    STATE.disks.clear()
-
-
-def _umount(path: str) -> None:
-    subprocess.run(['umount', '-l', path], capture_output=True)
-    try:
-        os.rmdir(path)
-    except OSError:
-        pass
 
 
 # -- one daemon ----------------------------------------------------------------------------
@@ -269,13 +240,14 @@ class Daemon:
             return '(no log)'
 
     # refresh
-    def refresh(self, startup: bool) -> None:
+    def refresh(self, startup: bool, resources: Optional[dict[str, Any]] = None) -> None:
         t0 = time.time()
         STATE.counts['refresh'] += 1
         try:
             if STATE.has_refresh is not False:
                 try:
-                    ans = self.client.refresh(timeout=30)
+                    ans = self.client.refresh(
+                        timeout=30, disk_gb=rt_conf.disk_totals(resources or {}))
                     STATE.has_refresh = True
                     pl = ans.get('placement') if isinstance(ans, dict) else None
                     if isinstance(pl, dict) and pl.get('error'):
@@ -380,7 +352,8 @@ def harness_config(daemon: Daemon, tracker: Any, nodename: str,
         'host': {
             'root': daemon.root_link,
             'state_dir': daemon.state_dir,
-            'instances_path': disk_path(int(resources.get('local_gb') or 0) or 1),
+            'instances_path': instances_dir(),
+            'disk_source': 'caller',
             'hypervisor_type': resources.get('hypervisor_type') or 'QEMU',
         },
         'api': {'socket': daemon.socket, 'socket_mode': '0600', 'socket_group': 'root',
@@ -521,7 +494,7 @@ class HarnessBindingMixin:
             LOG.info('rtrackd %s: configuration changed, restarting', d.host)
             d.restart()
         del t0
-        d.refresh(startup)
+        d.refresh(startup, resources)
         if PARITY != 'off':
             diffs = parity(d, resources)
             if diffs:
