@@ -313,6 +313,53 @@ fn a_build_in_flight_survives_a_restart_and_a_claimed_consumer_keeps_its_owner()
     );
 }
 
+/// A consumer an older Nova wrote without a type reads back as "unknown", which a write may not
+/// send: rtrack's merged write and its release keep it so (and are not refused).
+#[test]
+fn a_consumer_without_a_type_keeps_it_through_writes_and_releases() {
+    let Some(srv) = server("safety-untyped") else {
+        return;
+    };
+    let p = P::new(&srv);
+    let h = host(&srv, "cmp1", "");
+    h.registered(&p);
+    let bw = Uuid::new_v4();
+    p.provider(bw, "agent-bw", None);
+    p.inventory(bw, json!({"NET_BW_EGR_KILOBIT_PER_SEC": {"total": 10000}}));
+    let build = Uuid::new_v4();
+    let root = h.node.clone();
+    let (s, v) = p.rt.block_on(p.raw.send_at(
+        "1.36",
+        reqwest::Method::PUT,
+        &format!("/allocations/{build}"),
+        Some(json!({"allocations": {
+                &root: {"resources": {"VCPU": 2, "MEMORY_MB": 1024, "DISK_GB": 1}},
+                bw.to_string(): {"resources": {"NET_BW_EGR_KILOBIT_PER_SEC": 1000}}},
+            "project_id": "proj", "user_id": "user", "consumer_generation": null})),
+    ));
+    assert_eq!(s, 204, "{v}");
+    let untyped = p.allocation(build)["consumer_type"].clone();
+    // The claim holds less than the scheduler wrote: rtrack writes its part.
+    h.post("/v1/claims", &claim_body(build, 1, 512, true));
+    wait(
+        "rtrack's part written",
+        Duration::from_secs(30),
+        &mut || part(&p.allocation(build), &root)["VCPU"] == 1,
+    );
+    let a = p.allocation(build);
+    assert_eq!(a["consumer_type"], untyped, "{a}");
+    assert_eq!(part(&a, bw)["NET_BW_EGR_KILOBIT_PER_SEC"], 1000, "{a}");
+    // Released: rtrack's part goes, the bandwidth and the type stay.
+    let (s, v) = h.d.call("DELETE", &format!("/v1/claims/{build}"), None);
+    assert_eq!(s, 200, "{v}");
+    wait(
+        "the released part removed",
+        Duration::from_secs(30),
+        &mut || providers_of(&p.allocation(build)) == [bw.to_string()],
+    );
+    assert_eq!(p.allocation(build)["consumer_type"], untyped);
+}
+
 #[test]
 fn parts_on_other_providers_and_the_owner_survive_writes_and_releases() {
     let Some(srv) = server("safety-foreign") else {
