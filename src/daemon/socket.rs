@@ -55,13 +55,10 @@ pub fn bind(
             return Err(SocketError::InUse(path.to_path_buf()));
         }
     }
-    let tmp = path.with_file_name(format!(
-        ".{}.{}.tmp",
-        path.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "rtrack.sock".into()),
-        std::process::id()
-    ));
+    // Bound beside the socket and renamed into place. The name is short (at most 8 bytes,
+    // shorter than "rtrack.sock"): a socket path near the kernel's 107-byte limit must not fail
+    // only because the temporary name is longer.
+    let tmp = path.with_file_name(format!(".{:x}", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
     let std_listener =
         std::os::unix::net::UnixListener::bind(&tmp).map_err(io(&tmp, "bind the API socket"))?;
@@ -100,6 +97,18 @@ pub fn set_group(path: &Path, gid: u32) -> Result<(), SocketError> {
 mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
+
+    #[tokio::test]
+    async fn a_socket_path_near_the_kernels_limit_binds() {
+        let dir = tempfile::tempdir().unwrap();
+        // 104 bytes in all: the kernel takes up to 107.
+        let base = dir.path().display().to_string();
+        let pad = 104 - base.len() - "/rtrack.sock".len() - 1;
+        let path = dir.path().join("d".repeat(pad)).join("rtrack.sock");
+        assert_eq!(path.as_os_str().len(), 104);
+        let _l = bind(&path, 0o600, None).unwrap();
+        assert!(path.exists());
+    }
 
     #[tokio::test]
     async fn the_socket_gets_its_mode_and_a_live_one_is_not_stolen() {
