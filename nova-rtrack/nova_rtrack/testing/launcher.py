@@ -45,6 +45,8 @@ PARITY = os.environ.get('RTRACK_PARITY', 'warn')   # 'warn', 'strict' or 'off'
 class _State:
     current_test: Any = None
     placement_url: Optional[str] = None
+    socket_dir: Optional[str] = None
+    sockets = 0
     daemons: dict[tuple[str, str], 'Daemon'] = {}
     has_refresh: Optional[bool] = None
     base_dir: Optional[str] = None
@@ -105,12 +107,24 @@ def shutdown() -> None:
     for key, d in list(STATE.daemons.items()):
         d.stop()
         STATE.daemons.pop(key, None)
+    if STATE.socket_dir is not None and not KEEP:
+        shutil.rmtree(STATE.socket_dir, ignore_errors=True)
 
 
 # -- one daemon ----------------------------------------------------------------------------
 
 class DaemonError(Exception):
     pass
+
+
+def socket_path() -> str:
+    """A socket path far below the kernel's 107 bytes whatever the harness directory: the
+    sockets live in a short directory of their own under /tmp (one per test process)."""
+    if STATE.socket_dir is None:
+        short = '/tmp' if os.access('/tmp', os.W_OK) else tempfile.gettempdir()
+        STATE.socket_dir = tempfile.mkdtemp(prefix='rt', dir=short)
+    STATE.sockets += 1
+    return os.path.join(STATE.socket_dir, '%d.sock' % STATE.sockets)
 
 
 class Daemon:
@@ -120,7 +134,7 @@ class Daemon:
         self.test = test
         self.dir = tempfile.mkdtemp(prefix='%s-' % host, dir=base_dir())
         self.state_dir = os.path.join(self.dir, 'state')
-        self.socket = os.path.join(self.dir, 'rtrack.sock')
+        self.socket = socket_path()
         self.config_path = os.path.join(self.dir, 'rtrack.toml')
         self.log_path = os.path.join(self.dir, 'rtrackd.log')
         self.root_link = os.path.join(self.dir, 'root')
@@ -231,6 +245,10 @@ class Daemon:
     def cleanup_dir(self) -> None:
         if not KEEP:
             shutil.rmtree(self.dir, ignore_errors=True)
+            try:
+                os.unlink(self.socket)
+            except OSError:
+                pass
 
     def log_tail(self, n: int = 20) -> str:
         try:
