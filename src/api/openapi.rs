@@ -295,7 +295,7 @@ pub fn document() -> Value {
             "/v1/refresh": {"post": {"operationId": "refresh", "summary": "Audits now (the host probed again) and reports to Placement now, without waiting for a backoff; answered once both are done (503 not_ready when either failed). With [host] disk_source = \"caller\", disk_gb gives the DISK_GB totals first (kept in the state directory)",
                 "requestBody": {"required": false, "content": {"application/json": {"schema": schema_ref("RefreshRequest")}}},
                 "responses": responses(&[("200", ok("done", refreshed))],
-                    &[400, 403, 413, 415, 500, 503])}},
+                    &[400, 403, 409, 413, 415, 500, 503])}},
             "/v1/adopt": {"post": {"operationId": "adopt", "summary": "The instances Placement's allocations say this host runs (a host taken over from nova-compute), as local claims: the plan, committed in one transaction with apply when every consumer fits",
                 "requestBody": {"required": false, "content": {"application/json": {"schema": schema_ref("AdoptRequest")}}},
                 "responses": responses(&[("200", ok("the plan (applied when asked and possible)", schema_ref("AdoptionPlan")))],

@@ -228,10 +228,12 @@ pub async fn refresh(
     };
     if let Some(totals) = body.disk_gb {
         if state.config().disk_source != crate::config::DiskSource::Caller {
-            return Err(ApiError::invalid(
-                "disk_gb",
-                "accepted only with [host] disk_source = \"caller\" (DISK_GB is measured from the instances path here)",
-            ));
+            // A well-formed request this daemon's configuration does not take.
+            return Err(ApiError::new(
+                ErrorCode::Conflict,
+                "disk_gb: accepted only with [host] disk_source = \"caller\" (DISK_GB is measured from the instances path here)",
+            )
+            .with_details(json!({"field": "disk_gb"})));
         }
         totals
             .check()
