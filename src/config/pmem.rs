@@ -4,7 +4,7 @@
 //! In: the list as written (`["4GB:ns_0", "SMALL:ns_1|ns_2"]`; an item may also hold several
 //! entries joined by commas, as Nova's option string does). Out: the [`PmemLabel`]s, or a
 //! [`ConfigError`] with Nova's reason. Whether each namespace is on the host is checked against
-//! the probe (`crate::tracker::nested::pmem::host_problems`), as Nova checks at start.
+//! the probe by the tracker (`nested::pmem::host_problems` there), as Nova checks at start.
 //!
 //! Nova's parse, kept exactly: each entry is split at its first `:` into the label and the
 //! names, names at `|`, nothing trimmed inside an entry (oslo trims each list item); a label
