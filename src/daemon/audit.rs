@@ -38,11 +38,18 @@ pub fn probe_options(cfg: &crate::config::ValidConfig) -> probes::ProbeOptions {
 /// Probes the host as configured now, and refuses a probe that cannot be right (no CPUs, no
 /// memory, sysfs gone): the tracker would otherwise drop every free device and all capacity.
 pub fn probe(state: &DaemonState) -> Result<HostInventory, String> {
-    let cfg = state.config();
+    probe_with(&state.config(), state.caller_disk())
+}
+
+/// [`probe`] before the daemon's state exists (the first probe at start).
+pub fn probe_with(
+    cfg: &crate::config::ValidConfig,
+    caller_disk: Option<DiskTotals>,
+) -> Result<HostInventory, String> {
     let mut host =
-        probes::probe_host(&cfg.probe_root, &probe_options(&cfg)).map_err(|e| e.to_string())?;
+        probes::probe_host(&cfg.probe_root, &probe_options(cfg)).map_err(|e| e.to_string())?;
     check_plausible(&host, &cfg.probe_root)?;
-    apply_disk_source(&mut host, &cfg, state.caller_disk());
+    apply_disk_source(&mut host, cfg, caller_disk);
     Ok(host)
 }
 

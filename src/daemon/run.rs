@@ -119,12 +119,7 @@ async fn main_loop(
     let limit = audit::time_limit(cfg.audit_interval_s);
     let caller_disk = caller_disk_at_start(&cfg, &state_dir);
     let first_probe = tokio::task::spawn_blocking(move || {
-        let mut host =
-            crate::probes::probe_host(&probe_cfg.probe_root, &audit::probe_options(&probe_cfg))
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-        audit::check_plausible(&host, &probe_cfg.probe_root).map_err(|e| anyhow::anyhow!("{e}"))?;
-        audit::apply_disk_source(&mut host, &probe_cfg, caller_disk);
-        Ok::<_, anyhow::Error>(host)
+        audit::probe_with(&probe_cfg, caller_disk).map_err(|e| anyhow::anyhow!("{e}"))
     });
     let host = tokio::select! {
         r = tokio::time::timeout(limit, first_probe) => match r {
