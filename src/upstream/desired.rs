@@ -203,6 +203,48 @@ pub struct ReportInputs {
     pub released: BTreeMap<Uuid, i64>,
 }
 
+/// The architecture's trait and, on x86, the CPU flags' and address-space traits.
+fn arch_and_cpu_traits(
+    inv: &crate::probes::HostInventory,
+    warnings: &mut Vec<String>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(a) = inv.cpu.arch.as_deref().or(inv.host.arch.as_deref()) else {
+        return out;
+    };
+    match traits::arch_trait(a) {
+        Some(t) => out.push(t.to_string()),
+        None => warnings.push(format!("architecture {a:?} has no HW_ARCH_* trait")),
+    }
+    // The flag table holds x86 flag names; ARM's "aes" is not x86's AES-NI.
+    if matches!(a, "x86_64" | "amd64" | "i386" | "i486" | "i586" | "i686") {
+        out.extend(traits::cpu_traits(&inv.cpu.flags));
+        // QEMU sets a guest's physical address bits (passed through or emulated) wherever
+        // libvirt reports the host's, which it reads from the same line.
+        if inv.cpu.maxphysaddr_bits.is_some() {
+            out.push(traits::COMPUTE_ADDRESS_SPACE_PASSTHROUGH.to_string());
+            out.push(traits::COMPUTE_ADDRESS_SPACE_EMULATED.to_string());
+        }
+    }
+    out
+}
+
+/// The compute node's traits rtrack owns. Under nova-compute its virt driver sets the
+/// hypervisor's traits: only the tracker's own are rtrack's then, and the others are left out
+/// of `root_traits`.
+fn root_trait_owner(config: &ValidConfig, root_traits: &mut BTreeSet<String>) -> BTreeSet<String> {
+    let by_rtrack = config
+        .placement_settings
+        .as_ref()
+        .is_none_or(|p| p.hypervisor_traits_by_rtrack);
+    if by_rtrack {
+        return traits::owned_root_traits();
+    }
+    let tracker = traits::tracker_root_traits();
+    root_traits.retain(|t| tracker.contains(t));
+    tracker
+}
+
 /// Name given to the sharing provider when rtrack has to create it.
 pub fn sharing_provider_name(uuid: Uuid) -> String {
     format!("shared-storage-{uuid}")
@@ -290,9 +332,7 @@ impl DesiredState {
             .collect();
         // vPMEM: the classes of its namespaces, on the compute node as Nova reports them.
         let pmem = pmem_inventories(view, consumers);
-        for (class, inv) in pmem.values() {
-            root_inventories.insert(class.clone(), inv.clone());
-        }
+        root_inventories.extend(pmem.values().cloned());
         let mut root_traits = BTreeSet::from([
             traits::COMPUTE_NODE.to_string(),
             traits::OWNER_NOVA.to_string(),
@@ -305,44 +345,14 @@ impl DesiredState {
         {
             root_traits.insert(traits::COMPUTE_REMOTE_MANAGED_PORTS.to_string());
         }
-        let arch = inv.cpu.arch.as_deref().or(inv.host.arch.as_deref());
-        if let Some(a) = arch {
-            match traits::arch_trait(a) {
-                Some(t) => {
-                    root_traits.insert(t.to_string());
-                }
-                None => warnings.push(format!("architecture {a:?} has no HW_ARCH_* trait")),
-            }
-            // The flag table holds x86 flag names; ARM's "aes" is not x86's AES-NI.
-            if matches!(a, "x86_64" | "amd64" | "i386" | "i486" | "i586" | "i686") {
-                root_traits.extend(traits::cpu_traits(&inv.cpu.flags));
-                // QEMU sets a guest's physical address bits (passed through or emulated)
-                // wherever libvirt reports the host's, which it reads from the same line.
-                if inv.cpu.maxphysaddr_bits.is_some() {
-                    root_traits.insert(traits::COMPUTE_ADDRESS_SPACE_PASSTHROUGH.to_string());
-                    root_traits.insert(traits::COMPUTE_ADDRESS_SPACE_EMULATED.to_string());
-                }
-            }
-        }
+        root_traits.extend(arch_and_cpu_traits(inv, &mut warnings));
         if inv.cpu.smt {
             root_traits.insert(traits::HW_CPU_HYPERTHREADING.to_string());
         }
         if service_disabled {
             root_traits.insert(traits::COMPUTE_STATUS_DISABLED.to_string());
         }
-        // Under nova-compute its virt driver sets the hypervisor's traits: only the tracker's
-        // own are rtrack's then.
-        let by_rtrack = config
-            .placement_settings
-            .as_ref()
-            .is_none_or(|p| p.hypervisor_traits_by_rtrack);
-        let owned_traits = if by_rtrack {
-            traits::owned_root_traits()
-        } else {
-            let tracker = traits::tracker_root_traits();
-            root_traits.retain(|t| tracker.contains(t));
-            tracker
-        };
+        let owned_traits = root_trait_owner(config, &mut root_traits);
         let mut providers = vec![DesiredProvider {
             uuid: node_uuid,
             name: hypervisor_hostname.to_string(),
