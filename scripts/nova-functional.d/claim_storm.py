@@ -184,25 +184,6 @@ def make_case() -> type:
     return ClaimStorm
 
 
-def _dump_stacks(signum: int, frame: Any) -> None:
-    """SIGUSR1: every greenlet's and thread's stack to stderr (a storm that hangs)."""
-    import gc
-    import traceback
-    out = []
-    try:
-        import greenlet
-        for o in gc.get_objects():
-            if isinstance(o, greenlet.greenlet) and o.gr_frame is not None:
-                out.append('---- greenlet %r\n%s' % (o, ''.join(
-                    traceback.format_stack(o.gr_frame))))
-    except ImportError:
-        pass
-    for tid, fr in sys._current_frames().items():
-        out.append('==== thread %s\n%s' % (tid, ''.join(traceback.format_stack(fr))))
-    sys.__stderr__.write('STACKS\n' + '\n'.join(out))
-    sys.__stderr__.flush()
-
-
 def main() -> int:
     global ARGS
     p = argparse.ArgumentParser(description=__doc__,
@@ -217,7 +198,8 @@ def main() -> int:
     p.add_argument('--out')
     ARGS = p.parse_args()
     import signal
-    signal.signal(signal.SIGUSR1, _dump_stacks)
+    from nova_rtrack.testing.worker import dump_stacks  # the venv has the package
+    signal.signal(signal.SIGUSR1, dump_stacks)
 
     if ARGS.tracker == 'rtrack':
         if not ARGS.rtrackd:

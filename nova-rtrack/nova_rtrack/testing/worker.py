@@ -91,8 +91,9 @@ def write_junit(path: str, suite_name: str, records: list[dict[str, Any]],
         f.write('\n'.join(lines) + '\n')
 
 
-def _dump_stacks(signum: int, frame: Any) -> None:
-    """SIGUSR1: every greenlet's and thread's stack to stderr (a hung test, under eventlet)."""
+def dump_stacks(signum: int, frame: Any) -> None:
+    """SIGUSR1: every greenlet's and thread's stack to stderr (a hung test or storm, under
+    eventlet)."""
     import gc
     out = []
     try:
@@ -111,7 +112,7 @@ def _dump_stacks(signum: int, frame: Any) -> None:
 
 def main(argv: list[str]) -> int:
     import signal
-    signal.signal(signal.SIGUSR1, _dump_stacks)
+    signal.signal(signal.SIGUSR1, dump_stacks)
     p = argparse.ArgumentParser()
     p.add_argument('--baseline', action='store_true')
     p.add_argument('--junit', required=True)
