@@ -66,6 +66,7 @@ impl Tracker {
                         *old = TrackedDevice {
                             status: old.status,
                             owner: None,
+                            returned: old.returned,
                             ..new.clone()
                         };
                         touched.insert(*addr);

@@ -88,13 +88,31 @@ impl Tracker {
         out
     }
 
-    /// Writes the devices whose state changed into the records and the changes.
+    /// Writes the devices whose state changed into the records and the changes. A device that
+    /// becomes available again is stamped as returned last (in the order given), so its pool
+    /// gives it first, as Nova's does.
     pub(crate) fn replace_devices(
         &mut self,
         new: Option<Vec<TrackedDevice>>,
         changes: &mut Changes,
     ) {
-        for d in new.into_iter().flatten() {
+        let mut last_returned = None;
+        for mut d in new.into_iter().flatten() {
+            let old = self.state.devices.get(&d.address);
+            if d.status == DeviceStatus::Available
+                && old.is_some_and(|o| o.status != DeviceStatus::Available)
+            {
+                let last = last_returned.get_or_insert_with(|| {
+                    self.state
+                        .devices
+                        .values()
+                        .map(|d| d.returned)
+                        .max()
+                        .unwrap_or(0)
+                });
+                *last += 1;
+                d.returned = *last;
+            }
             if self.state.devices.get(&d.address) != Some(&d) {
                 changes.devices.insert(d.address, Some(d.clone()));
                 self.state.devices.insert(d.address, d);

@@ -13,7 +13,8 @@
 //! Filters, in order: spec match, NUMA policy, unrequested PFs, unrequested vDPA devices,
 //! unrequested remote-managed devices, Placement's allocation (requests with `rp_uuids`),
 //! live-migratable. Within the pools left, devices are taken from the first pool first (pools
-//! are ordered plainest first), lowest address first; held to Placement's allocation, each
+//! are ordered plainest first), and within a pool in Nova's order: the device returned last
+//! first, then the highest address; held to Placement's allocation, each
 //! provider gives exactly what Placement took from it.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -354,6 +355,20 @@ impl Sim<'_> {
     }
 }
 
+/// The members of pool `p` in the order Nova's pool gives them: the device returned last
+/// first, then (never returned) the highest address first, as Nova pops the device its pool
+/// appended last and appends devices in discovery order.
+fn nova_take_order(
+    devices: &BTreeMap<PciAddress, TrackedDevice>,
+    index: &PciIndex,
+    p: usize,
+) -> Vec<usize> {
+    let returned = |i: usize| devices.get(&index.addresses[i]).map_or(0, |d| d.returned);
+    let mut order = index.pools[p].members.clone();
+    order.sort_by_key(|&i| std::cmp::Reverse((returned(i), i)));
+    order
+}
+
 /// Claims devices for all `requests` on behalf of `owner`. On success returns the devices whose
 /// state changed (with their new state) and the assignments; on failure, the first request that
 /// could not be met and why. `devices` is the tracker's map and `index` its index; neither is
@@ -400,7 +415,7 @@ pub fn claim_devices(
                 Some(rp) if !per_provider.is_empty() => per_provider.get_mut(&rp),
                 _ => None,
             };
-            for &i in &index.pools[p].members {
+            for i in nova_take_order(devices, index, p) {
                 if left == 0 {
                     break 'pools;
                 }

@@ -85,6 +85,15 @@ pub struct TrackedDevice {
     pub status: DeviceStatus,
     /// Holder, when claimed or allocated.
     pub owner: Option<DeviceOwner>,
+    /// When the device last went back to its pool (freed, or its PF or VFs freed): a rising
+    /// tracker-wide number, 0 until that first happens. A pool gives the device returned last
+    /// first, then the highest address: Nova's pools append what comes back and pop the last.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub returned: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl TrackedDevice {
@@ -196,6 +205,7 @@ pub fn select_tracked(probed: &[PciDevice], specs: &[DeviceSpec]) -> Vec<Tracked
                 tags: spec.tags.clone(),
                 status: DeviceStatus::Available,
                 owner: None,
+                returned: 0,
             })
         })
         .collect()

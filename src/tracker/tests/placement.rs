@@ -362,18 +362,36 @@ fn a_providers_devices_in_two_pools_serve_one_mapped_request() {
     assert!(taken(&o).iter().all(|x| x.starts_with("0000:3b:")));
 }
 
-/// Within a pool rtrack takes the lowest address first (Nova takes the device added last);
-/// the devices of one pool are interchangeable, so only the addresses differ
-/// (docs/differences.md).
+/// Within a pool rtrack gives devices in Nova's order: the highest address first (Nova's pool
+/// pops the device it appended last, and appends in discovery order), and a device given back
+/// before any other (it goes to the end of Nova's list). Nova's functional tests assert which
+/// VF a port gets, so this is not left to chance.
 #[test]
-fn devices_of_a_pool_are_taken_lowest_address_first() {
+fn devices_of_a_pool_are_given_in_novas_order() {
     let mut t = placement_tracker();
     let a = provider(&t, "0000:3b:00.0");
+    let one_vf = |t: &mut Tracker, n: u32| {
+        let o = claim(
+            t,
+            n,
+            req(flavor(1, 1, 512, 1, &[]), vec![vfs_from(1, &[a])]),
+        )
+        .unwrap();
+        taken(&o)
+    };
     let o = claim(
         &mut t,
         1,
         req(flavor(1, 1, 512, 1, &[]), vec![vfs_from(2, &[a, a])]),
     )
     .unwrap();
-    assert_eq!(taken(&o), ["0000:3b:01.0", "0000:3b:01.1"]);
+    assert_eq!(taken(&o), ["0000:3b:01.7", "0000:3b:01.6"]);
+    assert_eq!(one_vf(&mut t, 2), ["0000:3b:01.5"]);
+    // Given back: instance 2's VF, then instance 1's two (in address order, as Nova re-adds).
+    t.abort(&uuid(2)).unwrap();
+    t.abort(&uuid(1)).unwrap();
+    assert_eq!(one_vf(&mut t, 3), ["0000:3b:01.7"]);
+    assert_eq!(one_vf(&mut t, 4), ["0000:3b:01.6"]);
+    assert_eq!(one_vf(&mut t, 5), ["0000:3b:01.5"]);
+    assert_eq!(one_vf(&mut t, 6), ["0000:3b:01.4"]);
 }
