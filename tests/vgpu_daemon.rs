@@ -2,8 +2,8 @@
 //! `nvidia-35`, SEV and SEV-ES, and a provider.yaml licence): VGPU, MEM_ENCRYPTION_CONTEXT and
 //! custom classes claimed over the API and with `rtrackctl`, granted while capacity lasts,
 //! refused with the class (and the provider) after, freed by an abort; every answer checked
-//! against the OpenAPI document. And a configuration naming a type the host does not offer is
-//! refused by `--check-config`, naming the key.
+//! against the OpenAPI document. And a configuration naming a type the host does not offer (yet)
+//! is a warning naming the key; the type is offered once the host has it.
 
 mod support;
 
@@ -297,9 +297,14 @@ fn vgpus_go_where_placement_put_them_by_the_allocation_or_the_request_groups() {
     assert_eq!(used(&d, "VGPU"), (2, 32));
 }
 
+/// A type no parent offers yet (the vendor driver has not created it) is a warning naming the
+/// key, as Nova starts and offers nothing for it: `--check-config` passes, the daemon starts
+/// with the types the host has, and offers the new one at the first audit that sees it.
 #[test]
-fn a_type_the_host_does_not_offer_is_refused_naming_the_key() {
-    let h = host("[devices]\nenabled_mdev_types = [\"nvidia-99\"]\n");
+fn a_type_the_host_does_not_offer_yet_is_a_warning_and_offered_once_it_appears() {
+    let h = host(
+        "[devices]\nenabled_mdev_types = [\"nvidia-35\", \"nvidia-37\"]\n[mdev.nvidia-37]\ndevice_addresses = [\"0000:85:00.0\"]\n",
+    );
     std::fs::create_dir_all(&h.dir).unwrap();
     let cfg = h.dir.join("rtrack.toml");
     std::fs::write(&cfg, &h.config).unwrap();
@@ -311,7 +316,31 @@ fn a_type_the_host_does_not_offer_is_refused_naming_the_key() {
         .unwrap();
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{text}");
-    assert!(text.contains("devices.enabled_mdev_types[0]"), "{text}");
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("warning:"), "{text}");
+    assert!(text.contains("devices.enabled_mdev_types[1]"), "{text}");
     assert!(text.contains("nvidia-35, nvidia-36"), "{text}");
+    assert!(
+        text.contains("mdev.nvidia-37.device_addresses[0]"),
+        "{text}"
+    );
+
+    let d = Daemon::start_with(Path::new(RTRACKD), &h.dir, &h.config, &[]);
+    // 84:00.0 offers nvidia-35 (2 existing + 14); 85:00.0 is given to nvidia-37 and has none.
+    assert_eq!(used(&d, "VGPU"), (0, 16));
+    let tdir = h
+        ._tmp
+        .path()
+        .join("host/sys/class/mdev_bus/0000:85:00.0/mdev_supported_types/nvidia-37");
+    std::fs::create_dir_all(tdir.join("devices")).unwrap();
+    for (f, v) in [
+        ("name", "GRID M60-2Q\n"),
+        ("device_api", "vfio-pci\n"),
+        ("available_instances", "4\n"),
+    ] {
+        std::fs::write(tdir.join(f), v).unwrap();
+    }
+    let (s, v) = d.call("POST", "/v1/refresh", None);
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(used(&d, "VGPU"), (0, 20));
 }

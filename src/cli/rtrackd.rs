@@ -251,7 +251,11 @@ fn check_config(loaded: &LoadedConfig) -> anyhow::Result<()> {
     // cannot be probed here (a file checked on another machine) is said so, not an error.
     match crate::probes::probe_host(&c.probe_root, &crate::daemon::audit::probe_options(c)) {
         Ok(host) => {
-            config_file::check_against_host(loaded, &host).map_err(|e| anyhow::anyhow!("{e}"))?;
+            for w in config_file::check_against_host(loaded, &host)
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+            {
+                println!("  warning: {w}: nothing offered for it until the host has it");
+            }
             let numa = crate::tracker::numa::HostTopology::build(&host, &c.resources);
             println!(
                 "  NUMA: {} cell(s), {}; base pages {} KiB",

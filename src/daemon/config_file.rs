@@ -116,26 +116,28 @@ pub fn socket_path(cfg: &ValidConfig) -> PathBuf {
 }
 
 /// What the configuration names that the probed host does not have (CPU sets naming CPUs that
-/// are not online, `reserved_huge_pages` for nodes or page sizes it lacks, mdev types and
-/// parents, PMEM namespaces), one line per key
-/// with the file: startup and `--check-config` refuse such a file, SIGHUP keeps the old one.
+/// are not online, `reserved_huge_pages` for nodes or page sizes it lacks, PMEM namespaces), one
+/// line per key with the file: startup and `--check-config` refuse such a file, SIGHUP keeps the
+/// old one. What the host may still gain (mdev types and parents, which appear when a vendor
+/// driver loads) is not refused: those lines come back as warnings, to be logged.
 pub fn check_against_host(
     loaded: &LoadedConfig,
     host: &crate::probes::HostInventory,
-) -> Result<(), String> {
+) -> Result<Vec<String>, String> {
     let file = loaded
         .path
         .as_ref()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|| "(built-in defaults)".into());
+    let lines = |list: Vec<(String, String)>| -> Vec<String> {
+        list.iter()
+            .map(|(key, why)| format!("{file}: {key}: {why}"))
+            .collect()
+    };
     let mut problems = crate::tracker::numa::host::config_problems(host, &loaded.valid.resources);
     problems.extend(crate::pci_policy::spec::remote_managed_problems(
         &loaded.valid.device_specs,
         &host.pci_devices,
-    ));
-    problems.extend(crate::tracker::nested::host_problems(
-        host,
-        &loaded.valid.mdev,
     ));
     problems.extend(crate::config::neutron::host_problems(
         &loaded.valid.network_affinity,
@@ -145,14 +147,13 @@ pub fn check_against_host(
         host,
         &loaded.valid.mdev.pmem,
     ));
-    if problems.is_empty() {
-        return Ok(());
+    if !problems.is_empty() {
+        return Err(lines(problems).join("\n"));
     }
-    Err(problems
-        .iter()
-        .map(|(key, why)| format!("{file}: {key}: {why}"))
-        .collect::<Vec<_>>()
-        .join("\n"))
+    Ok(lines(crate::tracker::nested::host_mismatches(
+        host,
+        &loaded.valid.mdev,
+    )))
 }
 
 #[cfg(test)]

@@ -140,7 +140,9 @@ async fn main_loop(
             return Ok(());
         }
     };
-    config_file::check_against_host(&loaded, &host).map_err(|e| anyhow::anyhow!("{e}"))?;
+    for w in config_file::check_against_host(&loaded, &host).map_err(|e| anyhow::anyhow!("{e}"))? {
+        tracing::warn!("{w}: nothing offered for it until the host has it");
+    }
     let names = host_names(&cfg, &host);
     // At the first start of a state directory, nova-compute's provider for this host (if any)
     // gives the uuid; SIGTERM meanwhile ends the start.
@@ -454,7 +456,9 @@ fn reload(
 ) -> anyhow::Result<LoadedConfig> {
     let next = config_file::load(opts.config_path.as_deref(), &opts.overrides)?;
     let host = state.service.read(|t| t.view().host.clone());
-    config_file::check_against_host(&next, &host).map_err(|e| anyhow::anyhow!("{e}"))?;
+    for w in config_file::check_against_host(&next, &host).map_err(|e| anyhow::anyhow!("{e}"))? {
+        tracing::warn!("{w}: nothing offered for it until the host has it");
+    }
     // Pins and pages the claims hold must still fit the new CPU sets and reserved pages.
     let held = state.service.read(|t| t.numa_problems_under(&next.valid));
     if !held.is_empty() {

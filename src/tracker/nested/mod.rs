@@ -433,9 +433,11 @@ pub fn class_inventory(
     all
 }
 
-/// What the configuration asks of mediated devices that this host does not have: types no
-/// parent offers, addresses that are not mdev parents. `(key, why)` for the startup check.
-pub fn host_problems(host: &HostInventory, policy: &MdevPolicy) -> Vec<(String, String)> {
+/// What the configuration asks of mediated devices that this host does not have (yet): types no
+/// parent offers, addresses that are not mdev parents or do not offer the type. `(key, why)`
+/// warnings, not refusals: a vendor driver may create its mdev parents after rtrackd starts (the
+/// next audit offers them), and Nova starts and offers nothing for them too.
+pub fn host_mismatches(host: &HostInventory, policy: &MdevPolicy) -> Vec<(String, String)> {
     let mdevs = &host.mediated_devices;
     let parents: Vec<&str> = mdevs.parents.iter().map(|p| p.address.as_str()).collect();
     let shown = |list: &[&str]| -> String {

@@ -169,7 +169,7 @@ fn problems_name_unknown_types_and_addresses() {
         ("nvidia-99", &[], None),
         ("nvidia-36", &["0000:84:00.0", "0000:99:00.0"], None),
     ]);
-    let problems = host_problems(&host(), &pol);
+    let problems = host_mismatches(&host(), &pol);
     let keys: Vec<&str> = problems.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(
         keys,
