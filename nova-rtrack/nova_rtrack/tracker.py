@@ -488,6 +488,10 @@ class RtrackResourceTracker(object):
         client = self._client(nodename)
         self._settle_migrations(context, client, nodename, instance.uuid)
         is_live = migration.is_live_migration
+        # The devices the instance holds before the claim: rtrackd's claim makes the new ones
+        # allocated to the instance at once (Nova's are only claimed), so a lazy load after it
+        # would list both hosts' devices and a revert would map the ports back to the new ones.
+        old_pci_devices = copy.deepcopy(instance.pci_devices)
         body: dict[str, Any] = {
             'instance': self._instance_ref(instance, with_numa=True),
             'request_spec': self._request_spec(context, instance, new_flavor, image_meta,
@@ -536,7 +540,7 @@ class RtrackResourceTracker(object):
                 migration_id=migration.id,
                 old_numa_topology=instance.numa_topology,
                 new_numa_topology=claim.claimed_numa_topology,
-                old_pci_devices=copy.deepcopy(instance.pci_devices),
+                old_pci_devices=old_pci_devices,
                 new_pci_devices=claimed_pci,
                 old_pci_requests=instance.pci_requests,
                 new_pci_requests=new_pci_requests,

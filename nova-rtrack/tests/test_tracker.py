@@ -226,6 +226,26 @@ class MoveTest(TrackerTestBase):
         self.assertEqual({0: 4, 1: 5, 2: 6}, mc.new_numa_topology.cells[0].cpu_pinning)
         self.assertEqual({0: 4, 1: 5, 2: 6}, claim.claimed_numa_topology.cells[0].cpu_pinning)
 
+    def test_the_migration_context_keeps_the_devices_held_before_the_claim(self) -> None:
+        # rtrackd allocates the destination's devices to the instance with the claim, so the
+        # instance's pci_devices read after it (a lazy load of the rows) lists both hosts'
+        # devices; the old ones must be those held before, or a revert maps ports to the new.
+        inst = self.instance(host='compute0', node='compute0', vm_state=vm_states.ACTIVE)
+        inst.pci_devices = objects.PciDeviceList(objects=[
+            objects.PciDevice(address='0000:81:00.1', compute_node_id=0, request_id='r1')])
+        mig = self.migration(inst)
+        orig = rt_client.RtrackClient.migrate
+
+        def migrate_then_rows_change(self_: Any, *a: Any, **k: Any) -> Any:
+            answer = orig(self_, *a, **k)
+            inst.pci_devices.objects.append(
+                objects.PciDevice(address='0000:81:00.2', compute_node_id=1, request_id='r1'))
+            return answer
+        with mock.patch.object(rt_client.RtrackClient, 'migrate', migrate_then_rows_change):
+            self.rt.resize_claim(self.ctxt, inst, inst.flavor, 'compute1', mig, None)
+        self.assertEqual(['0000:81:00.1'],
+                         [d.address for d in inst.migration_context.old_pci_devices])
+
     def test_failed_move_aborts_through_drop_move_claim(self) -> None:
         inst = self.instance(host='compute0', node='compute0', vm_state=vm_states.ACTIVE)
         mig = self.migration(inst)
