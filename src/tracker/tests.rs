@@ -668,6 +668,66 @@ fn same_node_resize_counts_new_then_old() {
     assert_eq!(used(&t, ResourceClass::Vcpu), 4);
 }
 
+/// A same-node resize of an instance with a Neutron port: the port's request id is the same
+/// before and after, so the old and new VFs serve one request. Confirming frees only the old
+/// VF; reverting only the new one (Nova frees by device: test_resize_same_host).
+#[test]
+fn same_node_resize_with_a_port_frees_only_the_side_that_ends() {
+    for confirm in [true, false] {
+        let mut t = tracker();
+        let port = port_req(1, "physnet1", NumaPolicy::Legacy);
+        let o = claim(
+            &mut t,
+            1,
+            req(flavor(1, 2, 1024, 10, &[]), vec![port.clone()]),
+        )
+        .unwrap();
+        let old_vf = o.claim.assignments[0].address;
+        let mv = MoveRequest {
+            current_numa: None,
+            instance: InstanceInfo {
+                uuid: uuid(1),
+                host: Some("cmp1".into()),
+                node: Some("cmp1".into()),
+                vm_state: Some("active".into()),
+                ..Default::default()
+            },
+            current: Some(req(flavor(1, 2, 1024, 10, &[]), vec![port.clone()])),
+            new: req(flavor(2, 4, 2048, 20, &[]), vec![port.clone()]),
+            move_type: None,
+            migration_id: Some(6),
+            migration_uuid: None,
+            source_compute: None,
+            source_node: None,
+            dest_compute: None,
+            dest_node: None,
+        };
+        let o = t.move_claim(&mv, 10, false).unwrap().0;
+        let new_vf = o.claim.assignments[0].address;
+        assert_ne!(old_vf, new_vf);
+        assert_eq!(count_status(&t, DeviceStatus::Allocated), 2);
+        let (kept, freed) = if confirm {
+            t.confirm_move(6, 20).unwrap();
+            (new_vf, old_vf)
+        } else {
+            t.revert_move(6, 20).unwrap();
+            (old_vf, new_vf)
+        };
+        assert_eq!(
+            t.state().devices[&kept].status,
+            DeviceStatus::Allocated,
+            "confirm={confirm}"
+        );
+        assert_eq!(
+            t.state().devices[&freed].status,
+            DeviceStatus::Available,
+            "confirm={confirm}"
+        );
+        let pf = t.state().devices[&kept].parent_addr.unwrap();
+        assert_eq!(t.state().devices[&pf].status, DeviceStatus::Unavailable);
+    }
+}
+
 #[test]
 fn shelved_offloaded_and_deleted_instances_stop_counting() {
     let mut t = tracker();

@@ -12,9 +12,11 @@ use std::sync::Arc;
 
 use super::claim::{TestKind, TestedClaim};
 use super::{ClaimOutcome, MoveRequest, MoveType};
+use crate::probes::pci::PciAddress;
 use crate::tracker::error::ClaimError;
 use crate::tracker::model::{InstanceRecord, MigrationContext, MigrationRecord};
 use crate::tracker::numa::{FittedTopology, GuestTopology, PageSize};
+use crate::tracker::pci::free::Held;
 use crate::tracker::state::{validate_uuid, Changes, ClaimRecord, Tracker};
 use crate::tracker::states::{check_task_state, check_vm_state, move_is_counted};
 use crate::tracker::usage::on_node;
@@ -43,12 +45,9 @@ impl Tracker {
         changes: &mut Changes,
     ) {
         if let Some(claim) = self.state.move_claims.remove(&id) {
-            let ids: BTreeSet<String> = claim
-                .assignments
-                .iter()
-                .map(|a| a.request_id.clone())
-                .collect();
-            self.free_devices(&claim.instance_uuid, Some(&ids), changes);
+            // By address: on the same node the instance's old devices serve the same requests.
+            let given: BTreeSet<PciAddress> = claim.assignments.iter().map(|a| a.address).collect();
+            self.free_held(&claim.instance_uuid, Held::At(&given), changes);
             changes.move_claims.insert(id, None);
         }
         self.set_migration_status(id, status, changes);
@@ -416,24 +415,23 @@ impl Tracker {
         let uuid = m.instance_uuid.clone();
         let names = self.settings.names.clone();
         if at_source {
-            // Old devices: those held for the old requests (all the instance's, unless the move
-            // claimed new ones on this same node).
-            let new_ids: BTreeSet<String> = self
+            // Old devices: all the instance holds but those the move claimed on this same node
+            // (by address: a Neutron port's request id is the same on both sides).
+            let new_devices: BTreeSet<PciAddress> = self
                 .state
                 .move_claims
                 .get(&id)
-                .map(|c| c.assignments.iter().map(|a| a.request_id.clone()).collect())
+                .map(|c| c.assignments.iter().map(|a| a.address).collect())
                 .unwrap_or_default();
-            let old_ids: BTreeSet<String> = self
+            let old_devices: BTreeSet<PciAddress> = self
                 .state
                 .devices
                 .values()
-                .filter_map(|d| d.owner.as_ref())
-                .filter(|o| o.instance_uuid == uuid)
-                .filter_map(|o| o.request_id.clone())
-                .filter(|r| !new_ids.contains(r))
+                .filter(|d| d.owner.as_ref().is_some_and(|o| o.instance_uuid == uuid))
+                .map(|d| d.address)
+                .filter(|a| !new_devices.contains(a))
                 .collect();
-            self.free_devices(&uuid, Some(&old_ids), &mut changes);
+            self.free_held(&uuid, Held::At(&old_devices), &mut changes);
             if !at_dest {
                 self.state.claims.remove(&uuid);
                 changes.claims.insert(uuid.clone(), None);

@@ -12,6 +12,7 @@ use crate::probes::pci::PciAddress;
 use crate::tracker::error::ClaimError;
 use crate::tracker::pci::claim::{free_owner, recompute_relatives_in};
 use crate::tracker::pci::devices::{DeviceStatus, TrackedDevice};
+use crate::tracker::pci::free::Held;
 use crate::tracker::pci::index::PciIndex;
 use crate::tracker::pci::pools::Pool;
 use crate::tracker::state::{Changes, Tracker};
@@ -127,8 +128,19 @@ impl Tracker {
         request_ids: Option<&BTreeSet<String>>,
         changes: &mut Changes,
     ) -> Vec<PciAddress> {
+        let which = request_ids.map_or(Held::All, Held::ForRequests);
+        self.free_held(owner, which, changes)
+    }
+
+    /// Frees what `owner` holds that `which` selects; returns the freed addresses.
+    pub(crate) fn free_held(
+        &mut self,
+        owner: &str,
+        which: Held<'_>,
+        changes: &mut Changes,
+    ) -> Vec<PciAddress> {
         let index = self.pci_index();
-        let (changed, freed) = free_owner(&self.state.devices, &index, owner, request_ids);
+        let (changed, freed) = free_owner(&self.state.devices, &index, owner, which);
         self.replace_devices(Some(changed), changes);
         freed
     }

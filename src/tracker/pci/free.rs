@@ -12,23 +12,40 @@ use super::devices::{DeviceStatus, TrackedDevice};
 use super::index::PciIndex;
 use crate::probes::pci::{PciAddress, PciDevType};
 
-/// Frees every device `owner` holds (optionally only those for `request_ids`) and restores
-/// exactly what their allocation made unavailable: a freed PF's VFs become available; a freed
-/// VF's PF becomes available once none of its VFs is in use. Returns the devices whose state
-/// changed (with their new state) and the freed addresses; `devices` is not changed.
+/// Which of an owner's devices to free.
+#[derive(Debug, Clone, Copy)]
+pub enum Held<'a> {
+    /// Every device it holds.
+    All,
+    /// Those held for these request ids.
+    ForRequests(&'a BTreeSet<String>),
+    /// Those at these addresses (a same-node move holds old and new devices for the same
+    /// request ids: a Neutron port keeps its request across a resize).
+    At(&'a BTreeSet<PciAddress>),
+}
+
+/// Frees the devices `owner` holds that `which` selects and restores exactly what their
+/// allocation made unavailable: a freed PF's VFs become available; a freed VF's PF becomes
+/// available once none of its VFs is in use. Returns the devices whose state changed (with
+/// their new state) and the freed addresses; `devices` is not changed.
 pub fn free_owner(
     devices: &BTreeMap<PciAddress, TrackedDevice>,
     index: &PciIndex,
     owner: &str,
-    request_ids: Option<&BTreeSet<String>>,
+    which: Held<'_>,
 ) -> (Vec<TrackedDevice>, Vec<PciAddress>) {
     let mut status: BTreeMap<usize, DeviceStatus> = BTreeMap::new();
     let mut freed = Vec::new();
     for (i, d) in devices.values().enumerate() {
         let mine = d.owner.as_ref().is_some_and(|o| {
             o.instance_uuid == owner
-                && request_ids
-                    .is_none_or(|ids| o.request_id.as_ref().is_some_and(|r| ids.contains(r)))
+                && match which {
+                    Held::All => true,
+                    Held::ForRequests(ids) => {
+                        o.request_id.as_ref().is_some_and(|r| ids.contains(r))
+                    }
+                    Held::At(addresses) => addresses.contains(&d.address),
+                }
         });
         if mine {
             status.insert(i, d.freed_status());
