@@ -724,6 +724,30 @@ mod tests {
         assert_eq!(p, vec![Action::DeleteProvider { uuid: child }]);
     }
 
+    /// A vGPU parent's provider that is no longer wanted (its type was disabled, or the parent
+    /// offers none now) is deleted, whatever its inventory was; Nova leaves such a provider
+    /// with its old inventory (it deletes only those whose total went to 0), where the
+    /// scheduler can still send vGPU guests the driver then refuses (docs/differences.md).
+    /// Placement refuses the deletion while the provider holds allocations.
+    #[test]
+    fn a_vgpu_parent_no_longer_wanted_is_deleted() {
+        let node = Uuid::new_v4();
+        let gpu = Uuid::new_v4();
+        let d = state(vec![root(node)]);
+        let mut cache = applied(&d, &ProviderCache::default());
+        cache.providers.insert(
+            gpu,
+            CachedProvider {
+                uuid: gpu,
+                name: "cmp-1_pci_0000_81_00_0".into(),
+                parent: Some(node),
+                traits: BTreeSet::from(["CUSTOM_NVIDIA_11".to_string()]),
+                ..Default::default()
+            },
+        );
+        assert_eq!(plan(&d, &cache), vec![Action::DeleteProvider { uuid: gpu }]);
+    }
+
     #[test]
     fn a_one_time_use_reservation_follows_the_allocation_it_would_block() {
         let node = Uuid::new_v4();
