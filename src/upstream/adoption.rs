@@ -249,7 +249,7 @@ fn translate(
             ));
         }
         if chosen.is_empty() {
-            notes.push(format!("{count} device(s) of provider {rp}: the lowest free addresses (no device map entry)"));
+            notes.push(format!("{count} device(s) of provider {rp}: free ones in Nova's pool order, the highest addresses first (no device map entry)"));
         }
         let dev_type = first.dev_type.as_str();
         pci_requests.push(PciRequest {

@@ -51,7 +51,7 @@ pub struct AdoptBody {
     #[serde(default)]
     pub apply: bool,
     /// Which PCI devices instances have, when the operator knows; an instance not named gets
-    /// the lowest free devices of the providers it holds.
+    /// free devices of the providers it holds, in Nova's pool order (the highest addresses first).
     #[serde(default)]
     pub devices: Vec<DeviceMapEntry>,
     /// Adopt consumers of no type as instances (Placement before 1.38, or allocations written
