@@ -1299,11 +1299,18 @@ class RtrackResourceTracker(object):
 
     def _claim_found_instance(self, context: Any, client: rt_client.RtrackClient,
                               nodename: str, inst: Any) -> None:
+        # The guest already runs here (a host switched over from Nova's tracker, or an
+        # instance that arrived unclaimed): rtrackd counts it where it is, with the pins, cells,
+        # page size and PCI devices its domain has, not where a fresh fit would put it.
         body: dict[str, Any] = {
             'instance': self._instance_ref(inst, with_numa=True),
             'request_spec': self._request_spec(context, inst, inst.flavor, inst.image_meta,
                                                inst.pci_requests),
+            'as_placed': True,
         }
+        placed = _placed_devices(inst)
+        if placed:
+            body['placed_devices'] = placed
         try:
             client.claim(body, request_id=self._rid(context))
             LOG.info('rtrackd did not hold instance %s found on node %s: claimed it', inst.uuid,
@@ -1752,3 +1759,14 @@ class RtrackResourceTracker(object):
             return self.compute_nodes[nodename]
         except KeyError:
             raise exception.ComputeHostNotFound(host=nodename)
+
+
+def _placed_devices(inst: Any) -> list[dict[str, str]]:
+    """The PCI devices an instance has (its allocated PciDevice rows), with the request each
+    serves, as rtrackd's ``placed_devices``."""
+    try:
+        devices = inst.pci_devices or []
+    except Exception:  # noqa (an instance without the field loaded has none to carry)
+        return []
+    return [{'request_id': d.request_id, 'address': d.address}
+            for d in devices if d.request_id and d.address]

@@ -246,6 +246,26 @@ class MoveTest(TrackerTestBase):
         self.assertEqual(['0000:81:00.1'],
                          [d.address for d in inst.migration_context.old_pci_devices])
 
+    def test_an_instance_rtrackd_does_not_hold_is_claimed_where_it_runs(self) -> None:
+        # A host switched over from Nova's tracker: Nova has the instance on this node with its
+        # pins and a VF; rtrackd holds nothing for it. The periodic claims it as placed.
+        inst = self.instance({'hw:cpu_policy': 'dedicated'}, host='compute1', node='compute1',
+                             vm_state=vm_states.ACTIVE)
+        inst.numa_topology = objects.InstanceNUMATopology(cells=[
+            objects.InstanceNUMACell(id=1, cpuset=set(), pcpuset={0, 1}, memory=512,
+                                     cpu_policy='dedicated', cpu_pinning_raw={'0': 9, '1': 13})])
+        inst.pci_devices = objects.PciDeviceList(objects=[
+            objects.PciDevice(address='0000:3b:02.1', compute_node_id=1, request_id='r1')])
+        client = self.rt._client('compute1')
+        self.rt._sync_instances(self.ctxt, client, 'compute1', [inst], [])
+        body = self.fake.calls('POST', '/v1/claims')[0]['body']
+        self.assertTrue(body['as_placed'])
+        self.assertEqual([{'request_id': 'r1', 'address': '0000:3b:02.1'}],
+                         body['placed_devices'])
+        cell = body['instance']['numa_topology']['nova_object.data']['cells'][0]
+        self.assertEqual(1, cell['nova_object.data']['id'])
+        self.assertEqual({'0': 9, '1': 13}, cell['nova_object.data']['cpu_pinning_raw'])
+
     def test_failed_move_aborts_through_drop_move_claim(self) -> None:
         inst = self.instance(host='compute0', node='compute0', vm_state=vm_states.ACTIVE)
         mig = self.migration(inst)

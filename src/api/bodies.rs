@@ -106,7 +106,28 @@ pub struct ClaimBody {
     /// Placement's allocation for the instance, by provider uuid (as Nova's compute has it at
     /// spawn): vGPUs and encryption contexts are taken from the providers it names.
     pub allocations: Option<std::collections::BTreeMap<String, AllocationBody>>,
+    /// The guest already runs on this host (one taken over from Nova's own tracker): count it
+    /// where it is, as `instance.numa_topology` places it (host cells, pins, page size) and
+    /// with the PCI devices `placed_devices` names, instead of fitting it again; refused when
+    /// that does not match the request or would overcommit. Default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub as_placed: bool,
+    /// With `as_placed`: the PCI devices the guest has, with the request each serves.
+    pub placed_devices: Option<Vec<PlacedDeviceBody>>,
 }
+
+/// A PCI device a placed guest has.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PlacedDeviceBody {
+    /// The InstancePCIRequest it serves.
+    pub request_id: String,
+    /// Its PCI address (`0000:3b:02.1`).
+    pub address: String,
+}
+
+/// Most devices one placed guest may name.
+const MAX_PLACED_DEVICES: usize = 1024;
 
 /// One provider's part of an allocation, in Placement's form.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
@@ -412,6 +433,8 @@ fn instance_info(
         host: b.host,
         node: b.node,
         allocations: std::collections::BTreeMap::new(),
+        placed_numa: None,
+        placed_devices: std::collections::BTreeMap::new(),
     })
 }
 
@@ -458,7 +481,69 @@ impl ClaimBody {
         if info.allocations.is_empty() {
             info.allocations = crate::tracker::request::group_allocations(&spec);
         }
+        self.parse_placed(&mut info, request.numa.is_some())?;
         Ok(ParsedClaim { info, request })
+    }
+
+    /// `as_placed` and `placed_devices` into `info`.
+    fn parse_placed(&self, info: &mut InstanceInfo, numa_guest: bool) -> Result<(), ApiError> {
+        if !self.as_placed {
+            if self.placed_devices.is_some() {
+                return Err(ApiError::invalid(
+                    "placed_devices",
+                    "only with as_placed = true (a guest already running here)",
+                ));
+            }
+            return Ok(());
+        }
+        info.placed_numa = instance_topology(self.instance.as_ref())?;
+        if numa_guest && info.placed_numa.is_none() {
+            return Err(ApiError::invalid(
+                "instance.numa_topology",
+                "needed with as_placed for a guest with a NUMA topology: where it runs",
+            ));
+        }
+        let given = self.placed_devices.as_deref().unwrap_or_default();
+        if given.len() > MAX_PLACED_DEVICES {
+            return Err(ApiError::invalid(
+                "placed_devices",
+                format!("{} entries, at most {MAX_PLACED_DEVICES}", given.len()),
+            ));
+        }
+        for (i, d) in given.iter().enumerate() {
+            let address = crate::probes::pci::PciAddress::parse(&d.address).ok_or_else(|| {
+                ApiError::invalid(
+                    &format!("placed_devices[{i}].address"),
+                    format!("{} is not a PCI address", quoted(&d.address)),
+                )
+            })?;
+            info.placed_devices
+                .entry(bounded(&d.request_id).to_string())
+                .or_default()
+                .push(address);
+        }
+        Ok(())
+    }
+}
+
+/// The instance's `numa_topology` (an InstanceNUMATopology primitive), as a placement.
+fn instance_topology(
+    instance: Option<&InstanceBody>,
+) -> Result<Option<crate::tracker::numa::FittedTopology>, ApiError> {
+    match instance.and_then(|i| i.numa_topology.as_ref()) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => {
+            check_spec_strings(v, "instance.numa_topology")?;
+            let t = Versioned::<InstanceNUMATopology>::from_primitive(v).map_err(|e| {
+                ApiError::invalid(
+                    "instance.numa_topology",
+                    format!("{}: {}", bounded(&e.path), bounded_message(&e.message)),
+                )
+            })?;
+            Ok(Some(
+                fitted_from_object(&t.obj, "instance.numa_topology").map_err(ApiError::from)?,
+            ))
+        }
     }
 }
 
@@ -528,23 +613,7 @@ impl MigrationBody {
                 Some(req)
             }
         };
-        let current_numa = match self
-            .instance
-            .as_ref()
-            .and_then(|i| i.numa_topology.as_ref())
-        {
-            None | Some(Value::Null) => None,
-            Some(v) => {
-                check_spec_strings(v, "instance.numa_topology")?;
-                let t = Versioned::<InstanceNUMATopology>::from_primitive(v).map_err(|e| {
-                    ApiError::invalid(
-                        "instance.numa_topology",
-                        format!("{}: {}", bounded(&e.path), bounded_message(&e.message)),
-                    )
-                })?;
-                Some(fitted_from_object(&t.obj, "instance.numa_topology").map_err(ApiError::from)?)
-            }
-        };
+        let current_numa = instance_topology(self.instance.as_ref())?;
         Ok(ParsedMove {
             info,
             new,
@@ -665,6 +734,36 @@ mod tests {
             [&"foo".to_string()]
         );
         assert!(n.networks.tunneled);
+    }
+
+    #[test]
+    fn a_placed_claim_names_what_it_lacks() {
+        let placed = |extra: Value, numa_guest: bool| {
+            let mut s = spec(U);
+            if numa_guest {
+                s["nova_object.data"]["flavor"]["nova_object.data"]["extra_specs"] =
+                    json!({"hw:cpu_policy": "dedicated"});
+            }
+            let mut b = json!({"request_spec": s});
+            for (k, v) in extra.as_object().unwrap() {
+                b[k] = v.clone();
+            }
+            parse_body::<ClaimBody>(b.to_string().as_bytes(), "claim")
+                .unwrap()
+                .parse(&AliasTable::new())
+        };
+        let e = placed(json!({"placed_devices": []}), false).err().unwrap();
+        assert_eq!(e.details["field"], "placed_devices", "{e}");
+        let e = placed(json!({"as_placed": true}), true).err().unwrap();
+        assert_eq!(e.details["field"], "instance.numa_topology", "{e}");
+        let bad = json!({"as_placed": true,
+                         "placed_devices": [{"request_id": "r1", "address": "3b:02.x"}]});
+        let e = placed(bad, false).err().unwrap();
+        assert_eq!(e.details["field"], "placed_devices[0].address", "{e}");
+        let ok = json!({"as_placed": true,
+                        "placed_devices": [{"request_id": "r1", "address": "0000:3b:02.1"}]});
+        let p = placed(ok, false).unwrap();
+        assert_eq!(p.info.placed_devices["r1"][0].to_string(), "0000:3b:02.1");
     }
 
     #[test]

@@ -1010,6 +1010,7 @@ fn pools_that_tie_stay_in_discovery_order() {
 
 mod attach;
 mod live_pci;
+mod placed;
 mod placement;
 mod power;
 mod released;

@@ -30,6 +30,7 @@ pub mod image;
 pub mod networks;
 pub mod nova;
 pub mod pinning;
+pub mod placed;
 pub mod power;
 pub mod report;
 pub mod usage;

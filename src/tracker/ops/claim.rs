@@ -11,6 +11,8 @@ use crate::inventory::resources::ResourceClass;
 use crate::tracker::error::{ClaimError, Refusal};
 use crate::tracker::model::{InstanceRecord, InstanceRequest, ResourceRules};
 use crate::tracker::nested::NestedAllocation;
+use crate::tracker::numa::fit::NumaRefusal;
+use crate::tracker::numa::placed::check_placed;
 use crate::tracker::numa::{fit_instance, FitInput, FittedTopology};
 use crate::tracker::pci::claim::{claim_devices, Assignment, PciRefusal};
 use crate::tracker::pci::devices::TrackedDevice;
@@ -72,7 +74,20 @@ impl Tracker {
                 ),
             });
         }
-        let tested = self.test_claim(uuid, req, TestKind::Instance, &info.allocations)?;
+        let placed_req;
+        let req = if info.placed_devices.is_empty() {
+            req
+        } else {
+            placed_req = with_placed_devices(req, &info.placed_devices)?;
+            &placed_req
+        };
+        let tested = self.test_claim(
+            uuid,
+            req,
+            TestKind::Instance,
+            &info.allocations,
+            info.placed_numa.as_ref(),
+        )?;
         // One copy of the request and of the placement, shared by the instance, its claim and
         // both views.
         let request = std::sync::Arc::new(req.clone());
@@ -232,6 +247,7 @@ impl Tracker {
         req: &InstanceRequest,
         kind: TestKind,
         allocations: &BTreeMap<uuid::Uuid, BTreeMap<ResourceClass, i64>>,
+        placed: Option<&FittedTopology>,
     ) -> Result<TestedClaim, ClaimError> {
         let cache_usage = kind == TestKind::Instance;
         let rules = self.settings.counting_rules();
@@ -324,8 +340,21 @@ impl Tracker {
                 refused_shapes.insert(shape, r.clone());
             })
         };
-        let (pci_result, numa, numa_refusal) = match (&req.numa, &full) {
-            (Some(guest), Some(usage)) => {
+        let (pci_result, numa, numa_refusal) = match (&req.numa, &full, placed) {
+            (Some(guest), Some(usage), Some(placed)) => {
+                match check_placed(&self.view.numa, &self.numa_usage(usage), guest, placed) {
+                    Ok(()) => (pci(&placed.host_cells()), Some(placed.clone()), None),
+                    Err(reason) => (
+                        Ok((None, Vec::new())),
+                        None,
+                        Some(NumaRefusal {
+                            reason,
+                            cells: Vec::new(),
+                        }),
+                    ),
+                }
+            }
+            (Some(guest), Some(usage), None) => {
                 let cell_usage = self.numa_usage(usage);
                 let pci_free = self.pci_free_per_cell();
                 let r = &self.settings.policy.resources;
@@ -371,6 +400,44 @@ impl Tracker {
             }))),
         }
     }
+}
+
+/// `req` with each PCI request limited to the devices a placed guest already has (by request
+/// id); a request id the guest's requests lack, or a request given a different number of
+/// devices than it asks for, is an error naming it.
+fn with_placed_devices(
+    req: &InstanceRequest,
+    placed: &BTreeMap<String, Vec<crate::probes::pci::PciAddress>>,
+) -> Result<InstanceRequest, ClaimError> {
+    let mut out = req.clone();
+    for (request_id, addresses) in placed {
+        let Some(r) = out
+            .pci_requests
+            .iter_mut()
+            .find(|r| &r.request_id == request_id)
+        else {
+            return Err(ClaimError::Invalid {
+                field: "placed_devices".into(),
+                message: format!(
+                    "request id {} is not one of the instance's PCI requests",
+                    crate::echo::quoted(request_id)
+                ),
+            });
+        };
+        if addresses.len() != r.count as usize {
+            return Err(ClaimError::Invalid {
+                field: "placed_devices".into(),
+                message: format!(
+                    "request {} asks for {} device(s), {} given",
+                    crate::echo::quoted(request_id),
+                    r.count,
+                    addresses.len()
+                ),
+            });
+        }
+        r.devices = addresses.clone();
+    }
+    Ok(out)
 }
 
 /// What a PCI claim gives: the new device states and the devices assigned.

@@ -63,6 +63,14 @@ pub struct InstanceInfo {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub allocations:
         BTreeMap<uuid::Uuid, BTreeMap<crate::inventory::resources::ResourceClass, i64>>,
+    /// A claim for a guest that already runs here (a host taken over from Nova's tracker):
+    /// where it is placed (the instance's `numa_topology`). Counted as it is, not fitted
+    /// again, when it matches the request and adds no overcommit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placed_numa: Option<crate::tracker::numa::FittedTopology>,
+    /// The same guest's PCI devices by request id: its requests take exactly these.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub placed_devices: BTreeMap<String, Vec<crate::probes::pci::PciAddress>>,
 }
 
 /// A granted (or, for a dry run, grantable) claim.

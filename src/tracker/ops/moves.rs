@@ -232,6 +232,7 @@ impl Tracker {
                 &mv.new,
                 TestKind::Move { migration_id: id },
                 &mv.instance.allocations,
+                None,
             )?;
             if move_type == MoveType::LiveMigration {
                 check_live_page_size(
