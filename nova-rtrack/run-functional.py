@@ -53,7 +53,8 @@ def snapshot_binary(path: str, bindir: str) -> str:
 
 
 def full_name(name: str) -> str:
-    return name if name.startswith('nova.') else PREFIX + name
+    # Nova's modules by their short name; nova-rtrack's own (nova_rtrack.testing.test_*) whole.
+    return name if name.startswith(('nova.', 'nova_rtrack.')) else PREFIX + name
 
 
 def main() -> int:

@@ -104,6 +104,30 @@ class ConfTest(unittest.TestCase):
         self.assertEqual('internal,public', d['placement']['interface'])
         self.assertNotIn('resources', d)
 
+    def test_switch_over_config_passes_the_start_up_check(self) -> None:
+        from nova_rtrack import cmd
+        self.flags(reserved_host_memory_mb=2048)
+        self.flags(group='compute', cpu_dedicated_set='4-15', cpu_shared_set='0-3')
+        with tempfile.TemporaryDirectory() as d:
+            cid = os.path.join(d, 'compute_id')
+            with open(cid, 'w') as f:
+                f.write('9d3a1b2c-0000-4000-8000-000000000001\n')
+            out = os.path.join(d, 'rtrack.toml')
+            cmd.write_private(out, rt_conf.dumps_toml(cmd.switch_over_config(CONF, cid)))
+            self.assertEqual(0o640, os.stat(out).st_mode & 0o777)
+            self.assertEqual([], rt_conf.check_file(CONF, out))
+            with open(out, 'rb') as f:
+                data = tomllib.load(f)
+        self.assertEqual('9d3a1b2c-0000-4000-8000-000000000001',
+                         data['host']['compute_node_uuid'])
+        self.assertEqual('nova-compute', data['placement']['hypervisor_traits'])
+        self.assertFalse(data['placement']['report_allocations'])
+        self.assertEqual([], rt_conf.required_under_nova_compute(data))
+
+    def test_config_command_needs_an_output_file(self) -> None:
+        from nova_rtrack import cmd
+        self.assertEqual(2, cmd.config_main([]))
+
     def test_toml_writer(self) -> None:
         data = {'host': {'root': '/x "y"', 'n': 3, 'f': 1.0, 'b': False},
                 'pci': {'report_in_placement': True,
