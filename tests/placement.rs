@@ -1719,7 +1719,14 @@ report_allocations = true
     )
     .await;
     assert_eq!(s, 201, "{v}");
-    reserved(1).await;
+    // Reserved with the claim, as Nova's tracker does: before the answer, not at the next cycle.
+    let now = raw
+        .get(&format!("/resource_providers/{nvme_rp}/inventories"))
+        .await;
+    assert_eq!(
+        now["inventories"]["CUSTOM_PCI_144D_A808"]["reserved"], 1,
+        "not reserved when the claim was answered: {now}"
+    );
     agree("one-time-use device in use").await;
     let (s, _) = call("DELETE", format!("/v1/claims/{z}"), None).await;
     assert_eq!(s, 200);

@@ -1306,11 +1306,8 @@ class RtrackResourceTracker(object):
             'instance': self._instance_ref(inst, with_numa=True),
             'request_spec': self._request_spec(context, inst, inst.flavor, inst.image_meta,
                                                inst.pci_requests),
-            'as_placed': True,
+            'as_placed': {'devices': _placed_devices(inst)},
         }
-        placed = _placed_devices(inst)
-        if placed:
-            body['placed_devices'] = placed
         try:
             client.claim(body, request_id=self._rid(context))
             LOG.info('rtrackd did not hold instance %s found on node %s: claimed it', inst.uuid,
@@ -1763,7 +1760,7 @@ class RtrackResourceTracker(object):
 
 def _placed_devices(inst: Any) -> list[dict[str, str]]:
     """The PCI devices an instance has (its allocated PciDevice rows), with the request each
-    serves, as rtrackd's ``placed_devices``."""
+    serves, as rtrackd's ``as_placed.devices``."""
     try:
         devices = inst.pci_devices or []
     except Exception:  # noqa (an instance without the field loaded has none to carry)

@@ -259,9 +259,8 @@ class MoveTest(TrackerTestBase):
         client = self.rt._client('compute1')
         self.rt._sync_instances(self.ctxt, client, 'compute1', [inst], [])
         body = self.fake.calls('POST', '/v1/claims')[0]['body']
-        self.assertTrue(body['as_placed'])
         self.assertEqual([{'request_id': 'r1', 'address': '0000:3b:02.1'}],
-                         body['placed_devices'])
+                         body['as_placed']['devices'])
         cell = body['instance']['numa_topology']['nova_object.data']['cells'][0]
         self.assertEqual(1, cell['nova_object.data']['id'])
         self.assertEqual({'0': 9, '1': 13}, cell['nova_object.data']['cpu_pinning_raw'])

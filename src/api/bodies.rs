@@ -108,12 +108,20 @@ pub struct ClaimBody {
     pub allocations: Option<std::collections::BTreeMap<String, AllocationBody>>,
     /// The guest already runs on this host (one taken over from Nova's own tracker): count it
     /// where it is, as `instance.numa_topology` places it (host cells, pins, page size) and
-    /// with the PCI devices `placed_devices` names, instead of fitting it again; refused when
-    /// that does not match the request or would overcommit. Default false.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub as_placed: bool,
-    /// With `as_placed`: the PCI devices the guest has, with the request each serves.
-    pub placed_devices: Option<Vec<PlacedDeviceBody>>,
+    /// with the PCI devices named here, instead of fitting it again; refused (409) when that
+    /// does not match the request or would overcommit.
+    pub as_placed: Option<PlacedBody>,
+}
+
+/// Where a guest that already runs here is.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PlacedBody {
+    /// Its PCI devices, with the request each serves (each request given exactly as many as
+    /// it asks for).
+    #[serde(default)]
+    #[schema(max_items = 1024)]
+    pub devices: Vec<PlacedDeviceBody>,
 }
 
 /// A PCI device a placed guest has.
@@ -122,8 +130,18 @@ pub struct ClaimBody {
 pub struct PlacedDeviceBody {
     /// The InstancePCIRequest it serves.
     pub request_id: String,
-    /// Its PCI address (`0000:3b:02.1`).
+    /// Its PCI address (`dddd:bb:ss.f`).
+    #[schema(schema_with = pci_address_schema)]
     pub address: String,
+}
+
+/// A PCI address as the parser takes it ([`crate::probes::pci::PciAddress::PATTERN`]).
+fn pci_address_schema() -> utoipa::openapi::schema::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .pattern(Some(crate::probes::pci::PciAddress::PATTERN))
+        .build()
 }
 
 /// Most devices one placed guest may name.
@@ -485,35 +503,33 @@ impl ClaimBody {
         Ok(ParsedClaim { info, request })
     }
 
-    /// `as_placed` and `placed_devices` into `info`.
+    /// `as_placed` into `info`.
     fn parse_placed(&self, info: &mut InstanceInfo, numa_guest: bool) -> Result<(), ApiError> {
-        if !self.as_placed {
-            if self.placed_devices.is_some() {
-                return Err(ApiError::invalid(
-                    "placed_devices",
-                    "only with as_placed = true (a guest already running here)",
-                ));
-            }
+        let Some(placed) = &self.as_placed else {
             return Ok(());
-        }
+        };
         info.placed_numa = instance_topology(self.instance.as_ref())?;
         if numa_guest && info.placed_numa.is_none() {
+            // Schema-valid, but nothing says where the guest runs: not claimable as placed.
+            return Err(ApiError::new(
+                ErrorCode::Conflict,
+                "as_placed: the guest has a NUMA topology and instance.numa_topology does not say where it runs",
+            )
+            .with_details(serde_json::json!({"field": "instance.numa_topology"})));
+        }
+        if placed.devices.len() > MAX_PLACED_DEVICES {
             return Err(ApiError::invalid(
-                "instance.numa_topology",
-                "needed with as_placed for a guest with a NUMA topology: where it runs",
+                "as_placed.devices",
+                format!(
+                    "{} entries, at most {MAX_PLACED_DEVICES}",
+                    placed.devices.len()
+                ),
             ));
         }
-        let given = self.placed_devices.as_deref().unwrap_or_default();
-        if given.len() > MAX_PLACED_DEVICES {
-            return Err(ApiError::invalid(
-                "placed_devices",
-                format!("{} entries, at most {MAX_PLACED_DEVICES}", given.len()),
-            ));
-        }
-        for (i, d) in given.iter().enumerate() {
+        for (i, d) in placed.devices.iter().enumerate() {
             let address = crate::probes::pci::PciAddress::parse(&d.address).ok_or_else(|| {
                 ApiError::invalid(
-                    &format!("placed_devices[{i}].address"),
+                    &format!("as_placed.devices[{i}].address"),
                     format!("{} is not a PCI address", quoted(&d.address)),
                 )
             })?;
@@ -752,18 +768,17 @@ mod tests {
                 .unwrap()
                 .parse(&AliasTable::new())
         };
-        let e = placed(json!({"placed_devices": []}), false).err().unwrap();
-        assert_eq!(e.details["field"], "placed_devices", "{e}");
-        let e = placed(json!({"as_placed": true}), true).err().unwrap();
+        let e = placed(json!({"as_placed": {}}), true).err().unwrap();
+        assert_eq!(e.code, "conflict", "{e}");
         assert_eq!(e.details["field"], "instance.numa_topology", "{e}");
-        let bad = json!({"as_placed": true,
-                         "placed_devices": [{"request_id": "r1", "address": "3b:02.x"}]});
+        let bad = json!({"as_placed": {"devices": [{"request_id": "r1", "address": "3b:02.x"}]}});
         let e = placed(bad, false).err().unwrap();
-        assert_eq!(e.details["field"], "placed_devices[0].address", "{e}");
-        let ok = json!({"as_placed": true,
-                        "placed_devices": [{"request_id": "r1", "address": "0000:3b:02.1"}]});
+        assert_eq!(e.details["field"], "as_placed.devices[0].address", "{e}");
+        let ok =
+            json!({"as_placed": {"devices": [{"request_id": "r1", "address": "0000:3b:02.1"}]}});
         let p = placed(ok, false).unwrap();
         assert_eq!(p.info.placed_devices["r1"][0].to_string(), "0000:3b:02.1");
+        assert!(p.info.placed_numa.is_none());
     }
 
     #[test]

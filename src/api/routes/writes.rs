@@ -177,9 +177,53 @@ pub async fn create_claim(
     let status = if outcome.existing {
         StatusCode::OK
     } else {
+        report_one_time_use(&state, &outcome).await;
         StatusCode::CREATED
     };
     Ok((status, Json(outcome_view(&outcome))).into_response())
+}
+
+/// How long a claim's answer waits for the report that reserves its one-time-use devices.
+const ONE_TIME_USE_REPORT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A claim given a one-time-use device: its provider is reserved in Placement before the
+/// answer, as Nova's tracker reserves it with the claim, not at the next report cycle (a
+/// scheduler reading Placement meanwhile would count the device as free again once released).
+/// The claim is committed either way; a report that fails or takes too long is logged and the
+/// next cycle retries.
+async fn report_one_time_use(state: &Arc<DaemonState>, outcome: &ClaimOutcome) {
+    let one_time = state.service.read(|t| {
+        outcome.claim.assignments.iter().any(|a| {
+            t.state()
+                .devices
+                .get(&a.address)
+                .is_some_and(|d| d.one_time_use())
+        })
+    });
+    let Some(tx) = state.upstream().filter(|_| one_time) else {
+        return;
+    };
+    if state.config().placement_settings.is_none() {
+        return;
+    }
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    if tx
+        .send(crate::api::shared::UpstreamCommand::ReportNow { reply })
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let instance = &outcome.claim.instance_uuid;
+    match tokio::time::timeout(ONE_TIME_USE_REPORT_WAIT, answer).await {
+        Ok(Ok(Ok(_))) => {}
+        Ok(Ok(Err(e))) => {
+            tracing::warn!(target: "rtrack::claims", %instance, error = %e, "the report reserving a one-time-use device failed; the next cycle retries")
+        }
+        _ => {
+            tracing::warn!(target: "rtrack::claims", %instance, "the report reserving a one-time-use device did not finish in time; the next cycle retries")
+        }
+    }
 }
 
 /// `DELETE /v1/claims/{instance_uuid}`: abort the instance's claim (or its move claim here).

@@ -404,7 +404,7 @@ impl Tracker {
 
 /// `req` with each PCI request limited to the devices a placed guest already has (by request
 /// id); a request id the guest's requests lack, or a request given a different number of
-/// devices than it asks for, is an error naming it.
+/// devices than it asks for, is a conflict naming it.
 fn with_placed_devices(
     req: &InstanceRequest,
     placed: &BTreeMap<String, Vec<crate::probes::pci::PciAddress>>,
@@ -416,19 +416,19 @@ fn with_placed_devices(
             .iter_mut()
             .find(|r| &r.request_id == request_id)
         else {
-            return Err(ClaimError::Invalid {
-                field: "placed_devices".into(),
+            return Err(ClaimError::Conflict {
+                id: "as_placed.devices".into(),
                 message: format!(
-                    "request id {} is not one of the instance's PCI requests",
+                    "as_placed.devices: request id {} is not one of the instance's PCI requests",
                     crate::echo::quoted(request_id)
                 ),
             });
         };
         if addresses.len() != r.count as usize {
-            return Err(ClaimError::Invalid {
-                field: "placed_devices".into(),
+            return Err(ClaimError::Conflict {
+                id: "as_placed.devices".into(),
                 message: format!(
-                    "request {} asks for {} device(s), {} given",
+                    "as_placed.devices: request {} asks for {} device(s), {} given",
                     crate::echo::quoted(request_id),
                     r.count,
                     addresses.len()
