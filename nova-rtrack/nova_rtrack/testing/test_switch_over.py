@@ -9,7 +9,11 @@ not where a fresh fit would put it. Run by ``scripts/nova-functional`` with the 
 
 from __future__ import annotations
 
-from typing import Any
+# Nova's functional package first: it applies eventlet's monkey patching, which must come
+# before anything else of Nova is imported (Nova's own test modules get it from their package).
+import nova.tests.functional  # noqa: F401,I100
+
+from typing import Any  # noqa: I100
 from unittest import mock
 
 from nova.compute import resource_tracker
@@ -35,6 +39,7 @@ class SwitchOverTest(base.ServersTestBase):
         self.flags(cpu_dedicated_set='0-7', cpu_shared_set=None, group='compute')
         self.flags(vcpu_pin_set=None)
         self.ctxt = nova_context.get_admin_context()
+        self.api.microversion = 'latest'
 
     def _pinned_server(self, flavor_id: str) -> dict[str, Any]:
         return self._create_server(flavor_id=flavor_id, networks='none')
@@ -43,8 +48,9 @@ class SwitchOverTest(base.ServersTestBase):
         host_info = fakelibvirt.HostInfo(cpu_nodes=1, cpu_sockets=1, cpu_cores=8,
                                          cpu_threads=1)
         flavor_id = self._create_flavor(vcpu=2, extra_spec={'hw:cpu_policy': 'dedicated'})
-        nova_tracker = getattr(resource_tracker, 'NovaResourceTracker',
-                               resource_tracker.ResourceTracker)
+        nova_tracker = getattr(resource_tracker, 'NovaResourceTracker', None)
+        if nova_tracker is None:
+            self.skipTest("Nova's tracker is in place (--baseline): nothing to switch to")
         with mock.patch.object(resource_tracker, 'ResourceTracker', nova_tracker):
             self.start_compute(host_info=host_info, hostname='compute1')
             self.assertIsInstance(self.computes['compute1'].manager.rt, nova_tracker)
