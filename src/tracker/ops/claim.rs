@@ -13,11 +13,12 @@ use crate::tracker::model::{InstanceRecord, InstanceRequest, ResourceRules};
 use crate::tracker::nested::NestedAllocation;
 use crate::tracker::numa::fit::NumaRefusal;
 use crate::tracker::numa::placed::check_placed;
-use crate::tracker::numa::{fit_instance, FitInput, FittedTopology};
+use crate::tracker::numa::{fit_instance, FitInput, FittedTopology, GuestTopology};
 use crate::tracker::pci::claim::{claim_devices, Assignment, PciRefusal};
 use crate::tracker::pci::devices::TrackedDevice;
 use crate::tracker::state::{validate_uuid, Changes, ClaimRecord, Tracker};
 use crate::tracker::states::{check_task_state, check_vm_state, releases_resources};
+use crate::tracker::usage::Usage;
 
 impl Tracker {
     /// Nova's `instance_claim` (build): checks resources and PCI, then records the instance on
@@ -340,48 +341,8 @@ impl Tracker {
                 refused_shapes.insert(shape, r.clone());
             })
         };
-        let (pci_result, numa, numa_refusal) = match (&req.numa, &full, placed) {
-            (Some(guest), Some(usage), Some(placed)) => {
-                match check_placed(&self.view.numa, &self.numa_usage(usage), guest, placed) {
-                    Ok(()) => (pci(&placed.host_cells()), Some(placed.clone()), None),
-                    Err(reason) => (
-                        Ok((None, Vec::new())),
-                        None,
-                        Some(NumaRefusal {
-                            reason,
-                            cells: Vec::new(),
-                        }),
-                    ),
-                }
-            }
-            (Some(guest), Some(usage), None) => {
-                let cell_usage = self.numa_usage(usage);
-                let pci_free = self.pci_free_per_cell();
-                let r = &self.settings.policy.resources;
-                let input = FitInput {
-                    host: &self.view.numa,
-                    usage: &cell_usage,
-                    guest,
-                    cpu_ratio: r
-                        .cpu_allocation_ratio
-                        .unwrap_or(r.initial_cpu_allocation_ratio),
-                    ram_ratio: r
-                        .ram_allocation_ratio
-                        .unwrap_or(r.initial_ram_allocation_ratio),
-                    pack: r.packing_host_numa_cells_allocation_strategy,
-                    pci_free_per_cell: &pci_free,
-                    wants_pci: !req.pci_requests.is_empty(),
-                    policy: &r.topology,
-                };
-                match fit_instance(&input, pci) {
-                    Ok((topology, pci)) => (Ok(pci), Some(topology), None),
-                    Err((refusal, pci_err)) => (
-                        pci_err.map_or(Ok((None, Vec::new())), Err),
-                        None,
-                        Some(refusal),
-                    ),
-                }
-            }
+        let (pci_result, numa, numa_refusal) = match (&req.numa, &full) {
+            (Some(guest), Some(usage)) => self.place_numa(req, guest, usage, placed, pci),
             _ => (pci(&[]), None, None),
         };
         match (shortfalls.is_empty() && numa_refusal.is_none(), pci_result) {
@@ -398,6 +359,57 @@ impl Tracker {
                 pci: pci.err(),
                 numa: numa_refusal,
             }))),
+        }
+    }
+
+    /// Where a NUMA guest goes, and its devices (the PCI claim for the cells chosen): `placed`
+    /// checked as it is, else Nova's fit; a refusal says why.
+    fn place_numa(
+        &self,
+        req: &InstanceRequest,
+        guest: &GuestTopology,
+        usage: &Usage,
+        placed: Option<&FittedTopology>,
+        mut pci: impl FnMut(&[u32]) -> Result<PciOutcome, PciRefusal>,
+    ) -> PlacedNuma {
+        let cell_usage = self.numa_usage(usage);
+        if let Some(placed) = placed {
+            return match check_placed(&self.view.numa, &cell_usage, guest, placed) {
+                Ok(()) => (pci(&placed.host_cells()), Some(placed.clone()), None),
+                Err(reason) => (
+                    Ok((None, Vec::new())),
+                    None,
+                    Some(NumaRefusal {
+                        reason,
+                        cells: Vec::new(),
+                    }),
+                ),
+            };
+        }
+        let pci_free = self.pci_free_per_cell();
+        let r = &self.settings.policy.resources;
+        let input = FitInput {
+            host: &self.view.numa,
+            usage: &cell_usage,
+            guest,
+            cpu_ratio: r
+                .cpu_allocation_ratio
+                .unwrap_or(r.initial_cpu_allocation_ratio),
+            ram_ratio: r
+                .ram_allocation_ratio
+                .unwrap_or(r.initial_ram_allocation_ratio),
+            pack: r.packing_host_numa_cells_allocation_strategy,
+            pci_free_per_cell: &pci_free,
+            wants_pci: !req.pci_requests.is_empty(),
+            policy: &r.topology,
+        };
+        match fit_instance(&input, pci) {
+            Ok((topology, pci)) => (Ok(pci), Some(topology), None),
+            Err((refusal, pci_err)) => (
+                pci_err.map_or(Ok((None, Vec::new())), Err),
+                None,
+                Some(refusal),
+            ),
         }
     }
 }
@@ -442,3 +454,10 @@ fn with_placed_devices(
 
 /// What a PCI claim gives: the new device states and the devices assigned.
 type PciOutcome = (Option<Vec<TrackedDevice>>, Vec<Assignment>);
+
+/// A NUMA guest's place: the PCI claim for its cells, the topology, or why it does not fit.
+type PlacedNuma = (
+    Result<PciOutcome, PciRefusal>,
+    Option<FittedTopology>,
+    Option<NumaRefusal>,
+);
