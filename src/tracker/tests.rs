@@ -574,28 +574,43 @@ fn newest_migration_per_instance_wins_and_stale_ones_are_marked_error() {
     assert_eq!(t.state().migrations[&3].status, "error");
 }
 
-#[test]
-fn outgoing_resize_holds_the_old_flavor_after_the_instance_left() {
-    let mut t = tracker();
-    claim(&mut t, 1, req(flavor(1, 2, 1024, 10, &[]), vec![])).unwrap();
-    let mv = MoveRequest {
+/// A move of instance `n`, on node cmp1 now, from `current` to `new` (to this node unless the
+/// caller sets a destination).
+fn move_from_cmp1(n: u32, id: i64, current: InstanceRequest, new: InstanceRequest) -> MoveRequest {
+    MoveRequest {
         current_numa: None,
         instance: InstanceInfo {
-            uuid: uuid(1),
+            uuid: uuid(n),
             host: Some("cmp1".into()),
             node: Some("cmp1".into()),
             vm_state: Some("active".into()),
             ..Default::default()
         },
-        current: Some(req(flavor(1, 2, 1024, 10, &[]), vec![])),
-        new: req(flavor(2, 4, 2048, 20, &[]), vec![]),
+        current: Some(current),
+        new,
         move_type: None,
-        migration_id: Some(5),
+        migration_id: Some(id),
         migration_uuid: None,
         source_compute: None,
         source_node: None,
+        dest_compute: None,
+        dest_node: None,
+    }
+}
+
+#[test]
+fn outgoing_resize_holds_the_old_flavor_after_the_instance_left() {
+    let mut t = tracker();
+    claim(&mut t, 1, req(flavor(1, 2, 1024, 10, &[]), vec![])).unwrap();
+    let mv = MoveRequest {
         dest_compute: Some("cmp2".into()),
         dest_node: Some("cmp2".into()),
+        ..move_from_cmp1(
+            1,
+            5,
+            req(flavor(1, 2, 1024, 10, &[]), vec![]),
+            req(flavor(2, 4, 2048, 20, &[]), vec![]),
+        )
     };
     let (o, _) = t.move_claim(&mv, 10, false).unwrap();
     assert!(
@@ -630,25 +645,12 @@ fn outgoing_resize_holds_the_old_flavor_after_the_instance_left() {
 fn same_node_resize_counts_new_then_old() {
     let mut t = tracker();
     claim(&mut t, 1, req(flavor(1, 2, 1024, 10, &[]), vec![])).unwrap();
-    let mv = MoveRequest {
-        current_numa: None,
-        instance: InstanceInfo {
-            uuid: uuid(1),
-            host: Some("cmp1".into()),
-            node: Some("cmp1".into()),
-            vm_state: Some("active".into()),
-            ..Default::default()
-        },
-        current: Some(req(flavor(1, 2, 1024, 10, &[]), vec![])),
-        new: req(flavor(2, 4, 2048, 20, &[]), vec![]),
-        move_type: None,
-        migration_id: Some(6),
-        migration_uuid: None,
-        source_compute: None,
-        source_node: None,
-        dest_compute: None,
-        dest_node: None,
-    };
+    let mv = move_from_cmp1(
+        1,
+        6,
+        req(flavor(1, 2, 1024, 10, &[]), vec![]),
+        req(flavor(2, 4, 2048, 20, &[]), vec![]),
+    );
     t.move_claim(&mv, 10, false).unwrap();
     // Instance still has its old flavor: old (instance) + new (migration).
     assert_eq!(used(&t, ResourceClass::Vcpu), 6);
@@ -683,25 +685,12 @@ fn same_node_resize_with_a_port_frees_only_the_side_that_ends() {
         )
         .unwrap();
         let old_vf = o.claim.assignments[0].address;
-        let mv = MoveRequest {
-            current_numa: None,
-            instance: InstanceInfo {
-                uuid: uuid(1),
-                host: Some("cmp1".into()),
-                node: Some("cmp1".into()),
-                vm_state: Some("active".into()),
-                ..Default::default()
-            },
-            current: Some(req(flavor(1, 2, 1024, 10, &[]), vec![port.clone()])),
-            new: req(flavor(2, 4, 2048, 20, &[]), vec![port.clone()]),
-            move_type: None,
-            migration_id: Some(6),
-            migration_uuid: None,
-            source_compute: None,
-            source_node: None,
-            dest_compute: None,
-            dest_node: None,
-        };
+        let mv = move_from_cmp1(
+            1,
+            6,
+            req(flavor(1, 2, 1024, 10, &[]), vec![port.clone()]),
+            req(flavor(2, 4, 2048, 20, &[]), vec![port.clone()]),
+        );
         let o = t.move_claim(&mv, 10, false).unwrap().0;
         let new_vf = o.claim.assignments[0].address;
         assert_ne!(old_vf, new_vf);
