@@ -1021,6 +1021,15 @@ async fn in_use_class_is_kept_and_retried_next_cycle() {
         o.inventory_in_use
     );
     assert_eq!(o.inventory_in_use, 1);
+    // Placement's words come with it (POST /v1/refresh passes them on: nova-compute stops at
+    // start on a PCI provider's, as Nova does).
+    assert_eq!(o.inventory_in_use_details.len(), 1);
+    assert_eq!(o.inventory_in_use_details[0].0, node);
+    assert!(
+        o.inventory_in_use_details[0].1.contains("in use"),
+        "{:?}",
+        o.inventory_in_use_details
+    );
     let held = raw
         .get(&format!("/resource_providers/{node}/inventories"))
         .await;

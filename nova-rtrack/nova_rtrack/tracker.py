@@ -125,7 +125,7 @@ class DaemonBinding:
         if CONF.rtrack.disk_from_driver:
             disk = rt_conf.disk_totals(self.tracker.driver_resources.get(nodename) or {})
         try:
-            self.client(nodename).refresh(disk_gb=disk)
+            self.tracker.note_refresh(nodename, self.client(nodename).refresh(disk_gb=disk))
         except rt_client.NotFound:
             if not self._refresh_missing_logged:
                 LOG.warning('rtrackd has no POST /v1/refresh; relying on its own audit and '
@@ -215,6 +215,8 @@ class RtrackResourceTracker(object):
         self.provider_configs: dict = {}
         # Last driver resources per node (the harness and the ComputeNode sync read it).
         self.driver_resources: dict[str, dict[str, Any]] = {}
+        # Per node: the PCI inventory changes Placement refused at the last refresh.
+        self.pci_inventory_in_use: dict[str, list[dict[str, Any]]] = {}
         # rtrackd's vGPU choices per instance (mdevs of the last claim or move answer), for
         # the libvirt driver's _allocate_mdevs (driver_patches).
         self.claimed_mdevs: dict[str, list[dict[str, Any]]] = {}
@@ -1182,8 +1184,26 @@ class RtrackResourceTracker(object):
         if startup:
             self._check_pci_reporting_kept(context, resources['uuid'])
         # Outside the lock: starting or refreshing rtrackd may wait on Placement.
+        self.pci_inventory_in_use.pop(nodename, None)
         self.binding.prepare(context, nodename, resources, startup)
         self._update_available_resource(context, resources, startup=startup)
+        self._raise_pci_inventory_in_use(nodename)
+
+    def note_refresh(self, nodename: str, answer: Any) -> None:
+        """What ``POST /v1/refresh`` answered: the PCI inventory changes Placement refused."""
+        pl = answer.get('placement') if isinstance(answer, dict) else None
+        refused = pl.get('inventory_in_use') if isinstance(pl, dict) else None
+        self.pci_inventory_in_use[nodename] = [
+            e for e in refused or [] if isinstance(e, dict) and e.get('pci')]
+
+    def _raise_pci_inventory_in_use(self, nodename: str) -> None:
+        """Nova's tracker raises PlacementPciException when Placement refuses a PCI inventory
+        change (the classes it removes are in use: a device spec changed under an instance);
+        the compute manager re-raises it at start, stopping nova-compute, and logs it later."""
+        refused = self.pci_inventory_in_use.get(nodename)
+        if refused:
+            raise exception.PlacementPciException(
+                error=refused[0].get('detail') or 'PCI inventory in use')
 
     @utils.synchronized(COMPUTE_RESOURCE_SEMAPHORE, fair=True)
     def _update_available_resource(self, context: Any, resources: dict[str, Any],

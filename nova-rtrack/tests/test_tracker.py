@@ -306,6 +306,30 @@ class MoveTest(TrackerTestBase):
         self.assertEqual('reverted', mig.status)
         self.assertEqual('reverted', self.fake.migrations[7]['status'])
 
+    def test_a_pci_inventory_change_placement_refused_is_novas_pci_failure(self) -> None:
+        detail = ("There was a conflict when trying to complete your request.\n\n update "
+                  "conflict: Inventory for 'CUSTOM_PCI_8086_1528' on resource provider "
+                  "'%s' in use.  " % NODE_UUID)
+        refused = {'provider': NODE_UUID, 'pci': True, 'detail': detail}
+        other = dict(refused, pci=False, detail='VGPU in use')
+        self.fake.answer('POST', '/v1/refresh', 200, {
+            'audited': True,
+            'placement': {'changes': 0, 'requests': 2, 'conflicts': 0,
+                          'inventory_in_use': [other, refused]}})
+        StaticBinding(self.rt).refresh('compute1')
+        ex = self.assertRaises(exception.PlacementPciException,
+                               self.rt._raise_pci_inventory_in_use, 'compute1')
+        self.assertIn("Failed to gather or report PCI resources to Placement: There was a "
+                      "conflict", str(ex))
+        self.assertIn("Inventory for 'CUSTOM_PCI_8086_1528'", str(ex))
+        # Only PCI providers' refusals: another class in use is rtrackd's to retry.
+        self.fake.answer('POST', '/v1/refresh', 200, {
+            'audited': True,
+            'placement': {'changes': 0, 'requests': 2, 'conflicts': 0,
+                          'inventory_in_use': [other]}})
+        StaticBinding(self.rt).refresh('compute1')
+        self.rt._raise_pci_inventory_in_use('compute1')
+
     def test_move_refused_when_rtrackd_down(self) -> None:
         inst = self.instance(host='compute0', node='compute0', vm_state=vm_states.ACTIVE)
         self.fake.stop()

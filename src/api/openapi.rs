@@ -172,7 +172,10 @@ pub fn document() -> Value {
     let refreshed = json!({"type": "object", "required": ["audited", "placement"], "properties": {
         "audited": {"type": "boolean"},
         "placement": {"type": "object", "nullable": true, "description": "null without Placement",
-            "properties": {"changes": {"type": "integer"}, "requests": {"type": "integer"}, "conflicts": {"type": "integer"}}}}});
+            "properties": {"changes": {"type": "integer"}, "requests": {"type": "integer"}, "conflicts": {"type": "integer"},
+                "inventory_in_use": {"type": "array", "description": "inventory changes Placement refused because the classes they remove are in use (the old records kept)",
+                    "items": {"type": "object", "required": ["provider", "pci", "detail"], "properties": {
+                        "provider": {"type": "string", "format": "uuid"}, "pci": {"type": "boolean"}, "detail": {"type": "string"}}}}}}}});
     let reconciled = json!({"type": "object", "required": ["drift", "counts", "fixed"], "properties": {
         "drift": schema_ref("Drift"), "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
         "fixed": {"type": "boolean"}, "found": schema_ref("Drift"), "found_counts": {"type": "object", "additionalProperties": {"type": "integer"}},

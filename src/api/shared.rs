@@ -56,6 +56,21 @@ pub struct ReportSummary {
     pub requests: u64,
     /// Generation conflicts met (each re-read and retried).
     pub conflicts: u32,
+    /// Inventory changes Placement refused because the classes to go are in use (the old
+    /// records were kept): which provider, whether it is a PCI provider, Placement's detail.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub inventory_in_use: Vec<InventoryInUse>,
+}
+
+/// An inventory change Placement refused because allocations use the classes it removes.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct InventoryInUse {
+    /// The provider.
+    pub provider: uuid::Uuid,
+    /// It holds a PCI device's inventory (Nova stops nova-compute at start for those).
+    pub pci: bool,
+    /// Placement's words.
+    pub detail: String,
 }
 
 /// `POST /v1/refresh`: audit now, then report now; the answer once both are done.

@@ -85,6 +85,20 @@ async fn answer(
                         changes: o.changes,
                         requests: o.requests.total(),
                         conflicts: o.conflicts,
+                        inventory_in_use: o
+                            .inventory_in_use_details
+                            .into_iter()
+                            .map(|(provider, detail)| crate::api::shared::InventoryInUse {
+                                provider,
+                                pci: d.provider(provider).is_some_and(|p| {
+                                    matches!(
+                                        p.role,
+                                        crate::upstream::desired::ProviderRole::Pci { .. }
+                                    )
+                                }),
+                                detail,
+                            })
+                            .collect(),
                     })
                     .map_err(|e| e.to_string()),
             };

@@ -607,6 +607,11 @@ mod tests {
         let other = body.replace("placement.concurrent_update", "placement.inventory.inuse");
         let e = error_from_body("PUT", "/p", 409, &other);
         assert!(e.is_inventory_in_use() && !e.is_concurrent_update());
+        // Placement's words as it wrote them, for those who show them (nova-compute).
+        assert_eq!(
+            e.detail(),
+            Some("There was a conflict when trying to complete your request.\n\n resource provider generation conflict  ")
+        );
         // 401 from keystonemiddleware/noauth has a different body; 5xx is an outage.
         let e = error_from_body(
             "GET",

@@ -69,6 +69,7 @@ impl HttpPush {
                 status: status.as_u16(),
                 code: None,
                 detail: body.chars().take(300).collect(),
+                verbatim: body.chars().take(1000).collect(),
             });
         }
         self.last_sent = Some(primitive.clone());

@@ -87,8 +87,11 @@ pub enum UpstreamError {
         status: u16,
         /// Placement's error `code` (from microversion 1.23 on), e.g. `placement.concurrent_update`.
         code: Option<String>,
-        /// Placement's `detail` (for people; never matched on).
+        /// Placement's `detail` (for people; never matched on), on one line.
         detail: String,
+        /// The same as Placement wrote it (at most 1000 characters): passed on to callers
+        /// that show Placement's own words (nova-compute's PlacementPciException).
+        verbatim: String,
     },
     /// An answer that is not the JSON Placement documents.
     #[error("{method} {path}: unexpected answer: {reason}")]
@@ -148,6 +151,14 @@ impl UpstreamError {
     pub fn code(&self) -> Option<&str> {
         match self {
             UpstreamError::Placement { code, .. } => code.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Placement's `detail` as it wrote it, when Placement answered with an error.
+    pub fn detail(&self) -> Option<&str> {
+        match self {
+            UpstreamError::Placement { verbatim, .. } => Some(verbatim),
             _ => None,
         }
     }

@@ -54,14 +54,12 @@ pub fn error_from_body(method: &str, path: &str, status: u16, body: &str) -> Ups
     let v: Value = serde_json::from_str(body).unwrap_or(Value::Null);
     let first = &v["errors"][0];
     let code = first["code"].as_str().map(str::to_string);
-    let detail = first["detail"]
+    let words = first["detail"]
         .as_str()
         .or_else(|| first["title"].as_str())
         .or_else(|| v["message"].as_str())
-        .unwrap_or(body)
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ");
+        .unwrap_or(body);
+    let detail = words.split_whitespace().collect::<Vec<_>>().join(" ");
     let detail: String = detail.chars().take(300).collect();
     UpstreamError::Placement {
         method: method.to_string(),
@@ -69,6 +67,7 @@ pub fn error_from_body(method: &str, path: &str, status: u16, body: &str) -> Ups
         status,
         code,
         detail,
+        verbatim: words.chars().take(1000).collect(),
     }
 }
 

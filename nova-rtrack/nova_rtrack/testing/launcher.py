@@ -258,7 +258,9 @@ class Daemon:
             return '(no log)'
 
     # refresh
-    def refresh(self, startup: bool, resources: Optional[dict[str, Any]] = None) -> None:
+    def refresh(self, startup: bool,
+                resources: Optional[dict[str, Any]] = None) -> Optional[dict[str, Any]]:
+        """Audit and report now; rtrackd's answer (None without ``POST /v1/refresh``)."""
         t0 = time.time()
         STATE.counts['refresh'] += 1
         try:
@@ -271,13 +273,14 @@ class Daemon:
                     if isinstance(pl, dict) and pl.get('error'):
                         LOG.warning('rtrackd %s: report failed: %s', self.host, pl)
                     self.tree_dirty = False
-                    return
+                    return ans if isinstance(ans, dict) else None
                 except rt_client.NotFound:
                     STATE.has_refresh = False
                 except rt_client.Unavailable as e:
                     LOG.warning('rtrackd %s refresh: %s', self.host, e)
-                    return
+                    return None
             self._refresh_fallback(startup)
+            return None
         finally:
             STATE.timings['refresh'] += time.time() - t0
 
@@ -512,7 +515,7 @@ class HarnessBindingMixin:
             LOG.info('rtrackd %s: configuration changed, restarting', d.host)
             d.restart()
         del t0
-        d.refresh(startup, resources)
+        self.tracker.note_refresh(nodename, d.refresh(startup, resources))
         if PARITY != 'off':
             diffs = parity(d, resources)
             if diffs:

@@ -263,9 +263,7 @@ pub async fn refresh(
     let a = answer.await.map_err(|_| stopped())?;
     let placement = match &a.placement {
         None => Value::Null,
-        Some(Ok(r)) => {
-            json!({"changes": r.changes, "requests": r.requests, "conflicts": r.conflicts})
-        }
+        Some(Ok(r)) => serde_json::to_value(r).unwrap_or(Value::Null),
         Some(Err(e)) => json!({"error": e}),
     };
     let failed = a.audit_error.is_some() || matches!(a.placement, Some(Err(_)));

@@ -73,6 +73,8 @@ pub struct ReportOutcome {
     pub conflicts: u32,
     /// Inventory writes that kept in-use classes (`placement.inventory.inuse`).
     pub inventory_in_use: u32,
+    /// Those writes: the provider and Placement's detail (bounded; at most 16).
+    pub inventory_in_use_details: Vec<(Uuid, String)>,
     /// Provider deletions refused because the provider still has allocations.
     pub provider_in_use: u32,
     /// Allocation writes Placement refused (over capacity, bad class...), skipped.
@@ -413,6 +415,12 @@ impl<P: PlacementApi> Reporter<P> {
                                 }
                             }
                             outcome.inventory_in_use += 1;
+                            if outcome.inventory_in_use_details.len() < 16 {
+                                let detail = e.detail().unwrap_or_default();
+                                outcome
+                                    .inventory_in_use_details
+                                    .push((uuid, detail.chars().take(1000).collect()));
+                            }
                             tracing::warn!(provider = %uuid, error = %e, "inventory in use: keeping the old records of the classes to remove; retrying next cycle");
                             match self.api.put_inventories(uuid, g, &kept).await {
                                 Ok(ng) => {
