@@ -1,6 +1,7 @@
-//! The compute node's children other than PCI devices: one per vGPU parent and one per memory
-//! encryption model (named as nova-compute names them); the vPMEM classes, which Nova reports on
-//! the compute node itself; and what provider.yaml adds to any provider of the tree.
+//! The compute node's children: one per vGPU parent and one per memory encryption model (named
+//! as nova-compute names them), one per PCI provider group; the sharing provider; the vPMEM
+//! classes, which Nova reports on the compute node itself; and what provider.yaml adds to any
+//! provider of the tree.
 //!
 //! In: the view's nested providers, the local consumers (a child's or a vPMEM class's total
 //! never drops below what is allocated on it), the provider configs. Out: the children with
@@ -12,10 +13,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use uuid::Uuid;
 
 use super::desired::{
-    pci_provider_uuid, Consumer, DesiredInventory, DesiredProvider, ProviderRole, RatioRule,
-    ResourceKey,
+    pci_provider_name, pci_provider_uuid, sharing_provider_name, Consumer, DesiredInventory,
+    DesiredProvider, ProviderRole, RatioRule, ReportInputs, ResourceKey,
 };
+use super::traits::{self, MISC_SHARES_VIA_AGGREGATE};
 use crate::config::provider_yaml::{ProviderConfigs, ProviderTarget};
+use crate::config::ValidConfig;
+use crate::probes::pci::PciAddress;
 use crate::tracker::host_view::HostView;
 use crate::tracker::nested::NestedKey;
 
@@ -217,5 +221,142 @@ pub fn merge_provider_configs(providers: &mut [DesiredProvider], configs: &Provi
                 owned.insert(t.clone());
             }
         }
+    }
+}
+
+/// The PCI children (`[pci] report_in_placement`), one per provider group, and which provider
+/// and class each reported device is allocated from. A provider's total never drops below what
+/// the claims hold on it; a used one-time-use provider is reserved whole.
+pub fn pci_children(
+    view: &HostView,
+    node_uuid: Uuid,
+    hypervisor_hostname: &str,
+    consumers: &[Consumer],
+    pci: &ReportInputs,
+) -> (Vec<DesiredProvider>, BTreeMap<PciAddress, (Uuid, String)>) {
+    let mut providers = Vec::new();
+    let mut device_provider: BTreeMap<PciAddress, (Uuid, String)> = BTreeMap::new();
+    let groups: Vec<&crate::tracker::pci::providers::ProviderGroup> =
+        view.pci_providers.values().collect();
+    // Local usage per group, so the total never drops below what is claimed.
+    let mut used: BTreeMap<PciAddress, u64> = BTreeMap::new();
+    for c in consumers {
+        for (key, amount) in &c.resources {
+            if let ResourceKey::PciDevice(a) = key {
+                if let Some(g) = groups.iter().find(|g| g.members.contains(a)) {
+                    *used.entry(g.address).or_default() += amount;
+                }
+            }
+        }
+    }
+    for g in groups {
+        let name = pci_provider_name(hypervisor_hostname, &g.address);
+        let uuid = pci
+            .uuids
+            .get(&g.address)
+            .copied()
+            .unwrap_or_else(|| pci_provider_uuid(node_uuid, &name));
+        let total = (g.members.len() as i64).max(
+            used.get(&g.address)
+                .copied()
+                .unwrap_or(0)
+                .try_into()
+                .unwrap_or(i64::MAX),
+        );
+        for m in &g.members {
+            device_provider.insert(*m, (uuid, g.class.clone()));
+        }
+        // Nova reserves a one-time-use provider's whole inventory once its device is
+        // used; rtrack keeps it reserved until an operator releases the device.
+        let reserved = if g.one_time_use
+            && (used.contains_key(&g.address)
+                || g.members.iter().any(|m| pci.one_time_used.contains(m)))
+        {
+            total
+        } else {
+            0
+        };
+        providers.push(DesiredProvider {
+            uuid,
+            name,
+            parent: Some(node_uuid),
+            role: ProviderRole::Pci { address: g.address },
+            inventories: BTreeMap::from([(
+                g.class.clone(),
+                DesiredInventory {
+                    total,
+                    reserved,
+                    min_unit: 1,
+                    max_unit: total,
+                    step_size: 1,
+                    ratio: RatioRule::Fixed(1.0),
+                    floor_at_usage: true,
+                },
+            )]),
+            owned_classes: None,
+            // Nova 34 marks every provider it manages (its owner_nova_filter requires
+            // the trait on PCI request groups).
+            traits: g
+                .traits
+                .iter()
+                .cloned()
+                .chain([traits::OWNER_NOVA.to_string()])
+                .collect(),
+            owned_traits: None,
+            aggregates: BTreeSet::new(),
+        });
+    }
+    (providers, device_provider)
+}
+
+/// The shared storage provider (`[resources] shared_storage_provider`): DISK_GB from the
+/// instances filesystem, when it was measured (other hosts report the same provider).
+pub fn sharing_provider(
+    s: Uuid,
+    inv: &crate::probes::HostInventory,
+    config: &ValidConfig,
+    warnings: &mut Vec<String>,
+) -> DesiredProvider {
+    let res = &config.resources;
+    let mut inventories = BTreeMap::new();
+    let mut owned = BTreeSet::new();
+    match inv.disks.instances.as_ref().filter(|f| f.total_gb > 0) {
+        Some(fs) => {
+            owned.insert("DISK_GB".to_string());
+            let total = i64::try_from(fs.total_gb).unwrap_or(i64::MAX);
+            inventories.insert(
+                "DISK_GB".to_string(),
+                DesiredInventory {
+                    total,
+                    reserved: crate::inventory::resources::reserved_disk_gb(
+                        res.reserved_host_disk_mb,
+                    ),
+                    min_unit: 1,
+                    max_unit: total,
+                    step_size: 1,
+                    ratio: res.disk_allocation_ratio.map_or(
+                        RatioRule::InitialOrKeep(res.initial_disk_allocation_ratio),
+                        RatioRule::Fixed,
+                    ),
+                    floor_at_usage: false,
+                },
+            );
+        }
+        // Other hosts report the same provider: an unmeasured filesystem must not
+        // remove their DISK_GB.
+        None => warnings.push(format!(
+            "shared storage provider {s}: the instances filesystem was not measured; its DISK_GB is left as it is"
+        )),
+    }
+    DesiredProvider {
+        uuid: s,
+        name: sharing_provider_name(s),
+        parent: None,
+        role: ProviderRole::Sharing,
+        inventories,
+        owned_classes: Some(owned),
+        traits: BTreeSet::from([MISC_SHARES_VIA_AGGREGATE.to_string()]),
+        owned_traits: Some(BTreeSet::from([MISC_SHARES_VIA_AGGREGATE.to_string()])),
+        aggregates: BTreeSet::from([s]),
     }
 }

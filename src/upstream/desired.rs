@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use uuid::Uuid;
 
-use super::traits::{self, MISC_SHARES_VIA_AGGREGATE};
+use super::traits;
 use super::UpstreamError;
 use crate::config::ValidConfig;
 use crate::inventory::resources::ResourceClass;
@@ -22,7 +22,8 @@ use crate::tracker::nested::NestedKey;
 
 use super::children::pmem_inventories;
 pub use super::children::{is_nested_provider_name, nested_provider_name};
-use super::children::{merge_provider_configs, nested_children};
+use super::children::{merge_provider_configs, nested_children, pci_children, sharing_provider};
+use super::expected::{expected_allocations, AllocationPlaces};
 
 /// `consumer_type` of an instance's own allocation.
 pub const CONSUMER_INSTANCE: &str = "INSTANCE";
@@ -366,80 +367,15 @@ impl DesiredState {
         }];
 
         // ---- PCI children
-        let mut device_provider: BTreeMap<PciAddress, (Uuid, String)> = BTreeMap::new();
-        if config.report_pci_in_placement {
+        let device_provider = if config.report_pci_in_placement {
             warnings.extend(view.pci_provider_warnings.iter().cloned());
-            let groups: Vec<&crate::tracker::pci::providers::ProviderGroup> =
-                view.pci_providers.values().collect();
-            // Local usage per group, so the total never drops below what is claimed.
-            let mut used: BTreeMap<PciAddress, u64> = BTreeMap::new();
-            for c in consumers {
-                for (key, amount) in &c.resources {
-                    if let ResourceKey::PciDevice(a) = key {
-                        if let Some(g) = groups.iter().find(|g| g.members.contains(a)) {
-                            *used.entry(g.address).or_default() += amount;
-                        }
-                    }
-                }
-            }
-            for g in groups {
-                let name = pci_provider_name(hypervisor_hostname, &g.address);
-                let uuid = pci
-                    .uuids
-                    .get(&g.address)
-                    .copied()
-                    .unwrap_or_else(|| pci_provider_uuid(node_uuid, &name));
-                let total = (g.members.len() as i64).max(
-                    used.get(&g.address)
-                        .copied()
-                        .unwrap_or(0)
-                        .try_into()
-                        .unwrap_or(i64::MAX),
-                );
-                for m in &g.members {
-                    device_provider.insert(*m, (uuid, g.class.clone()));
-                }
-                // Nova reserves a one-time-use provider's whole inventory once its device is
-                // used; rtrack keeps it reserved until an operator releases the device.
-                let reserved = if g.one_time_use
-                    && (used.contains_key(&g.address)
-                        || g.members.iter().any(|m| pci.one_time_used.contains(m)))
-                {
-                    total
-                } else {
-                    0
-                };
-                providers.push(DesiredProvider {
-                    uuid,
-                    name,
-                    parent: Some(node_uuid),
-                    role: ProviderRole::Pci { address: g.address },
-                    inventories: BTreeMap::from([(
-                        g.class.clone(),
-                        DesiredInventory {
-                            total,
-                            reserved,
-                            min_unit: 1,
-                            max_unit: total,
-                            step_size: 1,
-                            ratio: RatioRule::Fixed(1.0),
-                            floor_at_usage: true,
-                        },
-                    )]),
-                    owned_classes: None,
-                    // Nova 34 marks every provider it manages (its owner_nova_filter requires
-                    // the trait on PCI request groups).
-                    traits: g
-                        .traits
-                        .iter()
-                        .cloned()
-                        .chain([traits::OWNER_NOVA.to_string()])
-                        .collect(),
-                    owned_traits: None,
-                    aggregates: BTreeSet::new(),
-                });
-            }
-        }
+            let (children, device_provider) =
+                pci_children(view, node_uuid, hypervisor_hostname, consumers, pci);
+            providers.extend(children);
+            device_provider
+        } else {
+            BTreeMap::new()
+        };
 
         // ---- vGPU parents and encryption models, named as nova-compute names them
         let (children, mut nested_provider) =
@@ -450,47 +386,7 @@ impl DesiredState {
 
         // ---- sharing provider
         if let Some(s) = shared {
-            let mut inventories = BTreeMap::new();
-            let mut owned = BTreeSet::new();
-            match inv.disks.instances.as_ref().filter(|f| f.total_gb > 0) {
-                Some(fs) => {
-                    owned.insert("DISK_GB".to_string());
-                    let total = i64::try_from(fs.total_gb).unwrap_or(i64::MAX);
-                    inventories.insert(
-                        "DISK_GB".to_string(),
-                        DesiredInventory {
-                            total,
-                            reserved: crate::inventory::resources::reserved_disk_gb(
-                                res.reserved_host_disk_mb,
-                            ),
-                            min_unit: 1,
-                            max_unit: total,
-                            step_size: 1,
-                            ratio: res.disk_allocation_ratio.map_or(
-                                RatioRule::InitialOrKeep(res.initial_disk_allocation_ratio),
-                                RatioRule::Fixed,
-                            ),
-                            floor_at_usage: false,
-                        },
-                    );
-                }
-                // Other hosts report the same provider: an unmeasured filesystem must not
-                // remove their DISK_GB.
-                None => warnings.push(format!(
-                    "shared storage provider {s}: the instances filesystem was not measured; its DISK_GB is left as it is"
-                )),
-            }
-            providers.push(DesiredProvider {
-                uuid: s,
-                name: sharing_provider_name(s),
-                parent: None,
-                role: ProviderRole::Sharing,
-                inventories,
-                owned_classes: Some(owned),
-                traits: BTreeSet::from([MISC_SHARES_VIA_AGGREGATE.to_string()]),
-                owned_traits: Some(BTreeSet::from([MISC_SHARES_VIA_AGGREGATE.to_string()])),
-                aggregates: BTreeSet::from([s]),
-            });
+            providers.push(sharing_provider(s, inv, config, &mut warnings));
         }
 
         // ---- provider.yaml: additional inventories and traits on the providers they name
@@ -504,62 +400,13 @@ impl DesiredState {
         }
 
         // ---- allocations (what the claims hold; written only with report_allocations)
-        let expected = {
-            let mut out = BTreeMap::new();
-            for c in consumers {
-                let mut resources: BTreeMap<Uuid, BTreeMap<String, u64>> = BTreeMap::new();
-                for (key, amount) in &c.resources {
-                    if *amount == 0 {
-                        continue;
-                    }
-                    let (rp, class) = match key {
-                        ResourceKey::Host(class) => {
-                            let rp = match shared {
-                                Some(s) if class == "DISK_GB" => s,
-                                _ => node_uuid,
-                            };
-                            (rp, class.clone())
-                        }
-                        ResourceKey::Nested(k, class) => match nested_provider.get(k) {
-                            Some(rp) => (*rp, class.clone()),
-                            None => {
-                                warnings.push(format!(
-                                    "consumer {}: the provider of {k} is not reported (the parent or model is gone); that part of its allocation is left out",
-                                    c.uuid
-                                ));
-                                continue;
-                            }
-                        },
-                        // Without PCI in Placement, devices are not allocated there (Nova's).
-                        ResourceKey::PciDevice(_) if !config.report_pci_in_placement => continue,
-                        ResourceKey::PciDevice(a) => match device_provider.get(a) {
-                            Some((rp, class)) => (*rp, class.clone()),
-                            None => {
-                                warnings.push(format!(
-                                    "consumer {}: PCI device {a} is not reported in Placement; that part of its allocation is left out",
-                                    c.uuid
-                                ));
-                                continue;
-                            }
-                        },
-                    };
-                    *resources.entry(rp).or_default().entry(class).or_default() += amount;
-                }
-                if resources.is_empty() {
-                    continue;
-                }
-                out.insert(
-                    c.uuid,
-                    DesiredAllocation {
-                        project_id: c.project_id.clone(),
-                        user_id: c.user_id.clone(),
-                        consumer_type: c.consumer_type.clone(),
-                        resources,
-                    },
-                );
-            }
-            out
+        let places = AllocationPlaces {
+            node: node_uuid,
+            shared,
+            nested: &nested_provider,
+            devices: config.report_pci_in_placement.then_some(&device_provider),
         };
+        let expected = expected_allocations(consumers, &places, &mut warnings);
         let allocations = config
             .placement
             .report_allocations

@@ -31,6 +31,7 @@ pub mod children;
 pub mod client;
 pub mod consumers;
 pub mod desired;
+pub mod expected;
 pub mod http_push;
 pub mod identity;
 pub mod plan;
