@@ -100,7 +100,7 @@ fn address_list_schema() -> utoipa::openapi::schema::Array {
 }
 
 /// Sends `make(reply)` to the report loop and waits for the answer.
-async fn ask<T>(
+pub(super) async fn ask<T>(
     state: &crate::api::shared::DaemonState,
     make: impl FnOnce(tokio::sync::oneshot::Sender<Result<T, String>>) -> UpstreamCommand,
 ) -> Result<T, ApiError> {

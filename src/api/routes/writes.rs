@@ -200,27 +200,19 @@ async fn report_one_time_use(state: &Arc<DaemonState>, outcome: &ClaimOutcome) {
                 .is_some_and(|d| d.one_time_use())
         })
     });
-    let Some(tx) = state.upstream().filter(|_| one_time) else {
-        return;
-    };
-    if state.config().placement_settings.is_none() {
+    if !one_time || state.config().placement_settings.is_none() {
         return;
     }
-    let (reply, answer) = tokio::sync::oneshot::channel();
-    if tx
-        .send(crate::api::shared::UpstreamCommand::ReportNow { reply })
-        .await
-        .is_err()
-    {
-        return;
-    }
+    let report = super::placement::ask(state, |reply| {
+        crate::api::shared::UpstreamCommand::ReportNow { reply }
+    });
     let instance = &outcome.claim.instance_uuid;
-    match tokio::time::timeout(ONE_TIME_USE_REPORT_WAIT, answer).await {
-        Ok(Ok(Ok(_))) => {}
-        Ok(Ok(Err(e))) => {
-            tracing::warn!(target: "rtrack::claims", %instance, error = %e, "the report reserving a one-time-use device failed; the next cycle retries")
+    match tokio::time::timeout(ONE_TIME_USE_REPORT_WAIT, report).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(target: "rtrack::claims", %instance, error = %e.message, "the report reserving a one-time-use device failed; the next cycle retries")
         }
-        _ => {
+        Err(_) => {
             tracing::warn!(target: "rtrack::claims", %instance, "the report reserving a one-time-use device did not finish in time; the next cycle retries")
         }
     }
