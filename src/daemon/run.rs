@@ -263,66 +263,15 @@ async fn main_loop(
     systemd::ready(&ready_status);
     tracing::info!(socket = %socket_path.display(), seconds = started.elapsed().as_secs_f64(), "rtrackd ready");
 
-    // Audits.
-    let audit_task = {
-        let auditor = auditor.clone();
-        let state = state.clone();
-        let kick = kick.clone();
-        let mut stop = stop_rx.clone();
-        tokio::spawn(async move {
-            loop {
-                let cfg = state.config();
-                let delay = audit::next_delay(cfg.audit_interval_s, cfg.audit_jitter_s);
-                tokio::select! {
-                    _ = tokio::time::sleep(delay) => {}
-                    _ = stop.changed() => return,
-                }
-                let limit = audit::time_limit(cfg.audit_interval_s);
-                if auditor.run_once(limit).await.is_ok() {
-                    kick.notify_one();
-                }
-            }
-        })
-    };
-
-    // Refreshes asked for over the API: audit now, then report now; answered once both are done.
-    let refresh_task = {
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<crate::api::shared::RefreshRequest>(16);
-        state.set_refresh(Some(tx));
-        let auditor = auditor.clone();
-        let state = state.clone();
-        tokio::spawn(async move {
-            while let Some(reply) = rx.recv().await {
-                let _ = reply.send(refresh_now(&state, &auditor).await);
-            }
-        })
-    };
-
-    // Watchdog: ping only while the tracker answers.
-    let watchdog_task = systemd::watchdog_interval().map(|every| {
-        let service = service.clone();
-        let mut stop = stop_rx.clone();
-        tokio::spawn(async move {
-            loop {
-                let s = service.clone();
-                let alive = tokio::time::timeout(
-                    every,
-                    tokio::task::spawn_blocking(move || s.read(|_| ())),
-                )
-                .await
-                .is_ok();
-                if alive {
-                    systemd::watchdog();
-                } else {
-                    tracing::error!("the tracker lock was not free within the watchdog interval; not pinging systemd");
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(every) => {}
-                    _ = stop.changed() => return,
-                }
-            }
-        })
-    });
+    let audit_task = spawn_audits(
+        auditor.clone(),
+        state.clone(),
+        kick.clone(),
+        stop_rx.clone(),
+    );
+    let refresh_task = spawn_refreshes(state.clone(), auditor.clone());
+    let watchdog_task = systemd::watchdog_interval()
+        .map(|every| spawn_watchdog(service.clone(), every, stop_rx.clone()));
 
     let mut current = loaded;
     loop {
@@ -413,6 +362,66 @@ fn caller_disk_at_start(
             None
         }
     }
+}
+
+/// Audits every interval (jittered); a successful one wakes the reporter.
+fn spawn_audits(
+    auditor: Arc<Auditor>,
+    state: Arc<DaemonState>,
+    kick: Arc<Notify>,
+    mut stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let cfg = state.config();
+            let delay = audit::next_delay(cfg.audit_interval_s, cfg.audit_jitter_s);
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = stop.changed() => return,
+            }
+            let limit = audit::time_limit(cfg.audit_interval_s);
+            if auditor.run_once(limit).await.is_ok() {
+                kick.notify_one();
+            }
+        }
+    })
+}
+
+/// Refreshes asked for over the API: audit now, then report now; answered once both are done.
+fn spawn_refreshes(state: Arc<DaemonState>, auditor: Arc<Auditor>) -> tokio::task::JoinHandle<()> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<crate::api::shared::RefreshRequest>(16);
+    state.set_refresh(Some(tx));
+    tokio::spawn(async move {
+        while let Some(reply) = rx.recv().await {
+            let _ = reply.send(refresh_now(&state, &auditor).await);
+        }
+    })
+}
+
+/// systemd's watchdog: pinged only while the tracker answers.
+fn spawn_watchdog(
+    service: Arc<TrackerService>,
+    every: Duration,
+    mut stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let s = service.clone();
+            let alive =
+                tokio::time::timeout(every, tokio::task::spawn_blocking(move || s.read(|_| ())))
+                    .await
+                    .is_ok();
+            if alive {
+                systemd::watchdog();
+            } else {
+                tracing::error!("the tracker lock was not free within the watchdog interval; not pinging systemd");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    })
 }
 
 /// One refresh: an audit, then (with Placement configured) a report that does not wait for a
