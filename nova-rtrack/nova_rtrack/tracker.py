@@ -1190,11 +1190,23 @@ class RtrackResourceTracker(object):
         self._raise_pci_inventory_in_use(nodename)
 
     def note_refresh(self, nodename: str, answer: Any) -> None:
-        """What ``POST /v1/refresh`` answered: the PCI inventory changes Placement refused."""
+        """What ``POST /v1/refresh`` answered: the PCI inventory changes Placement refused, and
+        the PCI providers kept above what the device specs report (with Nova's warning, in the
+        words and logger of its PCI Placement translator)."""
         pl = answer.get('placement') if isinstance(answer, dict) else None
         refused = pl.get('inventory_in_use') if isinstance(pl, dict) else None
         self.pci_inventory_in_use[nodename] = [
             e for e in refused or [] if isinstance(e, dict) and e.get('pci')]
+        raised = pl.get('pci_raised') if isinstance(pl, dict) else None
+        for r in raised or []:
+            if not isinstance(r, dict):
+                continue
+            PCI_PLACEMENT_LOG.warning(
+                "Needed to adjust inventories of %s on resource provider %s from %d to %d "
+                "due to existing placement allocations. This should only happen while VMs "
+                "using already removed devices.",
+                r.get('class'), r.get('provider'), int(r.get('reported') or 0),
+                int(r.get('total') or 0))
 
     def _raise_pci_inventory_in_use(self, nodename: str) -> None:
         """Nova's tracker raises PlacementPciException when Placement refuses a PCI inventory

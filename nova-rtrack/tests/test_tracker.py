@@ -330,6 +330,21 @@ class MoveTest(TrackerTestBase):
         StaticBinding(self.rt).refresh('compute1')
         self.rt._raise_pci_inventory_in_use('compute1')
 
+    def test_a_pci_provider_kept_for_held_devices_is_warned_as_nova_warns(self) -> None:
+        raised = {'provider': 'compute1_0000:81:00.0', 'class': 'CUSTOM_PCI_8086_1515',
+                  'reported': 0, 'total': 1}
+        self.fake.answer('POST', '/v1/refresh', 200, {
+            'audited': True,
+            'placement': {'changes': 1, 'requests': 2, 'conflicts': 0,
+                          'pci_raised': [raised, 'not an object']}})
+        with self.assertLogs('nova.compute.pci_placement_translator', 'WARNING') as logs:
+            StaticBinding(self.rt).refresh('compute1')
+        self.assertEqual(1, len(logs.output))
+        self.assertIn(
+            "Needed to adjust inventories of CUSTOM_PCI_8086_1515 on resource provider "
+            "compute1_0000:81:00.0 from 0 to 1 due to existing placement allocations.",
+            logs.output[0])
+
     def test_move_refused_when_rtrackd_down(self) -> None:
         inst = self.instance(host='compute0', node='compute0', vm_state=vm_states.ACTIVE)
         self.fake.stop()

@@ -175,7 +175,11 @@ pub fn document() -> Value {
             "properties": {"changes": {"type": "integer"}, "requests": {"type": "integer"}, "conflicts": {"type": "integer"},
                 "inventory_in_use": {"type": "array", "description": "inventory changes Placement refused because the classes they remove are in use (the old records kept)",
                     "items": {"type": "object", "required": ["provider", "pci", "detail"], "properties": {
-                        "provider": {"type": "string", "format": "uuid"}, "pci": {"type": "boolean"}, "detail": {"type": "string"}}}}}}}});
+                        "provider": {"type": "string", "format": "uuid"}, "pci": {"type": "boolean"}, "detail": {"type": "string"}}}},
+                "pci_raised": {"type": "array", "description": "PCI providers whose total is kept above what the device specs report, at what instances still hold there",
+                    "items": {"type": "object", "required": ["provider", "class", "reported", "total"], "properties": {
+                        "provider": {"type": "string", "description": "the provider's name"}, "class": {"type": "string"},
+                        "reported": {"type": "integer"}, "total": {"type": "integer"}}}}}}}});
     let reconciled = json!({"type": "object", "required": ["drift", "counts", "fixed"], "properties": {
         "drift": schema_ref("Drift"), "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
         "fixed": {"type": "boolean"}, "found": schema_ref("Drift"), "found_counts": {"type": "object", "additionalProperties": {"type": "integer"}},

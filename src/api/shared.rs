@@ -60,6 +60,10 @@ pub struct ReportSummary {
     /// records were kept): which provider, whether it is a PCI provider, Placement's detail.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub inventory_in_use: Vec<InventoryInUse>,
+    /// PCI providers whose total is kept above what the device specs report, at what
+    /// instances hold there (a spec changed under them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pci_raised: Vec<crate::upstream::desired::PciRaised>,
 }
 
 /// An inventory change Placement refused because allocations use the classes it removes.

@@ -47,8 +47,14 @@ pub(super) fn snapshot(
             Vec::new()
         };
         let settings = t.settings();
+        let held_unreported = t.held_unreported_pci();
+        let mut uuids = t.pci_provider_uuids();
+        for a in held_unreported.keys() {
+            uuids.entry(*a).or_insert_with(|| t.pci_provider_uuid(a));
+        }
         let pci = ReportInputs {
-            uuids: t.pci_provider_uuids(),
+            uuids,
+            held_unreported,
             one_time_used: t.one_time_used(),
             released: t
                 .state()

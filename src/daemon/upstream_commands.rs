@@ -99,6 +99,7 @@ async fn answer(
                                 detail,
                             })
                             .collect(),
+                        pci_raised: d.pci_raised.clone(),
                     })
                     .map_err(|e| e.to_string()),
             };

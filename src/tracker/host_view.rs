@@ -36,6 +36,8 @@ pub struct HostView {
     pub nested: Vec<NestedProvider>,
     /// Parents, models or namespaces left out, and why.
     pub nested_warnings: Vec<String>,
+    /// The nested providers a report leaves as they are (see [`super::nested::NestedOffer`]).
+    pub nested_left_alone: Vec<super::nested::NestedKey>,
     /// Intel TDX under the configuration.
     pub intel_tdx: IntelTdxOffer,
     /// The vPMEM namespaces offered, in configuration order.
@@ -151,6 +153,7 @@ impl HostView {
             node_inventory,
             nested,
             nested_warnings,
+            nested_left_alone: offer.left_alone,
             intel_tdx: offer.intel_tdx,
             pmem: offer.pmem,
             inventory,

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::desired::{
     pci_provider_name, pci_provider_uuid, sharing_provider_name, Consumer, DesiredInventory,
-    DesiredProvider, ProviderRole, RatioRule, ReportInputs, ResourceKey,
+    DesiredProvider, PciRaised, ProviderRole, RatioRule, ReportInputs, ResourceKey,
 };
 use super::traits::{self, MISC_SHARES_VIA_AGGREGATE};
 use crate::config::provider_yaml::{ProviderConfigs, ProviderTarget};
@@ -22,6 +22,7 @@ use crate::config::ValidConfig;
 use crate::probes::pci::PciAddress;
 use crate::tracker::host_view::HostView;
 use crate::tracker::nested::NestedKey;
+use crate::tracker::pci::providers::ProviderGroup;
 
 /// The name nova-compute gives a vGPU parent's or an encryption model's provider:
 /// `<hypervisor_hostname>_pci_0000_84_00_0`, `<hypervisor_hostname>_amd_sev`.
@@ -226,87 +227,134 @@ pub fn merge_provider_configs(providers: &mut [DesiredProvider], configs: &Provi
 
 /// The PCI children (`[pci] report_in_placement`), one per provider group, and which provider
 /// and class each reported device is allocated from. A provider's total never drops below what
-/// the claims hold on it; a used one-time-use provider is reserved whole.
+/// the claims hold on it (Nova's rule, so a device spec changed under an instance keeps its
+/// provider: those raised are listed); a used one-time-use provider is reserved whole.
 pub fn pci_children(
     view: &HostView,
     node_uuid: Uuid,
     hypervisor_hostname: &str,
     consumers: &[Consumer],
     pci: &ReportInputs,
-) -> (Vec<DesiredProvider>, BTreeMap<PciAddress, (Uuid, String)>) {
-    let mut providers = Vec::new();
-    let mut device_provider: BTreeMap<PciAddress, (Uuid, String)> = BTreeMap::new();
-    let groups: Vec<&crate::tracker::pci::providers::ProviderGroup> =
-        view.pci_providers.values().collect();
+) -> PciChildren {
+    let mut out = PciChildren::default();
+    // Each provider: its group as the device specs report it (None: only held devices are
+    // left), and the held devices no spec reports any more.
+    let mut groups: BTreeMap<PciAddress, (Option<&ProviderGroup>, Option<&ProviderGroup>)> =
+        BTreeMap::new();
+    for (a, g) in &view.pci_providers {
+        groups.entry(*a).or_default().0 = Some(g);
+    }
+    for (a, g) in &pci.held_unreported {
+        groups.entry(*a).or_default().1 = Some(g);
+    }
+    let member_of: BTreeMap<PciAddress, PciAddress> = groups
+        .iter()
+        .flat_map(|(a, (r, h))| {
+            let a = *a;
+            r.iter()
+                .chain(h)
+                .flat_map(move |g| g.members.iter().map(move |m| (*m, a)))
+        })
+        .collect();
     // Local usage per group, so the total never drops below what is claimed.
     let mut used: BTreeMap<PciAddress, u64> = BTreeMap::new();
     for c in consumers {
         for (key, amount) in &c.resources {
             if let ResourceKey::PciDevice(a) = key {
-                if let Some(g) = groups.iter().find(|g| g.members.contains(a)) {
-                    *used.entry(g.address).or_default() += amount;
+                if let Some(g) = member_of.get(a) {
+                    *used.entry(*g).or_default() += amount;
                 }
             }
         }
     }
-    for g in groups {
-        let name = pci_provider_name(hypervisor_hostname, &g.address);
+    for (address, (reported, held)) in groups {
+        let Some(g) = reported.or(held) else {
+            continue;
+        };
+        let name = pci_provider_name(hypervisor_hostname, &address);
         let uuid = pci
             .uuids
-            .get(&g.address)
+            .get(&address)
             .copied()
             .unwrap_or_else(|| pci_provider_uuid(node_uuid, &name));
-        let total = (g.members.len() as i64).max(
-            used.get(&g.address)
-                .copied()
-                .unwrap_or(0)
-                .try_into()
-                .unwrap_or(i64::MAX),
-        );
-        for m in &g.members {
-            device_provider.insert(*m, (uuid, g.class.clone()));
+        let in_use = used.get(&address).copied().unwrap_or(0);
+        let in_use = i64::try_from(in_use).unwrap_or(i64::MAX);
+        let selected = reported.map_or(0, |r| r.members.len() as i64);
+        let total = selected.max(in_use);
+        if total > selected {
+            out.raised.push(PciRaised {
+                provider: name.clone(),
+                class: g.class.clone(),
+                reported: selected,
+                total,
+            });
+        }
+        for m in reported.iter().chain(&held).flat_map(|g| &g.members) {
+            out.device_provider.insert(*m, (uuid, g.class.clone()));
         }
         // Nova reserves a one-time-use provider's whole inventory once its device is
         // used; rtrack keeps it reserved until an operator releases the device.
         let reserved = if g.one_time_use
-            && (used.contains_key(&g.address)
-                || g.members.iter().any(|m| pci.one_time_used.contains(m)))
+            && (in_use > 0 || g.members.iter().any(|m| pci.one_time_used.contains(m)))
         {
             total
         } else {
             0
         };
-        providers.push(DesiredProvider {
-            uuid,
-            name,
-            parent: Some(node_uuid),
-            role: ProviderRole::Pci { address: g.address },
-            inventories: BTreeMap::from([(
-                g.class.clone(),
-                DesiredInventory {
-                    total,
-                    reserved,
-                    min_unit: 1,
-                    max_unit: total,
-                    step_size: 1,
-                    ratio: RatioRule::Fixed(1.0),
-                    floor_at_usage: true,
-                },
-            )]),
-            owned_classes: None,
-            // Nova 34 marks every provider it manages (its owner_nova_filter requires
-            // the trait on PCI request groups).
-            traits: g
-                .traits
-                .iter()
-                .cloned()
-                .chain([traits::OWNER_NOVA.to_string()])
-                .collect(),
-            owned_traits: None,
-            aggregates: BTreeSet::new(),
-        });
+        out.providers
+            .push(pci_provider(g, uuid, name, node_uuid, total, reserved));
     }
-    (providers, device_provider)
+    out
+}
+
+/// [`pci_children`]' answer.
+#[derive(Debug, Default)]
+pub struct PciChildren {
+    /// The providers.
+    pub providers: Vec<DesiredProvider>,
+    /// The provider and class each device is allocated from.
+    pub device_provider: BTreeMap<PciAddress, (Uuid, String)>,
+    /// The providers whose total is raised to what is held there.
+    pub raised: Vec<PciRaised>,
+}
+
+fn pci_provider(
+    g: &ProviderGroup,
+    uuid: Uuid,
+    name: String,
+    node_uuid: Uuid,
+    total: i64,
+    reserved: i64,
+) -> DesiredProvider {
+    DesiredProvider {
+        uuid,
+        name,
+        parent: Some(node_uuid),
+        role: ProviderRole::Pci { address: g.address },
+        inventories: BTreeMap::from([(
+            g.class.clone(),
+            DesiredInventory {
+                total,
+                reserved,
+                min_unit: 1,
+                max_unit: total,
+                step_size: 1,
+                ratio: RatioRule::Fixed(1.0),
+                floor_at_usage: true,
+            },
+        )]),
+        owned_classes: None,
+        // Nova 34 marks every provider it manages (its owner_nova_filter requires the trait on
+        // PCI request groups).
+        traits: g
+            .traits
+            .iter()
+            .cloned()
+            .chain([traits::OWNER_NOVA.to_string()])
+            .collect(),
+        owned_traits: None,
+        aggregates: BTreeSet::new(),
+    }
 }
 
 /// The shared storage provider (`[resources] shared_storage_provider`): DISK_GB from the

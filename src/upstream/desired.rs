@@ -183,8 +183,27 @@ pub struct DesiredState {
     /// Consumers whose local claims were released here, with the time of the release: their
     /// part on this host's providers is removed (with `report_allocations`), and nothing else.
     pub released: BTreeMap<Uuid, i64>,
+    /// PCI providers whose total was raised above what the device specs report, to what
+    /// instances still hold there (Nova warns "Needed to adjust inventories").
+    pub pci_raised: Vec<PciRaised>,
+    /// Names of nested providers a report leaves as they are, though not wanted: mdev parents
+    /// no enabled type applies to (Nova's driver leaves their providers in place too).
+    pub left_alone: BTreeSet<String>,
     /// Things left out and why (logged by the reporter when they change).
     pub warnings: Vec<String>,
+}
+
+/// A PCI provider's total raised to what is held on it (see [`DesiredState::pci_raised`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PciRaised {
+    /// The provider's name.
+    pub provider: String,
+    /// Its class.
+    pub class: String,
+    /// The devices the device specs report there.
+    pub reported: i64,
+    /// The total written: what claims hold there.
+    pub total: i64,
 }
 
 pub use crate::tracker::pci::providers::{
@@ -202,6 +221,9 @@ pub struct ReportInputs {
     pub one_time_used: BTreeSet<PciAddress>,
     /// Consumers released here, with when (see [`DesiredState::released`]).
     pub released: BTreeMap<Uuid, i64>,
+    /// Devices instances hold that no device spec reports any more, by provider address: their
+    /// provider stays, its total raised to what is held (Nova's rule).
+    pub held_unreported: BTreeMap<PciAddress, crate::tracker::pci::providers::ProviderGroup>,
 }
 
 /// The architecture's trait and, on x86, the CPU flags' and address-space traits.
@@ -367,14 +389,19 @@ impl DesiredState {
         }];
 
         // ---- PCI children
-        let device_provider = if config.report_pci_in_placement {
+        let (device_provider, pci_raised) = if config.report_pci_in_placement {
             warnings.extend(view.pci_provider_warnings.iter().cloned());
-            let (children, device_provider) =
-                pci_children(view, node_uuid, hypervisor_hostname, consumers, pci);
-            providers.extend(children);
-            device_provider
+            let children = pci_children(view, node_uuid, hypervisor_hostname, consumers, pci);
+            providers.extend(children.providers);
+            for r in &children.raised {
+                warnings.push(format!(
+                    "PCI provider {}: instances hold {} {} there, more than the {} the device specs report; the total is kept at what is held until they are freed",
+                    r.provider, r.total, r.class, r.reported
+                ));
+            }
+            (children.device_provider, children.raised)
         } else {
-            BTreeMap::new()
+            (BTreeMap::new(), Vec::new())
         };
 
         // ---- vGPU parents and encryption models, named as nova-compute names them
@@ -420,6 +447,12 @@ impl DesiredState {
             expected,
             device_providers: device_provider,
             released: pci.released.clone(),
+            pci_raised,
+            left_alone: view
+                .nested_left_alone
+                .iter()
+                .map(|k| nested_provider_name(hypervisor_hostname, k))
+                .collect(),
             warnings,
         })
     }
@@ -755,5 +788,68 @@ live_migratable = "no"
             .unwrap();
         assert!(sp.traits.contains("MISC_SHARES_VIA_AGGREGATE"));
         assert!(sp.aggregates.contains(&shared));
+    }
+
+    /// Nova's `_adjust_for_removals_and_held_devices`: a device an instance holds after the
+    /// device spec that selected it is gone keeps its provider, at what is held (the device
+    /// spec reports 0 there), with its allocation mapped; once freed the provider goes.
+    #[test]
+    fn a_device_held_after_its_spec_is_gone_keeps_its_provider_at_what_is_held() {
+        use crate::tracker::pci::devices::{DeviceOwner, DeviceStatus};
+        use crate::tracker::pci::providers::held_unreported;
+        let inv = host();
+        let with = config(
+            "[placement]\nendpoint = \"http://x\"\n[pci]\nreport_in_placement = true\n[[pci.device_spec]]\naddress = \"0000:01:00.0\"\n",
+        );
+        let without =
+            config("[placement]\nendpoint = \"http://x\"\n[pci]\nreport_in_placement = true\n");
+        let node = Uuid::new_v4();
+        let nvme = PciAddress::parse("0000:01:00.0").unwrap();
+        let consumer = instance_consumer([(ResourceKey::PciDevice(nvme), 1)]);
+        let mut held = HostView::of_config(inv.clone(), &with).tracked[&nvme].clone();
+        held.status = DeviceStatus::Allocated;
+        held.owner = Some(DeviceOwner {
+            instance_uuid: consumer.uuid.to_string(),
+            request_id: None,
+        });
+        let view = HostView::of_config(inv, &without);
+        assert!(view.pci_providers.is_empty());
+        let pci = ReportInputs {
+            held_unreported: held_unreported([&held], &view.tracked),
+            ..Default::default()
+        };
+        let build = |consumers: &[Consumer], pci: &ReportInputs| {
+            DesiredState::build_with(&view, &without, node, "cmp-1", false, consumers, pci).unwrap()
+        };
+        let d = build(std::slice::from_ref(&consumer), &pci);
+        let child = d
+            .providers
+            .iter()
+            .find(|p| matches!(p.role, ProviderRole::Pci { .. }))
+            .expect("the held device's provider is kept");
+        assert_eq!(child.name, "cmp-1_0000:01:00.0");
+        assert_eq!(child.inventories["CUSTOM_PCI_144D_A808"].total, 1);
+        assert_eq!(child.inventories["CUSTOM_PCI_144D_A808"].reserved, 0);
+        assert_eq!(
+            d.pci_raised,
+            [PciRaised {
+                provider: "cmp-1_0000:01:00.0".into(),
+                class: "CUSTOM_PCI_144D_A808".into(),
+                reported: 0,
+                total: 1,
+            }]
+        );
+        assert_eq!(d.device_providers[&nvme].0, child.uuid);
+        assert_eq!(
+            d.expected[&consumer.uuid].resources[&child.uuid]["CUSTOM_PCI_144D_A808"],
+            1
+        );
+        // Freed: nothing held, no provider, nothing raised.
+        let d = build(&[], &ReportInputs::default());
+        assert!(!d
+            .providers
+            .iter()
+            .any(|p| matches!(p.role, ProviderRole::Pci { .. })));
+        assert!(d.pci_raised.is_empty());
     }
 }

@@ -283,7 +283,8 @@ pub fn plan(desired: &DesiredState, cache: &ProviderCache) -> Vec<Action> {
     // (the reporter removes rtrack's part of the consumers released here, see `release`).
 
     // PCI children rtrack made, and vGPU parents' and encryption models' children, that are no
-    // longer wanted, deepest first (Nova deletes those whose total went to 0).
+    // longer wanted, deepest first (Nova deletes those whose total went to 0), but for the
+    // parents no enabled type applies to, which Nova leaves as they are.
     let wanted: BTreeSet<Uuid> = desired.providers.iter().map(|p| p.uuid).collect();
     let root_name = desired.provider(desired.root).map(|p| p.name.as_str());
     let mut stale: Vec<&CachedProvider> = cache
@@ -293,6 +294,7 @@ pub fn plan(desired: &DesiredState, cache: &ProviderCache) -> Vec<Action> {
             let nested = c.parent == Some(desired.root)
                 && root_name.is_some_and(|r| is_nested_provider_name(r, &c.name));
             !wanted.contains(&c.uuid)
+                && !desired.left_alone.contains(&c.name)
                 && c.parent.is_some()
                 && (c.traits.contains(COMPUTE_MANAGED_PCI_DEVICE) || nested)
         })
@@ -522,6 +524,8 @@ mod tests {
             providers,
             allocations: None,
             released: Default::default(),
+            left_alone: Default::default(),
+            pci_raised: Vec::new(),
             warnings: vec![],
         }
     }
@@ -724,16 +728,16 @@ mod tests {
         assert_eq!(p, vec![Action::DeleteProvider { uuid: child }]);
     }
 
-    /// A vGPU parent's provider that is no longer wanted (its type was disabled, or the parent
-    /// offers none now) is deleted, whatever its inventory was; Nova leaves such a provider
-    /// with its old inventory (it deletes only those whose total went to 0), where the
-    /// scheduler can still send vGPU guests the driver then refuses (docs/differences.md).
-    /// Placement refuses the deletion while the provider holds allocations.
+    /// A vGPU parent's provider is deleted when it is not wanted (its instances would pass
+    /// `max_instances`, or the parent is gone), whatever its inventory was, as Nova deletes
+    /// those whose total went to 0; one whose parent no enabled type applies to any more is left
+    /// as it is, as Nova leaves it (docs/differences.md). Placement refuses a deletion while the
+    /// provider holds allocations.
     #[test]
-    fn a_vgpu_parent_no_longer_wanted_is_deleted() {
+    fn a_vgpu_parent_no_longer_wanted_is_deleted_unless_left_alone() {
         let node = Uuid::new_v4();
         let gpu = Uuid::new_v4();
-        let d = state(vec![root(node)]);
+        let mut d = state(vec![root(node)]);
         let mut cache = applied(&d, &ProviderCache::default());
         cache.providers.insert(
             gpu,
@@ -746,6 +750,8 @@ mod tests {
             },
         );
         assert_eq!(plan(&d, &cache), vec![Action::DeleteProvider { uuid: gpu }]);
+        d.left_alone.insert("cmp-1_pci_0000_81_00_0".into());
+        assert_eq!(plan(&d, &cache), vec![]);
     }
 
     #[test]

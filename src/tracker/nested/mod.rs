@@ -10,10 +10,11 @@
 //! configuration's problems on this host. Pure: no I/O. [`assign`] places a claim's units.
 //!
 //! Totals follow Nova's `_get_gpu_inventories`: a parent's total is the mdevs of its type that
-//! exist plus the type's `available_instances`, with `max_unit` = total. Where Nova zeroes a
-//! whole parent once `max_instances` would be passed (its FIXME says capping would be better,
-//! and the zeroed parent's provider is deleted while allocated), rtrack caps the parent at what
-//! is left of the limit (docs/differences.md).
+//! exist plus the type's `available_instances`, with `max_unit` = total. A parent whose
+//! `available_instances` would pass the type's `max_instances` offers none of them (Nova's
+//! rule: its provider goes once nothing is held there); unlike Nova, which zeroes the whole
+//! parent, its existing mdevs stay counted (docs/differences.md). A parent no enabled type
+//! applies to is left alone, as Nova leaves it: its provider, if any, keeps what it had.
 
 pub mod assign;
 pub mod operator;
@@ -239,6 +240,9 @@ pub struct NestedOffer {
     pub intel_tdx: IntelTdxOffer,
     /// The vPMEM namespaces offered.
     pub pmem: Vec<VpmemNamespace>,
+    /// The mdev parents of the host that no enabled type applies to: Nova's driver does not
+    /// report them, so a provider made for one earlier is left as it is.
+    pub left_alone: Vec<NestedKey>,
 }
 
 /// The providers the host offers under `policy`, in key order, and warnings (a parent, a model
@@ -257,7 +261,7 @@ pub fn nested_offer(
     policy: &MdevPolicy,
     warnings: &mut Vec<String>,
 ) -> NestedOffer {
-    let mut providers = vgpu_providers(host, policy, warnings);
+    let (mut providers, left_alone) = vgpu_providers(host, policy, warnings);
     providers.extend(sev_providers(host, policy, warnings));
     let intel_tdx = tdx::tdx_offer(host, policy, warnings);
     providers.extend(tdx::tdx_provider(&intel_tdx));
@@ -268,26 +272,28 @@ pub fn nested_offer(
         providers,
         intel_tdx,
         pmem,
+        left_alone,
     }
 }
 
+/// The vGPU providers, and the parents left alone (see [`NestedOffer::left_alone`]).
 fn vgpu_providers(
     host: &HostInventory,
     policy: &MdevPolicy,
     warnings: &mut Vec<String>,
-) -> Vec<NestedProvider> {
-    if policy.types.is_empty() {
-        return Vec::new();
-    }
+) -> (Vec<NestedProvider>, Vec<NestedKey>) {
     let mdevs = &host.mediated_devices;
     // (parent, type, existing, available) in parent order, for the parents with an enabled type.
     let mut rows = Vec::new();
+    let mut left_alone = Vec::new();
     let mut existing_per_type: BTreeMap<&str, u64> = BTreeMap::new();
     for parent in &mdevs.parents {
         let Some(t) = policy.type_for(&parent.address) else {
+            left_alone.push(NestedKey::Mdev(parent.address.clone()));
             continue;
         };
         let Some(offered) = parent.offered(&t.type_id) else {
+            left_alone.push(NestedKey::Mdev(parent.address.clone()));
             if !t.device_addresses.is_empty() {
                 warnings.push(format!(
                     "mdev parent {} does not offer type {} it is configured for: no vGPUs there",
@@ -323,13 +329,12 @@ fn vgpu_providers(
                         .copied()
                         .unwrap_or(0),
                 );
-            let left = limit.saturating_sub(taken);
-            if available > left {
+            if taken.saturating_add(available) > limit {
                 warnings.push(format!(
-                    "mdev parent {}: {} of {} more {} devices offered, max_instances {} reached",
-                    parent.address, left, available, t.type_id, limit
+                    "mdev parent {}: none of its {} more {} devices offered, they would pass max_instances {} ({} taken)",
+                    parent.address, available, t.type_id, limit, taken
                 ));
-                available = left;
+                available = 0;
             }
         }
         let g = granted_per_type.entry(&t.type_id).or_default();
@@ -352,7 +357,7 @@ fn vgpu_providers(
             mdev_type: Some(t.type_id.clone()),
         });
     }
-    out
+    (out, left_alone)
 }
 
 /// The AMD models' providers (SEV, and SEV-ES or SEV-SNP) when KVM runs SEV guests.

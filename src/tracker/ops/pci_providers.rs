@@ -13,7 +13,9 @@ use uuid::Uuid;
 use crate::probes::pci::PciAddress;
 use crate::tracker::error::ClaimError;
 use crate::tracker::model::PciRequest;
-use crate::tracker::pci::providers::{derived_provider_uuid, provider_name};
+use crate::tracker::pci::providers::{
+    derived_provider_uuid, held_unreported, provider_name, ProviderGroup,
+};
 use crate::tracker::state::{Changes, PciProviderOrigin, PciProviderRecord, Tracker};
 
 impl Tracker {
@@ -31,15 +33,25 @@ impl Tracker {
         self.view
             .pci_providers
             .keys()
-            .map(|a| {
-                let uuid = self
-                    .state
-                    .pci_providers
-                    .get(a)
-                    .map_or_else(|| self.derived_pci_provider_uuid(a), |r| r.uuid);
-                (*a, uuid)
-            })
+            .map(|a| (*a, self.pci_provider_uuid(a)))
             .collect()
+    }
+
+    /// The uuid of the PCI provider named after `address`: the stored one, else the derived one.
+    pub fn pci_provider_uuid(&self, address: &PciAddress) -> Uuid {
+        self.state
+            .pci_providers
+            .get(address)
+            .map_or_else(|| self.derived_pci_provider_uuid(address), |r| r.uuid)
+    }
+
+    /// Devices instances hold that no device spec reports any more, by the provider they were
+    /// counted under (see [`held_unreported`]); none without `[pci] report_in_placement`.
+    pub fn held_unreported_pci(&self) -> BTreeMap<PciAddress, ProviderGroup> {
+        if !self.settings.policy.report_pci_in_placement {
+            return BTreeMap::new();
+        }
+        held_unreported(self.state.devices.values(), &self.view.tracked)
     }
 
     /// The provider of each device reported in Placement.

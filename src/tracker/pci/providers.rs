@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use uuid::Uuid;
 
-use super::devices::TrackedDevice;
+use super::devices::{DeviceStatus, TrackedDevice};
 use super::spec::DeviceSpec;
 use crate::inventory::traits;
 use crate::probes::pci::{PciAddress, PciDevType};
@@ -70,19 +70,7 @@ pub fn provider_groups(
         if spec.tags.contains_key("physical_network") {
             continue;
         }
-        let class = traits::pci_resource_class(
-            spec.tags.get("resource_class").map(String::as_str),
-            &dev.vendor_id,
-            &dev.product_id,
-        );
-        let mut traits = traits::pci_traits(spec.tags.get("traits").map(String::as_str));
-        let one_time_use = spec.tags.get("one_time_use").map(String::as_str) == Some("true");
-        if one_time_use {
-            traits.insert(traits::HW_PCI_ONE_TIME_USE.to_string());
-        }
-        if spec.tags.get("live_migratable").map(String::as_str) == Some("true") {
-            traits.insert(traits::HW_PCI_LIVE_MIGRATABLE.to_string());
-        }
+        let (class, traits, one_time_use) = spec_facts(&spec.tags, dev);
         if dev.dev_type == PciDevType::Pf || dev.dev_type == PciDevType::Pci {
             if dev.dev_type == PciDevType::Pf {
                 standalone_pfs.push(ProviderGroup {
@@ -145,6 +133,62 @@ pub fn provider_groups(
                 v.insert(pf);
             }
         }
+    }
+    groups
+}
+
+/// The class, traits and one-time-use flag a device spec's tags give `dev` (Nova's rules).
+fn spec_facts(
+    tags: &BTreeMap<String, String>,
+    dev: &TrackedDevice,
+) -> (String, BTreeSet<String>, bool) {
+    let class = traits::pci_resource_class(
+        tags.get("resource_class").map(String::as_str),
+        &dev.vendor_id,
+        &dev.product_id,
+    );
+    let mut traits = traits::pci_traits(tags.get("traits").map(String::as_str));
+    let one_time_use = tags.get("one_time_use").map(String::as_str) == Some("true");
+    if one_time_use {
+        traits.insert(traits::HW_PCI_ONE_TIME_USE.to_string());
+    }
+    if tags.get("live_migratable").map(String::as_str) == Some("true") {
+        traits.insert(traits::HW_PCI_LIVE_MIGRATABLE.to_string());
+    }
+    (class, traits, one_time_use)
+}
+
+/// The devices an instance holds that are no longer reported (no device spec selects them any
+/// more, or they left the host), grouped by the provider they were counted under, with the
+/// class and traits their spec gave them when they were claimed. Nova keeps such a provider
+/// while it holds allocations, its total raised to them (`_adjust_for_removals_and_held_devices`).
+pub fn held_unreported<'a>(
+    devices: impl IntoIterator<Item = &'a TrackedDevice>,
+    reported: &BTreeMap<PciAddress, TrackedDevice>,
+) -> BTreeMap<PciAddress, ProviderGroup> {
+    let mut groups: BTreeMap<PciAddress, ProviderGroup> = BTreeMap::new();
+    for dev in devices {
+        let held = matches!(dev.status, DeviceStatus::Claimed | DeviceStatus::Allocated);
+        if !held || reported.contains_key(&dev.address) || dev.tags.contains_key("physical_network")
+        {
+            continue;
+        }
+        let (class, traits, one_time_use) = spec_facts(&dev.tags, dev);
+        let key = match dev.dev_type {
+            PciDevType::Pf | PciDevType::Pci => dev.address,
+            _ => dev.parent_addr.unwrap_or(dev.address),
+        };
+        groups
+            .entry(key)
+            .or_insert_with(|| ProviderGroup {
+                address: key,
+                class,
+                traits,
+                members: Vec::new(),
+                one_time_use,
+            })
+            .members
+            .push(dev.address);
     }
     groups
 }

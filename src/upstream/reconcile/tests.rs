@@ -100,6 +100,8 @@ fn setup() -> (DesiredState, ProviderCache) {
         expected: BTreeMap::new(),
         device_providers: BTreeMap::new(),
         released: Default::default(),
+        left_alone: Default::default(),
+        pci_raised: Vec::new(),
         warnings: Vec::new(),
     };
     let mut cache = ProviderCache::default();

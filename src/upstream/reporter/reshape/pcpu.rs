@@ -184,6 +184,8 @@ mod tests {
                 .collect(),
             device_providers: BTreeMap::new(),
             released: BTreeMap::new(),
+            left_alone: Default::default(),
+            pci_raised: Vec::new(),
             warnings: Vec::new(),
         }
     }

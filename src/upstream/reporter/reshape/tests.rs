@@ -82,6 +82,8 @@ fn units_move_to_children_with_room_and_to_where_rtracks_claim_holds_them() {
         expected: Default::default(),
         device_providers: Default::default(),
         released: Default::default(),
+        left_alone: Default::default(),
+        pci_raised: Vec::new(),
         warnings: vec![],
     };
     let cache = ProviderCache {
@@ -139,6 +141,8 @@ fn nothing_to_reshape_without_usage_or_children() {
         expected: Default::default(),
         device_providers: Default::default(),
         released: Default::default(),
+        left_alone: Default::default(),
+        pci_raised: Vec::new(),
         warnings: vec![],
     };
     let unused = ProviderCache {
