@@ -1744,6 +1744,55 @@ report_allocations = true
     let (s, v) = call("POST", "/v1/pci-devices/0000:01:00.0/release".into(), None).await;
     assert_eq!(s, 200, "{v}");
     reserved(0).await;
+
+    // Nova's way of cleaning it: the operator lowers reserved in Placement. rtrackd does not
+    // write it back, and takes it as a release once it reads it.
+    let used_and_freed = |n: u64| {
+        let call = &call;
+        async move {
+            let c = support::uuid(n);
+            let (s, v) = call(
+                "POST",
+                "/v1/claims".into(),
+                Some(support::claim(&c, 1, 512, 1, Some("nvme:1"))),
+            )
+            .await;
+            assert_eq!(s, 201, "{v}");
+            let (s, _) = call("DELETE", format!("/v1/claims/{c}"), None).await;
+            assert_eq!(s, 200);
+        }
+    };
+    used_and_freed(5).await;
+    reserved(1).await;
+    let inv = raw
+        .get(&format!("/resource_providers/{nvme_rp}/inventories"))
+        .await;
+    let mut cleaned = inv["inventories"]["CUSTOM_PCI_144D_A808"].clone();
+    cleaned["reserved"] = json!(0);
+    let (s, v) = raw
+        .put(
+            &format!("/resource_providers/{nvme_rp}/inventories/CUSTOM_PCI_144D_A808"),
+            json!({"resource_provider_generation": inv["resource_provider_generation"],
+                   "total": cleaned["total"], "reserved": 0, "min_unit": cleaned["min_unit"],
+                   "max_unit": cleaned["max_unit"], "step_size": cleaned["step_size"],
+                   "allocation_ratio": cleaned["allocation_ratio"]}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let (s, v) = call("POST", "/v1/refresh".into(), Some(json!({}))).await;
+    assert_eq!(s, 200, "{v}");
+    let (_, v) = call("GET", "/v1/pci-devices".into(), None).await;
+    let drive = v["pci_devices"]
+        .as_array()
+        .and_then(|a| a.iter().find(|d| d["address"] == "0000:01:00.0"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(drive["status"], "available", "{v}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    reserved(0).await;
+    // Used again: reserved again.
+    used_and_freed(6).await;
+    reserved(1).await;
     drop(d);
 }
 

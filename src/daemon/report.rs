@@ -56,6 +56,7 @@ pub(super) fn snapshot(
             uuids,
             held_unreported,
             one_time_used: t.one_time_used(),
+            one_time_kept: t.one_time_kept(),
             released: t
                 .state()
                 .released_consumers
@@ -325,6 +326,7 @@ pub async fn run(state: Arc<DaemonState>, kick: Arc<Notify>, mut stop: watch::Re
                     note_drift(&state, d, &mut logged_drift);
                 }
                 if let Ok(o) = &outcome {
+                    note_one_time_use(&state, &o.one_time_use_reserved).await;
                     state
                         .service
                         .adopt_nested_providers(&o.adopted_nested_providers);
@@ -382,5 +384,31 @@ pub async fn run(state: Arc<DaemonState>, kick: Arc<Notify>, mut stop: watch::Re
         if *stop.borrow() {
             return;
         }
+    }
+}
+
+/// Tells the tracker what a report found of one-time-use devices' reservations in Placement
+/// (a store write: off the async threads), and logs the devices an operator cleaned there.
+pub(super) async fn note_one_time_use(
+    state: &std::sync::Arc<DaemonState>,
+    reserved_whole: &std::collections::BTreeMap<crate::probes::pci::PciAddress, bool>,
+) {
+    if reserved_whole.is_empty() {
+        return;
+    }
+    let st = state.clone();
+    let seen = reserved_whole.clone();
+    let noted =
+        tokio::task::spawn_blocking(move || st.service.note_one_time_use_reservations(&seen)).await;
+    match noted {
+        Ok(Ok(released)) => {
+            for a in released {
+                tracing::info!(target: "rtrack::upstream", device = %a, "one-time-use PCI device cleaned: its provider's reserved was lowered in Placement; it is available again");
+            }
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(target: "rtrack::upstream", error = %e, "cannot record one-time-use reservations seen in Placement; the next report tries again");
+        }
+        Err(e) => tracing::error!(error = %e, "recording one-time-use reservations failed"),
     }
 }

@@ -78,30 +78,34 @@ async fn answer(
             let answer = match (reporter, desired) {
                 (None, _) => Err(not_configured()),
                 (_, Err(e)) => Err(e),
-                (Some(r), Ok(d)) => r
-                    .report_now(&d)
-                    .await
-                    .map(|o| crate::api::shared::ReportSummary {
-                        changes: o.changes,
-                        requests: o.requests.total(),
-                        conflicts: o.conflicts,
-                        inventory_in_use: o
-                            .inventory_in_use_details
-                            .into_iter()
-                            .map(|(provider, detail)| crate::api::shared::InventoryInUse {
-                                provider,
-                                pci: d.provider(provider).is_some_and(|p| {
-                                    matches!(
-                                        p.role,
-                                        crate::upstream::desired::ProviderRole::Pci { .. }
-                                    )
-                                }),
-                                detail,
-                            })
-                            .collect(),
-                        pci_raised: d.pci_raised.clone(),
-                    })
-                    .map_err(|e| e.to_string()),
+                (Some(r), Ok(d)) => {
+                    let outcome = r.report_now(&d).await;
+                    if let Ok(o) = &outcome {
+                        super::report::note_one_time_use(state, &o.one_time_use_reserved).await;
+                    }
+                    outcome
+                        .map(|o| crate::api::shared::ReportSummary {
+                            changes: o.changes,
+                            requests: o.requests.total(),
+                            conflicts: o.conflicts,
+                            inventory_in_use: o
+                                .inventory_in_use_details
+                                .into_iter()
+                                .map(|(provider, detail)| crate::api::shared::InventoryInUse {
+                                    provider,
+                                    pci: d.provider(provider).is_some_and(|p| {
+                                        matches!(
+                                            p.role,
+                                            crate::upstream::desired::ProviderRole::Pci { .. }
+                                        )
+                                    }),
+                                    detail,
+                                })
+                                .collect(),
+                            pci_raised: d.pci_raised.clone(),
+                        })
+                        .map_err(|e| e.to_string())
+                }
             };
             let _ = reply.send(answer);
         }

@@ -421,6 +421,21 @@ impl TrackerService {
         })
     }
 
+    /// Tells the tracker what Placement holds for one-time-use devices' providers (see
+    /// [`Tracker::note_one_time_use_reservations`]); the devices an operator cleaned there.
+    pub fn note_one_time_use_reservations(
+        &self,
+        reserved_whole: &std::collections::BTreeMap<crate::probes::pci::PciAddress, bool>,
+    ) -> Result<Vec<crate::probes::pci::PciAddress>, ServiceError> {
+        if reserved_whole.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.mutate(Subject::Host, |t| {
+            let (changes, released) = t.note_one_time_use_reservations(reserved_whole);
+            Ok((released, changes))
+        })
+    }
+
     /// Keeps the uuids of PCI providers adopted from Placement (see
     /// [`Tracker::adopt_pci_providers`]).
     pub fn adopt_pci_providers(

@@ -210,6 +210,7 @@ pub fn merge_provider_configs(providers: &mut [DesiredProvider], configs: &Provi
                     step_size: inv.step_size,
                     ratio: RatioRule::Fixed(inv.allocation_ratio),
                     floor_at_usage: false,
+                    reserved_kept: false,
                 },
             );
             if let Some(owned) = p.owned_classes.as_mut() {
@@ -292,14 +293,13 @@ pub fn pci_children(
         for m in reported.iter().chain(&held).flat_map(|g| &g.members) {
             out.device_provider.insert(*m, (uuid, g.class.clone()));
         }
-        // Nova reserves a one-time-use provider's whole inventory once its device is
-        // used; rtrack keeps it reserved until an operator releases the device.
-        let reserved = if g.one_time_use
-            && (in_use > 0 || g.members.iter().any(|m| pci.one_time_used.contains(m)))
-        {
-            total
-        } else {
-            0
+        // Nova reserves a one-time-use provider's whole inventory once its device is used,
+        // and never lowers it: an operator does, to clean the device.
+        let used_once = |set: &BTreeSet<PciAddress>| g.members.iter().any(|m| set.contains(m));
+        let reserved = match g.one_time_use {
+            true if in_use > 0 || used_once(&pci.one_time_used) => Reserved::Whole,
+            true if used_once(&pci.one_time_kept) => Reserved::AsPlacementHolds,
+            _ => Reserved::None,
         };
         out.providers
             .push(pci_provider(g, uuid, name, node_uuid, total, reserved));
@@ -318,13 +318,23 @@ pub struct PciChildren {
     pub raised: Vec<PciRaised>,
 }
 
+/// What a PCI provider's `reserved` is.
+enum Reserved {
+    /// 0.
+    None,
+    /// The whole total (a one-time-use device in use, or its reservation not yet seen).
+    Whole,
+    /// What Placement holds, the whole total if it has no record.
+    AsPlacementHolds,
+}
+
 fn pci_provider(
     g: &ProviderGroup,
     uuid: Uuid,
     name: String,
     node_uuid: Uuid,
     total: i64,
-    reserved: i64,
+    reserved: Reserved,
 ) -> DesiredProvider {
     DesiredProvider {
         uuid,
@@ -335,12 +345,16 @@ fn pci_provider(
             g.class.clone(),
             DesiredInventory {
                 total,
-                reserved,
+                reserved: match reserved {
+                    Reserved::None => 0,
+                    Reserved::Whole | Reserved::AsPlacementHolds => total,
+                },
                 min_unit: 1,
                 max_unit: total,
                 step_size: 1,
                 ratio: RatioRule::Fixed(1.0),
                 floor_at_usage: true,
+                reserved_kept: matches!(reserved, Reserved::AsPlacementHolds),
             },
         )]),
         owned_classes: None,
@@ -387,6 +401,7 @@ pub fn sharing_provider(
                         RatioRule::Fixed,
                     ),
                     floor_at_usage: false,
+                    reserved_kept: false,
                 },
             );
         }

@@ -91,6 +91,9 @@ pub struct DesiredInventory {
     /// Never report a total below what Placement says is used (PCI: Nova's rule). `max_unit`
     /// follows the raised total.
     pub floor_at_usage: bool,
+    /// `reserved` is what Placement holds (an operator may lower it: Nova's way of cleaning a
+    /// used one-time-use device); `reserved` above is sent only when Placement has no record.
+    pub reserved_kept: bool,
 }
 
 impl DesiredInventory {
@@ -105,6 +108,7 @@ impl DesiredInventory {
             step_size: 1,
             ratio: RatioRule::Fixed(1.0),
             floor_at_usage: true,
+            reserved_kept: false,
         }
     }
 }
@@ -217,8 +221,13 @@ pub use crate::tracker::pci::providers::{
 pub struct ReportInputs {
     /// Provider uuids by the address each provider is named after.
     pub uuids: BTreeMap<PciAddress, Uuid>,
-    /// One-time-use devices in use, or used and not yet released: their provider is reserved.
+    /// One-time-use devices in use, or used and not yet released before their reservation was
+    /// seen in Placement: their provider is reserved whole.
     pub one_time_used: BTreeSet<PciAddress>,
+    /// One-time-use devices used and not yet released whose reservation Placement has shown:
+    /// their provider's `reserved` is left as Placement holds it (an operator cleans one by
+    /// lowering it, Nova's way).
+    pub one_time_kept: BTreeSet<PciAddress>,
     /// Consumers released here, with when (see [`DesiredState::released`]).
     pub released: BTreeMap<Uuid, i64>,
     /// Devices instances hold that no device spec reports any more, by provider address: their
@@ -349,6 +358,7 @@ impl DesiredState {
                         step_size: r.step_size,
                         ratio: rule(r),
                         floor_at_usage: false,
+                        reserved_kept: false,
                     },
                 )
             })

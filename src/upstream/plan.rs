@@ -203,11 +203,15 @@ pub fn resolve_inventories(
                 max_unit = used;
             }
         }
+        let reserved = match existing {
+            Some(e) if d.reserved_kept => e.reserved.min(total),
+            _ => d.reserved,
+        };
         out.insert(
             class.clone(),
             InventoryRecord {
                 total,
-                reserved: d.reserved,
+                reserved,
                 min_unit: d.min_unit,
                 max_unit,
                 step_size: d.step_size,
@@ -503,6 +507,7 @@ mod tests {
                     step_size: 1,
                     ratio: RatioRule::InitialOrKeep(4.0),
                     floor_at_usage: false,
+                    reserved_kept: false,
                 },
             )]),
             owned_classes: None,
@@ -695,6 +700,7 @@ mod tests {
                 step_size: 1,
                 ratio: RatioRule::Fixed(1.0),
                 floor_at_usage: true,
+                reserved_kept: false,
             },
         )]);
         let d = state(vec![root(node), pci]);
@@ -774,6 +780,7 @@ mod tests {
             step_size: 1,
             ratio: RatioRule::Fixed(1.0),
             floor_at_usage: true,
+            reserved_kept: false,
         };
         otu.inventories = BTreeMap::from([("CUSTOM_PCI_144D_A808".to_string(), inv(0))]);
         let mut d = state(vec![root(node), otu.clone()]);
@@ -817,6 +824,24 @@ mod tests {
             [Action::PutInventories { uuid, .. }] => assert_eq!(*uuid, drive),
             other => panic!("{other:?}"),
         }
+        // Freed after its reservation was seen: reserved is what Placement holds, so an
+        // operator's clean (reserved 0) is not written back, and nor is anything else.
+        let kept = |d: &mut DesiredState| {
+            for p in d.providers.iter_mut().filter(|p| p.uuid == drive) {
+                for inv in p.inventories.values_mut() {
+                    inv.reserved_kept = true;
+                }
+            }
+        };
+        let mut freed = d.clone();
+        freed.allocations = Some(BTreeMap::new());
+        kept(&mut freed);
+        assert!(plan(&freed, &cache).is_empty());
+        // A provider Placement does not have yet is created reserved whole.
+        let fresh = plan(&freed, &ProviderCache::default());
+        assert!(fresh.iter().any(|a| matches!(a,
+            Action::PutInventories { uuid, inventories }
+                if *uuid == drive && inventories["CUSTOM_PCI_144D_A808"].reserved == 1)));
     }
 
     #[test]

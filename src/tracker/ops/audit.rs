@@ -67,6 +67,7 @@ impl Tracker {
                             status: old.status,
                             owner: None,
                             returned: old.returned,
+                            reservation_seen: old.reservation_seen,
                             ..new.clone()
                         };
                         touched.insert(*addr);

@@ -294,7 +294,8 @@ impl Tracker {
         if wants_pci {
             self.check_provider_mapping(uuid, &req.pci_requests)?;
         }
-        let devices = &self.state.devices;
+        let cleaned = self.cleaned_in_placement(&req.pci_requests);
+        let devices = cleaned.as_ref().unwrap_or(&self.state.devices);
         let index = if wants_pci {
             self.pci_index()
         } else {

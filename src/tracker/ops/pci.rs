@@ -33,20 +33,28 @@ impl Tracker {
         index
     }
 
-    /// The current PCI pools: available devices, in the order claims use them.
+    /// The current PCI pools (the ComputeNode's `pci_device_pools`, which the scheduler's
+    /// PciPassthroughFilter reads): available devices, in the order claims use them, and the
+    /// one-time-use devices reserved after use whose reservation Placement holds. Nova's pools
+    /// never hide those: Placement keeps the scheduler from them until an operator lowers the
+    /// reservation there, and a claim Placement allocated on one cleans it.
     pub fn pools(&self) -> Vec<Pool> {
         let index = self.pci_index();
-        let status: Vec<DeviceStatus> = self.state.devices.values().map(|d| d.status).collect();
+        let free: Vec<bool> = self
+            .state
+            .devices
+            .values()
+            .map(|d| match d.status {
+                DeviceStatus::Available => true,
+                DeviceStatus::Reserved => d.reservation_seen,
+                _ => false,
+            })
+            .collect();
         index
             .pools
             .iter()
             .filter_map(|p| {
-                let devices: Vec<usize> = p
-                    .members
-                    .iter()
-                    .copied()
-                    .filter(|i| status[*i] == DeviceStatus::Available)
-                    .collect();
+                let devices: Vec<usize> = p.members.iter().copied().filter(|i| free[*i]).collect();
                 (!devices.is_empty()).then(|| Pool {
                     key: p.key.clone(),
                     devices,
@@ -166,6 +174,7 @@ impl Tracker {
         let mut devices = self.state.devices.clone();
         if let Some(d) = devices.get_mut(address) {
             d.status = DeviceStatus::Available;
+            d.reservation_seen = false;
         }
         recompute_relatives_in(&mut devices);
         let mut changes = Changes::default();
@@ -177,21 +186,118 @@ impl Tracker {
         Ok(changes)
     }
 
-    /// One-time-use devices in use, or used and not yet released (their providers are
-    /// reserved in Placement).
+    /// One-time-use devices whose provider's inventory rtrack reserves whole: in use, or
+    /// reserved after use before their reservation was seen in Placement.
     pub fn one_time_used(&self) -> BTreeSet<PciAddress> {
         self.state
             .devices
             .values()
             .filter(|d| {
                 d.one_time_use()
-                    && matches!(
-                        d.status,
-                        DeviceStatus::Claimed | DeviceStatus::Allocated | DeviceStatus::Reserved
-                    )
+                    && match d.status {
+                        DeviceStatus::Claimed | DeviceStatus::Allocated => true,
+                        DeviceStatus::Reserved => !d.reservation_seen,
+                        _ => false,
+                    }
             })
             .map(|d| d.address)
             .collect()
+    }
+
+    /// One-time-use devices reserved after use whose reservation Placement has shown: their
+    /// provider's `reserved` is left as Placement holds it (an operator lowers it to clean one).
+    pub fn one_time_kept(&self) -> BTreeSet<PciAddress> {
+        self.state
+            .devices
+            .values()
+            .filter(|d| {
+                d.one_time_use() && d.status == DeviceStatus::Reserved && d.reservation_seen
+            })
+            .map(|d| d.address)
+            .collect()
+    }
+
+    /// The devices, with the one-time-use devices reserved after use that `requests` were
+    /// allocated from in Placement made available again; None when there are none. Placement
+    /// let such an allocation through though rtrack had seen the device's provider reserved
+    /// whole, so an operator lowered `reserved`: Nova's way of cleaning the device.
+    pub(crate) fn cleaned_in_placement(
+        &self,
+        requests: &[crate::tracker::model::PciRequest],
+    ) -> Option<BTreeMap<PciAddress, TrackedDevice>> {
+        let named: BTreeSet<uuid::Uuid> = requests
+            .iter()
+            .flat_map(|r| r.rp_uuids.iter().copied())
+            .collect();
+        if named.is_empty() {
+            return None;
+        }
+        let cleaned: Vec<PciAddress> = self
+            .pci_provider_uuids()
+            .into_iter()
+            .filter(|(a, u)| {
+                named.contains(u)
+                    && self.state.devices.get(a).is_some_and(|d| {
+                        d.one_time_use() && d.status == DeviceStatus::Reserved && d.reservation_seen
+                    })
+            })
+            .map(|(a, _)| a)
+            .collect();
+        if cleaned.is_empty() {
+            return None;
+        }
+        let mut devices = self.state.devices.clone();
+        for a in &cleaned {
+            if let Some(d) = devices.get_mut(a) {
+                d.status = DeviceStatus::Available;
+                d.reservation_seen = false;
+            }
+        }
+        recompute_relatives_in(&mut devices);
+        Some(devices)
+    }
+
+    /// What Placement holds for one-time-use devices' providers after a report: whether each
+    /// device's provider is reserved whole. A reservation seen is recorded; a device reserved
+    /// after use whose reservation was seen and is no longer whole was cleaned by an operator,
+    /// Nova's way, and is available again. Returns the changes and the devices released.
+    pub fn note_one_time_use_reservations(
+        &mut self,
+        reserved_whole: &BTreeMap<PciAddress, bool>,
+    ) -> (Changes, Vec<PciAddress>) {
+        let mut devices = self.state.devices.clone();
+        let mut released = Vec::new();
+        for (address, whole) in reserved_whole {
+            let Some(d) = devices.get_mut(address) else {
+                continue;
+            };
+            if !d.one_time_use() {
+                continue;
+            }
+            let held = matches!(
+                d.status,
+                DeviceStatus::Claimed | DeviceStatus::Allocated | DeviceStatus::Reserved
+            );
+            if held && *whole {
+                d.reservation_seen = true;
+            } else if d.status == DeviceStatus::Reserved && d.reservation_seen && !*whole {
+                d.status = DeviceStatus::Available;
+                d.reservation_seen = false;
+                released.push(*address);
+            }
+        }
+        if !released.is_empty() {
+            recompute_relatives_in(&mut devices);
+        }
+        let changed: Vec<TrackedDevice> = devices
+            .into_values()
+            .filter(|d| self.state.devices.get(&d.address) != Some(d))
+            .collect();
+        let mut changes = Changes::default();
+        if !changed.is_empty() {
+            self.replace_devices(Some(changed), &mut changes);
+        }
+        (changes, released)
     }
 
     /// Free PCI devices per NUMA node (Nova orders host cells by them).

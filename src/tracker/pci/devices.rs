@@ -90,10 +90,19 @@ pub struct TrackedDevice {
     /// first, then the highest address: Nova's pools append what comes back and pop the last.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub returned: u64,
+    /// A one-time-use device's reservation was seen in Placement (`reserved` = total on its
+    /// provider) since it was last claimed: from then on `reserved` there is the operator's,
+    /// and an operator lowering it releases the device (Nova's way of cleaning one).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub reservation_seen: bool,
 }
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl TrackedDevice {
@@ -206,6 +215,7 @@ pub fn select_tracked(probed: &[PciDevice], specs: &[DeviceSpec]) -> Vec<Tracked
                 status: DeviceStatus::Available,
                 owner: None,
                 returned: 0,
+                reservation_seen: false,
             })
         })
         .collect()

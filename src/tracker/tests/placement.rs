@@ -314,6 +314,91 @@ fn a_one_time_use_device_stays_reserved_after_use_until_released() {
     ));
 }
 
+/// Nova's way of cleaning a used one-time-use device: an operator lowers its provider's
+/// `reserved` in Placement. rtrackd takes it as a release only once it has seen the
+/// reservation there: from a report that finds it lowered, or from a claim Placement allocated
+/// on that provider (which Placement refuses while the provider is reserved whole).
+#[test]
+fn a_one_time_use_device_is_cleaned_by_lowering_its_reservation_once_seen() {
+    let mut t = placement_tracker();
+    let nvme_addr = addr("0000:01:00.0");
+    let nvme_rp = provider(&t, "0000:01:00.0");
+    let from_placement = || {
+        let mut r = nvme();
+        r.rp_uuids = vec![nvme_rp];
+        r
+    };
+    claim(&mut t, 1, req(flavor(1, 1, 512, 1, &[]), vec![nvme()])).unwrap();
+    t.abort(&uuid(1)).unwrap();
+    // Reserved after use, its reservation never seen in Placement: a lowered (never raised)
+    // reservation is not a clean, and an allocation there is not one either.
+    let whole = |w: bool| std::collections::BTreeMap::from([(nvme_addr, w)]);
+    let (_, released) = t.note_one_time_use_reservations(&whole(false));
+    assert!(released.is_empty());
+    assert_eq!(t.state().devices[&nvme_addr].status, DeviceStatus::Reserved);
+    assert!(matches!(
+        claim(
+            &mut t,
+            2,
+            req(flavor(1, 1, 512, 1, &[]), vec![from_placement()])
+        ),
+        Err(ClaimError::Refused(_))
+    ));
+    assert_eq!(t.one_time_used(), [nvme_addr].into());
+    // Seen reserved whole: from now on Placement's reserved is the operator's.
+    let in_pools = |t: &Tracker| t.pools().iter().any(|p| p.key.vendor_id == "144d");
+    assert!(!in_pools(&t));
+    let (changes, _) = t.note_one_time_use_reservations(&whole(true));
+    assert!(
+        changes.devices[&nvme_addr]
+            .as_ref()
+            .unwrap()
+            .reservation_seen
+    );
+    assert!(t.one_time_used().is_empty());
+    assert_eq!(t.one_time_kept(), [nvme_addr].into());
+    // Placement holds the reservation now: the pools show the device, as Nova's do.
+    assert!(in_pools(&t));
+    // A claim not allocated from its provider is still refused...
+    assert!(matches!(
+        claim(&mut t, 2, req(flavor(1, 1, 512, 1, &[]), vec![nvme()])),
+        Err(ClaimError::Refused(_))
+    ));
+    // ... one Placement allocated there proves the reservation was lowered: it is cleaned and
+    // claimed in one commit, its new reservation not yet seen.
+    let o = claim(
+        &mut t,
+        2,
+        req(flavor(1, 1, 512, 1, &[]), vec![from_placement()]),
+    )
+    .unwrap();
+    assert_eq!(taken(&o), ["0000:01:00.0"]);
+    let d = &t.state().devices[&nvme_addr];
+    assert_eq!(d.status, DeviceStatus::Allocated);
+    assert!(!d.reservation_seen);
+    assert_eq!(t.one_time_used(), [nvme_addr].into());
+    // Used again and freed; a report finds the reservation, then finds it lowered: cleaned.
+    t.note_one_time_use_reservations(&whole(true));
+    t.abort(&uuid(2)).unwrap();
+    assert_eq!(t.state().devices[&nvme_addr].status, DeviceStatus::Reserved);
+    let (changes, released) = t.note_one_time_use_reservations(&whole(false));
+    assert_eq!(released, [nvme_addr]);
+    assert_eq!(
+        changes.devices[&nvme_addr].as_ref().unwrap().status,
+        DeviceStatus::Available
+    );
+    assert!(t.one_time_used().is_empty() && t.one_time_kept().is_empty());
+    claim(&mut t, 3, req(flavor(1, 1, 512, 1, &[]), vec![nvme()])).unwrap();
+    // In use, a lowered reservation is no release.
+    t.note_one_time_use_reservations(&whole(true));
+    let (_, released) = t.note_one_time_use_reservations(&whole(false));
+    assert!(released.is_empty());
+    assert_eq!(
+        t.state().devices[&nvme_addr].status,
+        DeviceStatus::Allocated
+    );
+}
+
 #[test]
 fn one_time_use_needs_pci_in_placement() {
     let text = PLACEMENT.replace("report_in_placement = true", "report_in_placement = false");

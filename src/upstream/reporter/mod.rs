@@ -32,7 +32,7 @@ mod write;
 use crate::config::upstream::PlacementSettings;
 use crate::upstream::api::{PlacementApi, RequestCounts};
 use crate::upstream::backoff::{conflict_pause, Backoff};
-use crate::upstream::desired::DesiredState;
+use crate::upstream::desired::{DesiredState, ProviderRole};
 use crate::upstream::plan::{plan, Action, CachedProvider, ProviderCache};
 use crate::upstream::UpstreamError;
 
@@ -91,6 +91,40 @@ pub struct ReportOutcome {
     pub reshaped: Vec<String>,
     /// What reconciliation found, when this report read Placement again (a refresh).
     pub drift: Option<drift::DriftReport>,
+    /// Each one-time-use PCI provider, by the device's address: whether Placement holds it
+    /// reserved whole after this cycle (as far as the cache knows). The caller tells the
+    /// tracker, which takes a whole reservation it sees as written, and a lowered one as an
+    /// operator's clean.
+    pub one_time_use_reserved: BTreeMap<crate::probes::pci::PciAddress, bool>,
+}
+
+/// Whether each one-time-use PCI provider of `desired` is reserved whole in `cache`.
+fn one_time_use_reserved(
+    desired: &DesiredState,
+    cache: &ProviderCache,
+) -> BTreeMap<crate::probes::pci::PciAddress, bool> {
+    desired
+        .providers
+        .iter()
+        .filter(|p| {
+            p.traits
+                .contains(crate::inventory::traits::HW_PCI_ONE_TIME_USE)
+        })
+        .filter_map(|p| match p.role {
+            ProviderRole::Pci { address } => Some((address, p)),
+            _ => None,
+        })
+        .map(|(address, p)| {
+            let whole = cache.providers.get(&p.uuid).is_some_and(|c| {
+                p.inventories.keys().all(|class| {
+                    c.inventories
+                        .get(class)
+                        .is_some_and(|r| r.total > 0 && r.reserved >= r.total)
+                })
+            });
+            (address, whole)
+        })
+        .collect()
 }
 
 /// Why applying a plan stopped.
@@ -305,6 +339,7 @@ impl<P: PlacementApi> Reporter<P> {
         if let Some(found) = found {
             outcome.drift = Some(self.judge_drift(desired, found));
         }
+        outcome.one_time_use_reserved = one_time_use_reserved(desired, &self.cache);
         let classes = reshape::classes_to_reshape(desired, &self.cache);
         if !classes.is_empty() {
             self.reshape(desired, &classes, outcome).await?;
