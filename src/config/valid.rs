@@ -74,14 +74,16 @@ impl Default for Resources {
         // The defaults of an empty file; validate() of an empty Config gives the same.
         Resources {
             reserved_host_cpus: 0,
-            reserved_host_memory_mb: 512,
+            reserved_host_memory_mb: super::sections::DEFAULT_RESERVED_HOST_MEMORY_MB,
             reserved_host_disk_mb: 0,
             cpu_allocation_ratio: None,
             ram_allocation_ratio: None,
             disk_allocation_ratio: None,
-            initial_cpu_allocation_ratio: 4.0,
-            initial_ram_allocation_ratio: 1.0,
-            initial_disk_allocation_ratio: 1.0,
+            initial_cpu_allocation_ratio: super::sections::DEFAULT_INITIAL_CPU_ALLOCATION_RATIO,
+            initial_ram_allocation_ratio:
+                super::sections::DEFAULT_INITIAL_RAM_DISK_ALLOCATION_RATIO,
+            initial_disk_allocation_ratio:
+                super::sections::DEFAULT_INITIAL_RAM_DISK_ALLOCATION_RATIO,
             cpu_dedicated_set: None,
             cpu_shared_set: None,
             vcpu_pin_set: None,

@@ -17,6 +17,7 @@
 //! is changed: operations get [`ServiceError::Unavailable`] and `/healthz` says why.
 
 mod in_flight;
+mod placement;
 mod writer;
 
 use std::collections::{BTreeSet, HashMap};
@@ -409,58 +410,6 @@ impl TrackerService {
         self.mutate(Subject::Instances(&uuids), |t| {
             t.adopt(adoptees, problems, now, apply)
         })
-    }
-
-    /// Releases a one-time-use PCI device reserved after use.
-    pub fn release_pci_device(
-        &self,
-        address: &crate::probes::pci::PciAddress,
-    ) -> Result<(), ServiceError> {
-        self.mutate(Subject::Host, |t| {
-            t.release_device(address).map(|c| ((), c))
-        })
-    }
-
-    /// Tells the tracker what Placement holds for one-time-use devices' providers (see
-    /// [`Tracker::note_one_time_use_reservations`]); the devices an operator cleaned there.
-    pub fn note_one_time_use_reservations(
-        &self,
-        reserved_whole: &std::collections::BTreeMap<crate::probes::pci::PciAddress, bool>,
-    ) -> Result<Vec<crate::probes::pci::PciAddress>, ServiceError> {
-        if reserved_whole.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.mutate(Subject::Host, |t| {
-            let (changes, released) = t.note_one_time_use_reservations(reserved_whole);
-            Ok((released, changes))
-        })
-    }
-
-    /// Keeps the uuids of PCI providers adopted from Placement (see
-    /// [`Tracker::adopt_pci_providers`]).
-    pub fn adopt_pci_providers(
-        &self,
-        adopted: &std::collections::BTreeMap<crate::probes::pci::PciAddress, uuid::Uuid>,
-    ) -> Result<(), ServiceError> {
-        self.mutate(Subject::Host, |t| Ok(((), t.adopt_pci_providers(adopted))))
-    }
-
-    /// Forgets released consumers whose part Placement no longer holds (see
-    /// [`Tracker::forget_released`]).
-    pub fn forget_released(&self, done: &[(uuid::Uuid, i64)]) -> Result<(), ServiceError> {
-        if done.is_empty() {
-            return Ok(());
-        }
-        self.mutate(Subject::Host, |t| Ok(((), t.forget_released(done))))
-    }
-
-    /// Tells the tracker which vGPU and encryption providers nova-compute created (see
-    /// [`Tracker::adopt_nested_providers`]): not stored, found again at every report.
-    pub fn adopt_nested_providers(
-        &self,
-        adopted: &std::collections::BTreeMap<uuid::Uuid, uuid::Uuid>,
-    ) {
-        self.working.lock().adopt_nested_providers(adopted);
     }
 
     /// Replaces the settings (configuration reload) in both views.

@@ -235,6 +235,75 @@ pub struct ReportInputs {
     pub held_unreported: BTreeMap<PciAddress, crate::tracker::pci::providers::ProviderGroup>,
 }
 
+/// The compute node's own inventories, with Nova's ratio precedence per class.
+fn root_inventories(view: &HostView, config: &ValidConfig) -> BTreeMap<String, DesiredInventory> {
+    let res = &config.resources;
+    let rule = |r: &crate::inventory::resources::ResourceInventory| match r.class {
+        ResourceClass::Vcpu => res.cpu_allocation_ratio.map_or(
+            RatioRule::InitialOrKeep(res.initial_cpu_allocation_ratio),
+            RatioRule::Fixed,
+        ),
+        ResourceClass::MemoryMb => res.ram_allocation_ratio.map_or(
+            RatioRule::InitialOrKeep(res.initial_ram_allocation_ratio),
+            RatioRule::Fixed,
+        ),
+        ResourceClass::DiskGb => res.disk_allocation_ratio.map_or(
+            RatioRule::InitialOrKeep(res.initial_disk_allocation_ratio),
+            RatioRule::Fixed,
+        ),
+        ResourceClass::Pcpu => RatioRule::Fixed(1.0),
+        _ => RatioRule::Fixed(r.allocation_ratio),
+    };
+    view.node_inventory
+        .values()
+        .map(|r| {
+            (
+                r.class.as_str().to_string(),
+                DesiredInventory {
+                    total: r.total,
+                    reserved: r.reserved,
+                    min_unit: r.min_unit,
+                    max_unit: r.max_unit,
+                    step_size: r.step_size,
+                    ratio: rule(r),
+                    floor_at_usage: false,
+                    reserved_kept: false,
+                },
+            )
+        })
+        .collect()
+}
+
+/// The compute node's traits: Nova's fixed ones, the host's CPU and architecture traits,
+/// remote-managed ports, and `COMPUTE_STATUS_DISABLED` when the service is disabled.
+fn root_traits(
+    view: &HostView,
+    service_disabled: bool,
+    warnings: &mut Vec<String>,
+) -> BTreeSet<String> {
+    let inv = &*view.host;
+    let mut root_traits = BTreeSet::from([
+        traits::COMPUTE_NODE.to_string(),
+        traits::OWNER_NOVA.to_string(),
+        traits::COMPUTE_SOCKET_PCI_NUMA_AFFINITY.to_string(),
+    ]);
+    if view
+        .tracked
+        .values()
+        .any(|d| d.tags.get("remote_managed").map(String::as_str) == Some("true"))
+    {
+        root_traits.insert(traits::COMPUTE_REMOTE_MANAGED_PORTS.to_string());
+    }
+    root_traits.extend(arch_and_cpu_traits(inv, warnings));
+    if inv.cpu.smt {
+        root_traits.insert(traits::HW_CPU_HYPERTHREADING.to_string());
+    }
+    if service_disabled {
+        root_traits.insert(traits::COMPUTE_STATUS_DISABLED.to_string());
+    }
+    root_traits
+}
+
 /// The architecture's trait and, on x86, the CPU flags' and address-space traits.
 fn arch_and_cpu_traits(
     inv: &crate::probes::HostInventory,
@@ -328,63 +397,11 @@ impl DesiredState {
         let mut warnings = Vec::new();
 
         // ---- compute node
-        let rule = |r: &crate::inventory::resources::ResourceInventory| match r.class {
-            ResourceClass::Vcpu => res.cpu_allocation_ratio.map_or(
-                RatioRule::InitialOrKeep(res.initial_cpu_allocation_ratio),
-                RatioRule::Fixed,
-            ),
-            ResourceClass::MemoryMb => res.ram_allocation_ratio.map_or(
-                RatioRule::InitialOrKeep(res.initial_ram_allocation_ratio),
-                RatioRule::Fixed,
-            ),
-            ResourceClass::DiskGb => res.disk_allocation_ratio.map_or(
-                RatioRule::InitialOrKeep(res.initial_disk_allocation_ratio),
-                RatioRule::Fixed,
-            ),
-            ResourceClass::Pcpu => RatioRule::Fixed(1.0),
-            _ => RatioRule::Fixed(r.allocation_ratio),
-        };
-        let mut root_inventories: BTreeMap<String, DesiredInventory> = view
-            .node_inventory
-            .values()
-            .map(|r| {
-                (
-                    r.class.as_str().to_string(),
-                    DesiredInventory {
-                        total: r.total,
-                        reserved: r.reserved,
-                        min_unit: r.min_unit,
-                        max_unit: r.max_unit,
-                        step_size: r.step_size,
-                        ratio: rule(r),
-                        floor_at_usage: false,
-                        reserved_kept: false,
-                    },
-                )
-            })
-            .collect();
         // vPMEM: the classes of its namespaces, on the compute node as Nova reports them.
         let pmem = pmem_inventories(view, consumers);
+        let mut root_inventories = root_inventories(view, config);
         root_inventories.extend(pmem.values().cloned());
-        let mut root_traits = BTreeSet::from([
-            traits::COMPUTE_NODE.to_string(),
-            traits::OWNER_NOVA.to_string(),
-            traits::COMPUTE_SOCKET_PCI_NUMA_AFFINITY.to_string(),
-        ]);
-        if view
-            .tracked
-            .values()
-            .any(|d| d.tags.get("remote_managed").map(String::as_str) == Some("true"))
-        {
-            root_traits.insert(traits::COMPUTE_REMOTE_MANAGED_PORTS.to_string());
-        }
-        root_traits.extend(arch_and_cpu_traits(inv, &mut warnings));
-        if inv.cpu.smt {
-            root_traits.insert(traits::HW_CPU_HYPERTHREADING.to_string());
-        }
-        if service_disabled {
-            root_traits.insert(traits::COMPUTE_STATUS_DISABLED.to_string());
-        }
+        let mut root_traits = root_traits(view, service_disabled, &mut warnings);
         let owned_traits = root_trait_owner(config, &mut root_traits);
         let mut providers = vec![DesiredProvider {
             uuid: node_uuid,
@@ -403,12 +420,12 @@ impl DesiredState {
             warnings.extend(view.pci_provider_warnings.iter().cloned());
             let children = pci_children(view, node_uuid, hypervisor_hostname, consumers, pci);
             providers.extend(children.providers);
-            for r in &children.raised {
-                warnings.push(format!(
+            warnings.extend(children.raised.iter().map(|r| {
+                format!(
                     "PCI provider {}: instances hold {} {} there, more than the {} the device specs report; the total is kept at what is held until they are freed",
                     r.provider, r.total, r.class, r.reported
-                ));
-            }
+                )
+            }));
             (children.device_provider, children.raised)
         } else {
             (BTreeMap::new(), Vec::new())
