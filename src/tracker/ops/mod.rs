@@ -21,6 +21,7 @@ pub mod attach;
 pub mod audit;
 pub mod claim;
 pub mod instance;
+mod move_claim;
 pub mod moves;
 mod nested;
 pub mod numa;
