@@ -9,6 +9,7 @@
 pub mod audit;
 pub mod config_file;
 pub mod identity;
+mod lifecycle;
 pub mod logging;
 pub mod once;
 pub mod report;

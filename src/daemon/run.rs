@@ -15,26 +15,22 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{watch, Notify};
 
 use super::audit::{self, Auditor};
 use super::config_file::{self, LoadedConfig, Overrides};
+use super::lifecycle::{self, Signals};
 use super::logging::LogHandle;
 use super::{socket, systemd};
 use crate::api::metrics::Metrics;
 use crate::api::peer::Access;
 use crate::api::shared::DaemonState;
-use crate::api::{self, Limits};
 use crate::config::diff;
 use crate::service::TrackerService;
 use crate::store::lock::StateDirLock;
 use crate::store::node_id;
 use crate::tracker::model::HostNames;
 use crate::tracker::state::TrackerSettings;
-
-/// How long SIGTERM waits for in-flight requests before closing connections.
-const DRAIN_LIMIT: Duration = Duration::from_secs(5);
 
 /// The daemon's inputs from the command line.
 #[derive(Debug, Clone)]
@@ -96,49 +92,15 @@ async fn main_loop(
 ) -> anyhow::Result<()> {
     let started = Instant::now();
     let cfg = loaded.valid.clone();
-    let state_dir = config_file::state_dir(&cfg);
-    std::fs::create_dir_all(&state_dir).map_err(|e| {
-        anyhow::anyhow!(
-            "{}: cannot create the state directory: {e}",
-            state_dir.display()
-        )
-    })?;
-    // Held until the daemon exits: a second daemon on this directory would hand out the same
-    // devices twice.
-    let _state_lock = StateDirLock::acquire(&state_dir)?;
-
+    // The lock is held until the daemon exits: a second daemon on this directory would hand
+    // out the same devices twice.
+    let (state_dir, _state_lock) = lock_state_dir(&cfg)?;
     // Signals are ours from here on: SIGTERM during startup ends it cleanly, even while the
     // first probe hangs.
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sighup = signal(SignalKind::hangup())?;
-
-    // The first probe must work: without it there is no inventory to claim against. It is
-    // bounded in time like every later one.
-    let probe_cfg = cfg.clone();
-    let limit = audit::time_limit(cfg.audit_interval_s);
+    let mut signals = Signals::take()?;
     let caller_disk = caller_disk_at_start(&cfg, &state_dir);
-    let first_probe = tokio::task::spawn_blocking(move || {
-        audit::probe_with(&probe_cfg, caller_disk).map_err(|e| anyhow::anyhow!("{e}"))
-    });
-    let host = tokio::select! {
-        r = tokio::time::timeout(limit, first_probe) => match r {
-            Ok(joined) => joined??,
-            Err(_) => anyhow::bail!(
-                "the first probe of {} and {} has not finished after {} s (a hung filesystem, or a file that never ends?); nothing was started",
-                cfg.probe_root.sys.display(),
-                cfg.probe_root.proc.display(),
-                limit.as_secs()
-            ),
-        },
-        _ = sigterm.recv() => {
-            tracing::info!("SIGTERM during startup: exiting");
-            return Ok(());
-        }
-        _ = sigint.recv() => {
-            tracing::info!("SIGINT during startup: exiting");
-            return Ok(());
-        }
+    let Some(host) = lifecycle::first_probe(&cfg, caller_disk, &mut signals).await? else {
+        return Ok(());
     };
     for w in config_file::check_against_host(&loaded, &host).map_err(|e| anyhow::anyhow!("{e}"))? {
         tracing::warn!("{w}: nothing offered for it until the host has it");
@@ -148,21 +110,10 @@ async fn main_loop(
     // gives the uuid; SIGTERM meanwhile ends the start.
     let (id, chosen) = tokio::select! {
         r = super::identity::resolve(&state_dir, &cfg, &names) => r?,
-        _ = sigterm.recv() => return Ok(()),
-        _ = sigint.recv() => return Ok(()),
+        _ = signals.term.recv() => return Ok(()),
+        _ = signals.int.recv() => return Ok(()),
     };
-    match &chosen {
-        super::identity::Chosen::Stored => {}
-        super::identity::Chosen::Configured => {
-            tracing::info!(node_uuid = %id.uuid, "compute node uuid from [host] compute_node_uuid")
-        }
-        super::identity::Chosen::Adopted { name } => {
-            tracing::info!(node_uuid = %id.uuid, provider = %name, "taking over the compute node provider nova-compute registered for this host: its uuid is kept as this node's")
-        }
-        super::identity::Chosen::New => {
-            tracing::info!(node_uuid = %id.uuid, "new compute node uuid")
-        }
-    }
+    lifecycle::log_identity(&id, &chosen);
     let settings = settings_for(&cfg, &id, names);
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -206,87 +157,89 @@ async fn main_loop(
     }
 
     audit::release_free_memory();
-    let socket_path = config_file::socket_path(&cfg);
-    let listener = socket::bind(
-        &socket_path,
-        cfg.socket_mode,
-        access.group.as_ref().map(|g| g.0),
-    )?;
-    let limits = Limits {
-        max_body_bytes: usize::try_from(cfg.max_body_bytes).unwrap_or(usize::MAX),
-        timeout: Duration::from_secs(cfg.request_timeout_s),
-    };
     let (stop_tx, stop_rx) = watch::channel(false);
-    let conn_limits = api::server::ConnLimits {
-        max_connections: connection_cap(cfg.max_connections),
-        header_timeout: Duration::from_secs(cfg.header_timeout_s),
-    };
-    let counters = metrics.connections.clone();
-    let server = tokio::spawn(api::server::serve(
-        listener,
-        api::router(state.clone(), limits),
-        conn_limits,
-        counters.clone(),
-        stop_rx.clone(),
-    ));
-    let metrics_server = match cfg.metrics_listen {
-        None => None,
-        Some(addr) => {
-            let l = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-                anyhow::anyhow!("[metrics] listen = \"{addr}\": cannot listen: {e}")
-            })?;
-            tracing::info!(%addr, "metrics listener up");
-            Some(tokio::spawn(api::server::serve(
-                l,
-                api::metrics_router(state.clone()),
-                conn_limits,
-                counters,
-                stop_rx.clone(),
-            )))
-        }
-    };
-
+    let servers = lifecycle::serve(&cfg, &state, &access, &stop_rx).await?;
     let kick = Arc::new(Notify::new());
     // Runs even with nothing to report to: a reload may configure Placement.
-    let reporter = Some(tokio::spawn(super::report::run(
+    let reporter = tokio::spawn(super::report::run(
         state.clone(),
         kick.clone(),
         stop_rx.clone(),
-    )));
-
+    ));
     let ready_status = format!(
         "serving on {}; {} instances, {} PCI devices tracked",
-        socket_path.display(),
+        servers.socket_path.display(),
         service.read(|t| t.state().instances.len()),
         service.read(|t| t.state().devices.len())
     );
     systemd::ready(&ready_status);
-    tracing::info!(socket = %socket_path.display(), seconds = started.elapsed().as_secs_f64(), "rtrackd ready");
+    tracing::info!(socket = %servers.socket_path.display(), seconds = started.elapsed().as_secs_f64(), "rtrackd ready");
 
-    let audit_task = spawn_audits(
-        auditor.clone(),
-        state.clone(),
-        kick.clone(),
-        stop_rx.clone(),
+    let mut tasks = vec![
+        reporter,
+        spawn_audits(
+            auditor.clone(),
+            state.clone(),
+            kick.clone(),
+            stop_rx.clone(),
+        ),
+        spawn_refreshes(state.clone(), auditor.clone()),
+    ];
+    tasks.extend(
+        systemd::watchdog_interval()
+            .map(|every| spawn_watchdog(service.clone(), every, stop_rx.clone())),
     );
-    let refresh_task = spawn_refreshes(state.clone(), auditor.clone());
-    let watchdog_task = systemd::watchdog_interval()
-        .map(|every| spawn_watchdog(service.clone(), every, stop_rx.clone()));
+    let reloads = Reloads {
+        opts: &opts,
+        state: &state,
+        log: &log,
+        socket_path: &servers.socket_path,
+        auditor: &auditor,
+        kick: &kick,
+    };
+    serve_until_stopped(&mut signals, loaded, &reloads).await;
+    lifecycle::drain(&state, service, stop_tx, servers, tasks).await
+}
 
+/// The state directory, created if need be, and its lock.
+fn lock_state_dir(cfg: &crate::config::ValidConfig) -> anyhow::Result<(PathBuf, StateDirLock)> {
+    let state_dir = config_file::state_dir(cfg);
+    std::fs::create_dir_all(&state_dir).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: cannot create the state directory: {e}",
+            state_dir.display()
+        )
+    })?;
+    let lock = StateDirLock::acquire(&state_dir)?;
+    Ok((state_dir, lock))
+}
+
+/// What a SIGHUP reload needs.
+struct Reloads<'a> {
+    opts: &'a DaemonOptions,
+    state: &'a Arc<DaemonState>,
+    log: &'a LogHandle,
+    socket_path: &'a std::path::Path,
+    auditor: &'a Arc<Auditor>,
+    kick: &'a Arc<Notify>,
+}
+
+/// Reloads on SIGHUP until SIGTERM or SIGINT.
+async fn serve_until_stopped(signals: &mut Signals, loaded: LoadedConfig, r: &Reloads<'_>) {
     let mut current = loaded;
     loop {
         tokio::select! {
-            _ = sigterm.recv() => { tracing::info!("SIGTERM: draining"); break; }
-            _ = sigint.recv() => { tracing::info!("SIGINT: draining"); break; }
-            _ = sighup.recv() => {
+            _ = signals.term.recv() => { tracing::info!("SIGTERM: draining"); return; }
+            _ = signals.int.recv() => { tracing::info!("SIGINT: draining"); return; }
+            _ = signals.hup.recv() => {
                 systemd::reloading();
-                match reload(&opts, &current, &state, &log, &socket_path) {
+                match reload(r.opts, &current, r.state, r.log, r.socket_path) {
                     Ok(next) => {
                         current = next;
                         // New device specs or ratios: audit now rather than in a minute.
-                        let auditor = auditor.clone();
-                        let kick = kick.clone();
-                        let limit = audit::time_limit(state.config().audit_interval_s);
+                        let auditor = r.auditor.clone();
+                        let kick = r.kick.clone();
+                        let limit = audit::time_limit(r.state.config().audit_interval_s);
                         tokio::spawn(async move {
                             if auditor.run_once(limit).await.is_ok() {
                                 kick.notify_one();
@@ -302,44 +255,6 @@ async fn main_loop(
             }
         }
     }
-
-    // Drain: stop taking requests, let the ones in flight finish, flush the store.
-    systemd::stopping();
-    let drain_start = Instant::now();
-    state.set_stopping();
-    let _ = stop_tx.send(true);
-    match tokio::time::timeout(DRAIN_LIMIT, server).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::warn!(error = %e, "the API server task failed"),
-        Err(_) => tracing::warn!(
-            limit_s = DRAIN_LIMIT.as_secs(),
-            "requests still running after the drain limit; closing"
-        ),
-    }
-    for t in [
-        Some(audit_task),
-        Some(refresh_task),
-        watchdog_task,
-        reporter,
-        metrics_server.map(|h| {
-            tokio::spawn(async move {
-                let _ = h.await;
-            })
-        }),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        t.abort();
-    }
-    let svc = service.clone();
-    tokio::task::spawn_blocking(move || svc.shutdown()).await?;
-    let _ = std::fs::remove_file(&socket_path);
-    tracing::info!(
-        seconds = drain_start.elapsed().as_secs_f64(),
-        "rtrackd stopped; the store is flushed"
-    );
-    Ok(())
 }
 
 /// The DISK_GB totals kept from the caller (`[host] disk_source = "caller"`). A file that
@@ -576,7 +491,7 @@ const RESERVED_FDS: u64 = 128;
 /// The connection cap that fits the process's descriptor limit. The soft limit is raised to
 /// the hard one first (systemd's default soft limit is 1024); a configured cap that still does
 /// not fit is lowered, with a warning, so that audits and commits always have descriptors.
-fn connection_cap(configured: u64) -> usize {
+pub(super) fn connection_cap(configured: u64) -> usize {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     let soft = match getrlimit(Resource::RLIMIT_NOFILE) {
         Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
