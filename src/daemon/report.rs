@@ -391,13 +391,16 @@ pub async fn run(state: Arc<DaemonState>, kick: Arc<Notify>, mut stop: watch::Re
 /// (a store write: off the async threads), and logs the devices an operator cleaned there.
 pub(super) async fn note_one_time_use(
     state: &std::sync::Arc<DaemonState>,
-    reserved_whole: &std::collections::BTreeMap<crate::probes::pci::PciAddress, bool>,
+    readings: &std::collections::BTreeMap<
+        crate::probes::pci::PciAddress,
+        crate::tracker::pci::devices::OneTimeUseReading,
+    >,
 ) {
-    if reserved_whole.is_empty() {
+    if readings.is_empty() {
         return;
     }
     let st = state.clone();
-    let seen = reserved_whole.clone();
+    let seen = readings.clone();
     let noted =
         tokio::task::spawn_blocking(move || st.service.note_one_time_use_reservations(&seen)).await;
     match noted {

@@ -19,13 +19,16 @@ impl TrackerService {
     /// `Tracker::note_one_time_use_reservations`); the devices an operator cleaned there.
     pub fn note_one_time_use_reservations(
         &self,
-        reserved_whole: &std::collections::BTreeMap<crate::probes::pci::PciAddress, bool>,
+        readings: &std::collections::BTreeMap<
+            crate::probes::pci::PciAddress,
+            crate::tracker::pci::devices::OneTimeUseReading,
+        >,
     ) -> Result<Vec<crate::probes::pci::PciAddress>, ServiceError> {
-        if reserved_whole.is_empty() {
+        if readings.is_empty() {
             return Ok(Vec::new());
         }
         self.mutate(Subject::Host, |t| {
-            let (changes, released) = t.note_one_time_use_reservations(reserved_whole);
+            let (changes, released) = t.note_one_time_use_reservations(readings);
             Ok((released, changes))
         })
     }

@@ -44,7 +44,10 @@ impl OwnedParts {
             .map(|r| r.name.as_str())
             .unwrap_or_default();
         for c in cache.providers.values() {
+            // A provider the report leaves alone (an mdev parent no enabled type applies to)
+            // is not rtrack's to write allocations on either.
             let ours = c.parent == Some(desired.root)
+                && !desired.left_alone.contains(&c.name)
                 && (c.traits.contains(COMPUTE_MANAGED_PCI_DEVICE)
                     || is_nested_provider_name(root_name, &c.name));
             if ours {

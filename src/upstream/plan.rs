@@ -756,8 +756,13 @@ mod tests {
             },
         );
         assert_eq!(plan(&d, &cache), vec![Action::DeleteProvider { uuid: gpu }]);
+        let owns =
+            |d: &DesiredState| crate::upstream::allocations::OwnedParts::of(d, &cache).owns(&gpu);
+        assert!(owns(&d));
         d.left_alone.insert("cmp-1_pci_0000_81_00_0".into());
         assert_eq!(plan(&d, &cache), vec![]);
+        // Nor are allocations on it rtrack's to write.
+        assert!(!owns(&d));
     }
 
     #[test]

@@ -298,6 +298,7 @@ pub async fn create_migration(
     let status = if outcome.existing {
         StatusCode::OK
     } else {
+        report_one_time_use(&state, &outcome).await;
         StatusCode::CREATED
     };
     Ok((status, Json(body)).into_response())

@@ -11,7 +11,7 @@ use super::PoolUsage;
 use crate::probes::pci::PciAddress;
 use crate::tracker::error::ClaimError;
 use crate::tracker::pci::claim::{free_owner, recompute_relatives_in};
-use crate::tracker::pci::devices::{DeviceStatus, TrackedDevice};
+use crate::tracker::pci::devices::{DeviceStatus, OneTimeUseReading, TrackedDevice};
 use crate::tracker::pci::free::Held;
 use crate::tracker::pci::index::PciIndex;
 use crate::tracker::pci::pools::Pool;
@@ -46,7 +46,7 @@ impl Tracker {
             .values()
             .map(|d| match d.status {
                 DeviceStatus::Available => true,
-                DeviceStatus::Reserved => d.reservation_seen,
+                DeviceStatus::Reserved => d.one_time_use() && d.reservation_seen,
                 _ => false,
             })
             .collect();
@@ -225,8 +225,10 @@ impl Tracker {
         &self,
         requests: &[crate::tracker::model::PciRequest],
     ) -> Option<BTreeMap<PciAddress, TrackedDevice>> {
+        // Only requests held to Placement's providers (a port's are not, as in Nova).
         let named: BTreeSet<uuid::Uuid> = requests
             .iter()
+            .filter(|r| r.alias_name.is_some())
             .flat_map(|r| r.rp_uuids.iter().copied())
             .collect();
         if named.is_empty() {
@@ -257,33 +259,39 @@ impl Tracker {
         Some(devices)
     }
 
-    /// What Placement holds for one-time-use devices' providers after a report: whether each
-    /// device's provider is reserved whole. A reservation seen is recorded; a device reserved
-    /// after use whose reservation was seen and is no longer whole was cleaned by an operator,
-    /// Nova's way, and is available again. Returns the changes and the devices released.
+    /// What a report found of one-time-use devices' providers in Placement (read, or written
+    /// this cycle). A whole reservation is taken as rtrack's own seen there while the device is
+    /// in use, or once it is reserved after use when Placement was read and holds no allocation
+    /// there (an allocation made before the reservation landed must not later pass for an
+    /// operator's clean). A device reserved after use whose reservation was seen and which a
+    /// read finds lowered was cleaned by an operator, Nova's way, and is available again.
+    /// Returns the changes and the devices released.
     pub fn note_one_time_use_reservations(
         &mut self,
-        reserved_whole: &BTreeMap<PciAddress, bool>,
+        readings: &BTreeMap<PciAddress, OneTimeUseReading>,
     ) -> (Changes, Vec<PciAddress>) {
         let mut devices = self.state.devices.clone();
         let mut released = Vec::new();
-        for (address, whole) in reserved_whole {
+        for (address, r) in readings {
             let Some(d) = devices.get_mut(address) else {
                 continue;
             };
             if !d.one_time_use() {
                 continue;
             }
-            let held = matches!(
-                d.status,
-                DeviceStatus::Claimed | DeviceStatus::Allocated | DeviceStatus::Reserved
-            );
-            if held && *whole {
-                d.reservation_seen = true;
-            } else if d.status == DeviceStatus::Reserved && d.reservation_seen && !*whole {
-                d.status = DeviceStatus::Available;
-                d.reservation_seen = false;
-                released.push(*address);
+            match d.status {
+                DeviceStatus::Claimed | DeviceStatus::Allocated if r.whole => {
+                    d.reservation_seen = true;
+                }
+                DeviceStatus::Reserved if r.whole && r.read && r.used == 0 => {
+                    d.reservation_seen = true;
+                }
+                DeviceStatus::Reserved if d.reservation_seen && !r.whole && r.read => {
+                    d.status = DeviceStatus::Available;
+                    d.reservation_seen = false;
+                    released.push(*address);
+                }
+                _ => {}
             }
         }
         if !released.is_empty() {

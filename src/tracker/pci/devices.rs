@@ -51,6 +51,18 @@ impl DeviceStatus {
     }
 }
 
+/// What Placement holds for a one-time-use device's provider, as a report read it from
+/// Placement or wrote it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OneTimeUseReading {
+    /// `reserved` is the whole total.
+    pub whole: bool,
+    /// The report re-read Placement (so `used` is current too), not only wrote the inventory.
+    pub read: bool,
+    /// What Placement says is allocated from it.
+    pub used: u64,
+}
+
 /// Who holds a device.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize)]
 pub struct DeviceOwner {

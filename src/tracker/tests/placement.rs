@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::probes::pci::PciAddress;
+use crate::tracker::pci::devices::OneTimeUseReading;
 
 const PLACEMENT: &str = r#"
 [pci]
@@ -332,7 +333,10 @@ fn a_one_time_use_device_is_cleaned_by_lowering_its_reservation_once_seen() {
     t.abort(&uuid(1)).unwrap();
     // Reserved after use, its reservation never seen in Placement: a lowered (never raised)
     // reservation is not a clean, and an allocation there is not one either.
-    let whole = |w: bool| std::collections::BTreeMap::from([(nvme_addr, w)]);
+    let reading = |whole: bool, read: bool, used: u64| {
+        std::collections::BTreeMap::from([(nvme_addr, OneTimeUseReading { whole, read, used })])
+    };
+    let whole = |w: bool| reading(w, true, 0);
     let (_, released) = t.note_one_time_use_reservations(&whole(false));
     assert!(released.is_empty());
     assert_eq!(t.state().devices[&nvme_addr].status, DeviceStatus::Reserved);
@@ -348,6 +352,12 @@ fn a_one_time_use_device_is_cleaned_by_lowering_its_reservation_once_seen() {
     // Seen reserved whole: from now on Placement's reserved is the operator's.
     let in_pools = |t: &Tracker| t.pools().iter().any(|p| p.key.vendor_id == "144d");
     assert!(!in_pools(&t));
+    // A whole reservation only written this cycle (Placement's usages not read), or read with
+    // an allocation on the provider (made before the reservation landed): not taken as seen.
+    for r in [reading(true, false, 0), reading(true, true, 1)] {
+        let (changes, _) = t.note_one_time_use_reservations(&r);
+        assert!(changes.is_empty());
+    }
     let (changes, _) = t.note_one_time_use_reservations(&whole(true));
     assert!(
         changes.devices[&nvme_addr]
@@ -381,6 +391,9 @@ fn a_one_time_use_device_is_cleaned_by_lowering_its_reservation_once_seen() {
     t.note_one_time_use_reservations(&whole(true));
     t.abort(&uuid(2)).unwrap();
     assert_eq!(t.state().devices[&nvme_addr].status, DeviceStatus::Reserved);
+    // A lowered value the cycle did not read (its cache may be old) is no clean.
+    let (_, released) = t.note_one_time_use_reservations(&reading(false, false, 0));
+    assert!(released.is_empty());
     let (changes, released) = t.note_one_time_use_reservations(&whole(false));
     assert_eq!(released, [nvme_addr]);
     assert_eq!(

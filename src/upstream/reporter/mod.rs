@@ -91,18 +91,23 @@ pub struct ReportOutcome {
     pub reshaped: Vec<String>,
     /// What reconciliation found, when this report read Placement again (a refresh).
     pub drift: Option<drift::DriftReport>,
-    /// Each one-time-use PCI provider, by the device's address: whether Placement holds it
-    /// reserved whole after this cycle (as far as the cache knows). The caller tells the
-    /// tracker, which takes a whole reservation it sees as written, and a lowered one as an
-    /// operator's clean.
-    pub one_time_use_reserved: BTreeMap<crate::probes::pci::PciAddress, bool>,
+    /// Each one-time-use PCI provider this cycle read from Placement or wrote, by the device's
+    /// address: what Placement holds (a cached value older than the cycle is left out: an
+    /// operator may have changed it since). The caller tells the tracker, which takes a whole
+    /// reservation it sees as its own written, and a lowered one as an operator's clean.
+    pub one_time_use_reserved: BTreeMap<crate::probes::pci::PciAddress, OneTimeUseReading>,
 }
 
-/// Whether each one-time-use PCI provider of `desired` is reserved whole in `cache`.
-fn one_time_use_reserved(
+pub use crate::tracker::pci::devices::OneTimeUseReading;
+
+fn one_time_use_providers(
     desired: &DesiredState,
-    cache: &ProviderCache,
-) -> BTreeMap<crate::probes::pci::PciAddress, bool> {
+) -> impl Iterator<
+    Item = (
+        crate::probes::pci::PciAddress,
+        &crate::upstream::desired::DesiredProvider,
+    ),
+> {
     desired
         .providers
         .iter()
@@ -114,15 +119,48 @@ fn one_time_use_reserved(
             ProviderRole::Pci { address } => Some((address, p)),
             _ => None,
         })
-        .map(|(address, p)| {
-            let whole = cache.providers.get(&p.uuid).is_some_and(|c| {
-                p.inventories.keys().all(|class| {
-                    c.inventories
-                        .get(class)
-                        .is_some_and(|r| r.total > 0 && r.reserved >= r.total)
-                })
+}
+
+/// The cached generation of each one-time-use provider of `desired`.
+fn one_time_use_generations(desired: &DesiredState, cache: &ProviderCache) -> BTreeMap<Uuid, u64> {
+    one_time_use_providers(desired)
+        .filter_map(|(_, p)| cache.providers.get(&p.uuid).map(|c| (p.uuid, c.generation)))
+        .collect()
+}
+
+/// What `cache` says of each one-time-use provider of `desired` that this cycle re-read
+/// (`refreshed`) or wrote (its generation is no longer the one in `before`).
+fn one_time_use_reserved(
+    desired: &DesiredState,
+    cache: &ProviderCache,
+    before: &BTreeMap<Uuid, u64>,
+    refreshed: bool,
+) -> BTreeMap<crate::probes::pci::PciAddress, OneTimeUseReading> {
+    one_time_use_providers(desired)
+        .filter_map(|(address, p)| {
+            let c = cache.providers.get(&p.uuid)?;
+            let written = before.get(&p.uuid) != Some(&c.generation);
+            if !refreshed && !written {
+                return None;
+            }
+            let whole = p.inventories.keys().all(|class| {
+                c.inventories
+                    .get(class)
+                    .is_some_and(|r| r.total > 0 && r.reserved >= r.total)
             });
-            (address, whole)
+            let used = p
+                .inventories
+                .keys()
+                .map(|class| c.usages.get(class).copied().unwrap_or(0))
+                .sum();
+            Some((
+                address,
+                OneTimeUseReading {
+                    whole,
+                    read: refreshed,
+                    used,
+                },
+            ))
         })
         .collect()
 }
@@ -293,6 +331,9 @@ impl<P: PlacementApi> Reporter<P> {
             (Some(t), Some(every)) => t.elapsed() >= every,
             (Some(_), None) => false,
         };
+        // One-time-use providers' generations before this cycle: a reading is fresh when the
+        // cycle re-read Placement or wrote the provider (its generation moved).
+        let otu_generations = one_time_use_generations(desired, &self.cache);
         if !self.cache_valid || stale {
             self.refresh(desired).await?;
             outcome.refreshed = true;
@@ -339,7 +380,8 @@ impl<P: PlacementApi> Reporter<P> {
         if let Some(found) = found {
             outcome.drift = Some(self.judge_drift(desired, found));
         }
-        outcome.one_time_use_reserved = one_time_use_reserved(desired, &self.cache);
+        outcome.one_time_use_reserved =
+            one_time_use_reserved(desired, &self.cache, &otu_generations, outcome.refreshed);
         let classes = reshape::classes_to_reshape(desired, &self.cache);
         if !classes.is_empty() {
             self.reshape(desired, &classes, outcome).await?;
