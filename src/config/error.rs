@@ -41,6 +41,18 @@ pub enum ConfigError {
     },
 }
 
+impl ConfigError {
+    /// A bad value: the file, the dotted key, the value as written, what is accepted.
+    pub fn value(file: &Path, key: &str, value: String, expected: &str) -> ConfigError {
+        ConfigError::Value {
+            file: file.to_path_buf(),
+            key: key.to_string(),
+            value,
+            expected: expected.to_string(),
+        }
+    }
+}
+
 /// Whether a key (or a line setting one) holds a secret whose value is never shown.
 pub fn is_secret_key(text: &str) -> bool {
     let t = text.to_ascii_lowercase();

@@ -150,12 +150,7 @@ pub fn load_dir(dir: &Path) -> Result<ProviderConfigs, ConfigError> {
 }
 
 fn value_error(file: &Path, key: &str, value: String, expected: &str) -> ConfigError {
-    ConfigError::Value {
-        file: file.to_path_buf(),
-        key: key.to_string(),
-        value,
-        expected: expected.to_string(),
-    }
+    ConfigError::value(file, key, value, expected)
 }
 
 /// A YAML value quoted for a message, bounded.

@@ -29,12 +29,7 @@ pub const DEFAULT_HEADER_TIMEOUT_S: u64 = 10;
 pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
 
 fn value_error(file: &Path, key: &str, value: String, expected: &str) -> ConfigError {
-    ConfigError::Value {
-        file: file.to_path_buf(),
-        key: key.to_string(),
-        value,
-        expected: expected.to_string(),
-    }
+    ConfigError::value(file, key, value, expected)
 }
 
 fn non_negative(file: &Path, key: &str, v: Option<i64>, default: i64) -> Result<i64, ConfigError> {

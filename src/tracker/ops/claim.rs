@@ -105,14 +105,7 @@ impl Tracker {
             claimed_at: now,
         };
         if dry_run {
-            return Ok((
-                ClaimOutcome {
-                    claim,
-                    existing: false,
-                    dry_run: true,
-                },
-                Changes::default(),
-            ));
+            return Ok(ClaimOutcome::would_fit(claim));
         }
         let mut changes = Changes::default();
         self.replace_devices(tested.devices, &mut changes);
@@ -141,14 +134,7 @@ impl Tracker {
                 *used.entry(class.clone()).or_default() += amount;
             }
         }
-        Ok((
-            ClaimOutcome {
-                claim,
-                existing: false,
-                dry_run: false,
-            },
-            changes,
-        ))
+        Ok((ClaimOutcome::granted(claim), changes))
     }
 
     /// Aborts a claim: an instance claim (`abort_instance_claim`: the instance leaves this node

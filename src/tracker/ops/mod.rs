@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 
 use super::model::InstanceRequest;
 use super::numa::FittedTopology;
-use super::state::ClaimRecord;
+use super::state::{Changes, ClaimRecord};
 use crate::objects::compute_node::ComputeNode;
 use crate::objects::Versioned;
 use crate::probes::pci::PciAddress;
@@ -83,6 +83,29 @@ pub struct ClaimOutcome {
     pub existing: bool,
     /// Nothing was claimed: the answer to "would it fit".
     pub dry_run: bool,
+}
+
+impl ClaimOutcome {
+    /// A claim granted now.
+    pub(crate) fn granted(claim: ClaimRecord) -> ClaimOutcome {
+        ClaimOutcome {
+            claim,
+            existing: false,
+            dry_run: false,
+        }
+    }
+
+    /// The answer to "would it fit": `claim` as it would be, nothing changed.
+    pub(crate) fn would_fit(claim: ClaimRecord) -> (ClaimOutcome, Changes) {
+        (
+            ClaimOutcome {
+                claim,
+                existing: false,
+                dry_run: true,
+            },
+            Changes::default(),
+        )
+    }
 }
 
 /// The kind of move.

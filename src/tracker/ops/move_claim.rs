@@ -121,14 +121,7 @@ impl Tracker {
             claimed_at: now,
         };
         if dry_run {
-            return Ok((
-                ClaimOutcome {
-                    claim,
-                    existing: false,
-                    dry_run: true,
-                },
-                Changes::default(),
-            ));
+            return Ok(ClaimOutcome::would_fit(claim));
         }
         let mut changes = Changes::default();
         self.replace_devices(tested.devices, &mut changes);
@@ -138,14 +131,7 @@ impl Tracker {
             self.state.move_claims.insert(r.id, claim.clone());
             changes.move_claims.insert(r.id, Some(claim.clone()));
         }
-        Ok((
-            ClaimOutcome {
-                claim,
-                existing: false,
-                dry_run: false,
-            },
-            changes,
-        ))
+        Ok((ClaimOutcome::granted(claim), changes))
     }
 
     /// The move's parts: who moves, from where to where, of which type, in which states, under
