@@ -327,26 +327,6 @@ fn probe_function(
         w.push(dir, "device directory cannot be opened: device skipped");
         return None;
     };
-    let hex_attr = |name: &str, digits: usize, w: &mut Warnings| -> Option<String> {
-        let raw = sysdir.read_optional(name, w)?;
-        let path = dir.join(name);
-        let expected = format!("a hex value like 0x{}", "0".repeat(digits));
-        // The kernel writes these as `0x` and zero-padded hex digits: anything else (a decimal
-        // `65536`, a sign) is not what sysfs says, and is not guessed at.
-        if !(raw.starts_with("0x") || raw.starts_with("0X")) {
-            w.push(&path, format!("value {} is not {expected}", quoted(&raw)));
-            return None;
-        }
-        let v = parse_hex(&raw, &path, &expected, w)?;
-        if u64::from(v) >= 1u64 << (4 * digits as u32) {
-            w.push(
-                &path,
-                format!("value {} is wider than {digits} hex digits", quoted(&raw)),
-            );
-            return None;
-        }
-        Some(format!("{v:0digits$x}"))
-    };
 
     // `uevent` carries the ids, class and subsystem ids in one file (the kernel fills it from
     // the same struct pci_dev as the attribute files); the attribute files are the fallback for
@@ -358,9 +338,9 @@ fn probe_function(
     let from_ue = |v: Option<u32>, digits: usize| v.map(|v| format!("{v:0digits$x}"));
 
     let mut missing = Vec::new();
-    let vendor_id = from_ue(ue.vendor, 4).or_else(|| hex_attr("vendor", 4, w));
-    let product_id = from_ue(ue.device, 4).or_else(|| hex_attr("device", 4, w));
-    let class = from_ue(ue.class, 6).or_else(|| hex_attr("class", 6, w));
+    let vendor_id = from_ue(ue.vendor, 4).or_else(|| hex_attr(&sysdir, dir, "vendor", 4, w));
+    let product_id = from_ue(ue.device, 4).or_else(|| hex_attr(&sysdir, dir, "device", 4, w));
+    let class = from_ue(ue.class, 6).or_else(|| hex_attr(&sysdir, dir, "class", 6, w));
     for (name, v) in [
         ("vendor", &vendor_id),
         ("device", &product_id),
@@ -381,57 +361,13 @@ fn probe_function(
         return None;
     };
 
-    let subsystem_vendor_id =
-        from_ue(ue.subsystem_vendor, 4).or_else(|| hex_attr("subsystem_vendor", 4, w));
-    let subsystem_product_id =
-        from_ue(ue.subsystem_device, 4).or_else(|| hex_attr("subsystem_device", 4, w));
-    let revision = match sysdir.read_optional("revision", w) {
-        Some(raw) => {
-            let path = dir.join("revision");
-            parse_hex(&raw, &path, "a hex value like 0x00", w)
-                .filter(|v| *v <= 0xff)
-                .map(|v| format!("{v:02x}"))
-        }
-        // Kernels before 4.x have no `revision` file; byte 8 of the config header is the same.
-        None => match read_prefix(&dir.join("config"), 64) {
-            Ok(header) if header.len() > 8 => Some(format!("{:02x}", header[8])),
-            Ok(_) | Err(ReadFailure::Missing) => None,
-            Err(e) => {
-                w.push(&dir.join("config"), format!("header is {e}"));
-                None
-            }
-        },
-    };
+    let subsystem_vendor_id = from_ue(ue.subsystem_vendor, 4)
+        .or_else(|| hex_attr(&sysdir, dir, "subsystem_vendor", 4, w));
+    let subsystem_product_id = from_ue(ue.subsystem_device, 4)
+        .or_else(|| hex_attr(&sysdir, dir, "subsystem_device", 4, w));
+    let revision = revision_of(&sysdir, dir, w);
 
-    let mut numa_node = None;
-    let mut numa_node_source = None;
-    if let Some(raw) = sysdir.read_optional("numa_node", w) {
-        let path = dir.join("numa_node");
-        if let Some(n) = parse_int::<i64>(&raw, &path, "a NUMA node number or -1", w) {
-            if n >= 0 {
-                match u32::try_from(n) {
-                    Ok(n) => {
-                        numa_node = Some(n);
-                        numa_node_source = Some(NumaSource::NumaNode);
-                    }
-                    Err(_) => w.push(&path, format!("NUMA node {n} is out of range")),
-                }
-            }
-        }
-    }
-    if numa_node.is_none() {
-        if let Some(raw) = sysdir.read_optional("local_cpulist", w) {
-            match CpuSet::parse_list(&raw) {
-                Ok(cpus) => {
-                    if let Some(node) = numa.node_holding(&cpus) {
-                        numa_node = Some(node);
-                        numa_node_source = Some(NumaSource::LocalCpulist);
-                    }
-                }
-                Err(e) => w.push(&dir.join("local_cpulist"), format!("not a cpulist: {e}")),
-            }
-        }
-    }
+    let (numa_node, numa_node_source) = numa_of(&sysdir, dir, numa, w);
 
     // `uevent` names the bound driver too (no DRIVER line: unbound); else the `driver` link.
     let driver = if ue.present {
@@ -482,47 +418,8 @@ fn probe_function(
         Vec::new()
     };
 
-    let net_interfaces = match known_netdevs {
-        Some(names) => names,
-        None => {
-            let mut names = Vec::new();
-            for sub in entries
-                .iter()
-                .filter(|e| *e == "net" || e.starts_with("virtio"))
-            {
-                // virtio functions carry their netdev one level down: virtio0/net/eth0.
-                let net = if sub == "net" {
-                    dir.join("net")
-                } else {
-                    dir.join(sub).join("net")
-                };
-                names.extend(list_dir(&net, w).unwrap_or_default());
-            }
-            names
-        }
-    };
-
-    let mut virtfn_links: Vec<(u32, &String)> = entries
-        .iter()
-        .filter_map(|e| {
-            e.strip_prefix("virtfn")
-                .and_then(|n| n.parse().ok())
-                .map(|n| (n, e))
-        })
-        .collect();
-    virtfn_links.sort_unstable_by_key(|(n, _)| *n);
-    let mut virtfns = Vec::with_capacity(virtfn_links.len());
-    for (_, link) in virtfn_links {
-        if let Some(base) = sysdir.link_basename(link, w) {
-            match PciAddress::parse(&base) {
-                Some(a) => virtfns.push(a),
-                None => w.push(
-                    &dir.join(link),
-                    format!("link target {base:?} is not a PCI address"),
-                ),
-            }
-        }
-    }
+    let net_interfaces = known_netdevs.unwrap_or_else(|| function_netdevs(dir, &entries, w));
+    let virtfns = virtfns_of(&sysdir, dir, &entries, w);
 
     let (vendor_name, product_name, class_name) =
         crate::pci_names::pci_names(&vendor_id, &product_id, &class);
@@ -549,6 +446,144 @@ fn probe_function(
         class_name,
         card_serial_number: None,
     })
+}
+
+/// A hex id attribute (`vendor`, `class`, ...) of `digits` hex digits, as the kernel writes it.
+fn hex_attr(
+    sysdir: &SysDir,
+    dir: &Path,
+    name: &str,
+    digits: usize,
+    w: &mut Warnings,
+) -> Option<String> {
+    let raw = sysdir.read_optional(name, w)?;
+    let path = dir.join(name);
+    let expected = format!("a hex value like 0x{}", "0".repeat(digits));
+    // The kernel writes these as `0x` and zero-padded hex digits: anything else (a decimal
+    // `65536`, a sign) is not what sysfs says, and is not guessed at.
+    if !(raw.starts_with("0x") || raw.starts_with("0X")) {
+        w.push(&path, format!("value {} is not {expected}", quoted(&raw)));
+        return None;
+    }
+    let v = parse_hex(&raw, &path, &expected, w)?;
+    if u64::from(v) >= 1u64 << (4 * digits as u32) {
+        w.push(
+            &path,
+            format!("value {} is wider than {digits} hex digits", quoted(&raw)),
+        );
+        return None;
+    }
+    Some(format!("{v:0digits$x}"))
+}
+
+/// The revision: the `revision` file, else byte 8 of the config header.
+fn revision_of(sysdir: &SysDir, dir: &Path, w: &mut Warnings) -> Option<String> {
+    match sysdir.read_optional("revision", w) {
+        Some(raw) => {
+            let path = dir.join("revision");
+            parse_hex(&raw, &path, "a hex value like 0x00", w)
+                .filter(|v| *v <= 0xff)
+                .map(|v| format!("{v:02x}"))
+        }
+        // Kernels before 4.x have no `revision` file; byte 8 of the config header is the same.
+        None => match read_prefix(&dir.join("config"), 64) {
+            Ok(header) if header.len() > 8 => Some(format!("{:02x}", header[8])),
+            Ok(_) | Err(ReadFailure::Missing) => None,
+            Err(e) => {
+                w.push(&dir.join("config"), format!("header is {e}"));
+                None
+            }
+        },
+    }
+}
+
+/// The function's NUMA node: its `numa_node` file, else the cell that holds its `local_cpulist`.
+fn numa_of(
+    sysdir: &SysDir,
+    dir: &Path,
+    numa: &NumaTopology,
+    w: &mut Warnings,
+) -> (Option<u32>, Option<NumaSource>) {
+    let mut numa_node = None;
+    let mut numa_node_source = None;
+    if let Some(raw) = sysdir.read_optional("numa_node", w) {
+        let path = dir.join("numa_node");
+        if let Some(n) = parse_int::<i64>(&raw, &path, "a NUMA node number or -1", w) {
+            if n >= 0 {
+                match u32::try_from(n) {
+                    Ok(n) => {
+                        numa_node = Some(n);
+                        numa_node_source = Some(NumaSource::NumaNode);
+                    }
+                    Err(_) => w.push(&path, format!("NUMA node {n} is out of range")),
+                }
+            }
+        }
+    }
+    if numa_node.is_none() {
+        if let Some(raw) = sysdir.read_optional("local_cpulist", w) {
+            match CpuSet::parse_list(&raw) {
+                Ok(cpus) => {
+                    if let Some(node) = numa.node_holding(&cpus) {
+                        numa_node = Some(node);
+                        numa_node_source = Some(NumaSource::LocalCpulist);
+                    }
+                }
+                Err(e) => w.push(&dir.join("local_cpulist"), format!("not a cpulist: {e}")),
+            }
+        }
+    }
+    (numa_node, numa_node_source)
+}
+
+/// The network interfaces under the function's `net/` (or `virtio<N>/net/`), when the tree has
+/// no `sys/class/net` to say it.
+fn function_netdevs(dir: &Path, entries: &[String], w: &mut Warnings) -> Vec<String> {
+    let mut names = Vec::new();
+    for sub in entries
+        .iter()
+        .filter(|e| *e == "net" || e.starts_with("virtio"))
+    {
+        // virtio functions carry their netdev one level down: virtio0/net/eth0.
+        let net = if sub == "net" {
+            dir.join("net")
+        } else {
+            dir.join(sub).join("net")
+        };
+        names.extend(list_dir(&net, w).unwrap_or_default());
+    }
+    names
+}
+
+/// A PF's VFs, from its `virtfn<N>` links, in N order.
+fn virtfns_of(
+    sysdir: &SysDir,
+    dir: &Path,
+    entries: &[String],
+    w: &mut Warnings,
+) -> Vec<PciAddress> {
+    let mut virtfn_links: Vec<(u32, &String)> = entries
+        .iter()
+        .filter_map(|e| {
+            e.strip_prefix("virtfn")
+                .and_then(|n| n.parse().ok())
+                .map(|n| (n, e))
+        })
+        .collect();
+    virtfn_links.sort_unstable_by_key(|(n, _)| *n);
+    let mut virtfns = Vec::with_capacity(virtfn_links.len());
+    for (_, link) in virtfn_links {
+        if let Some(base) = sysdir.link_basename(link, w) {
+            match PciAddress::parse(&base) {
+                Some(a) => virtfns.push(a),
+                None => w.push(
+                    &dir.join(link),
+                    format!("link target {base:?} is not a PCI address"),
+                ),
+            }
+        }
+    }
+    virtfns
 }
 
 #[cfg(test)]
