@@ -867,3 +867,81 @@ fn the_compute_node_is_taken_over_only_by_its_exact_name_or_uuid() {
     });
     d.kill();
 }
+
+/// nova-compute reserved a one-time-use GPU's provider whole after its instance went (Nova's
+/// mark of a used device, which only an operator lowers), and an operator reserved two VFs of
+/// 5e:00.0's provider. Taking the host over keeps both: rtrack finds the GPU available, keeps
+/// Placement's reservation and reserves the device itself until it is cleaned, and leaves the
+/// operator's `reserved` as it is (Nova never writes it). `rtrackctl pci release` lowers the
+/// GPU's reservation, once.
+#[test]
+fn reservations_nova_and_the_operator_left_survive_the_takeover() {
+    let Some(srv) = server("adopt-reserved") else {
+        return;
+    };
+    let rt = rt();
+    let raw = srv.client();
+    let nova = rt.block_on(nova_tree(&raw));
+    let reserve = |rp: Uuid, class: &str, total: i64, reserved: i64| {
+        let inv = rt.block_on(raw.get(&format!("/resource_providers/{rp}/inventories")));
+        rt.block_on(must(
+            &raw,
+            reqwest::Method::PUT,
+            &format!("/resource_providers/{rp}/inventories"),
+            json!({
+            "resource_provider_generation": inv["resource_provider_generation"],
+            "inventories": {class: {"total": total, "max_unit": total, "reserved": reserved}}}),
+        ));
+    };
+    // The GPU's instance is gone; Nova reserved its one-time-use provider.
+    let (s, v) = rt.block_on(raw.send(
+        reqwest::Method::DELETE,
+        &format!("/allocations/{}", nova.with_gpu),
+        None,
+    ));
+    assert_eq!(s, 204, "{v}");
+    reserve(nova.gpu_rp, GPU_CLASS, 1, 1);
+    reserve(nova.vfio_rp, VF_CLASS, 4, 2);
+    let s = setup();
+    let text = config(&s.root, &s.dir, &srv.url, "").replace(
+        "product_id = \"20b5\"\n",
+        "product_id = \"20b5\"\none_time_use = true\n",
+    );
+    let d = support::Daemon::start_with(Path::new(RTRACKD), &s.dir, &text, &[]);
+    let gpu = || {
+        let (_, devices) = d.call("GET", "/v1/pci-devices", None);
+        devices["pci_devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["address"] == "0000:af:00.0")
+            .unwrap()
+            .clone()
+    };
+    wait("the GPU reserved after the first reports", &mut || {
+        gpu()["status"] == "reserved"
+    });
+    assert!(
+        d.log_text().contains("used before rtrack tracked it"),
+        "{}",
+        d.log_text()
+    );
+    // Several report cycles later Placement still holds both reservations.
+    std::thread::sleep(Duration::from_millis(2500));
+    let reserved = |rp: Uuid, class: &str| {
+        let inv = rt.block_on(raw.get(&format!("/resource_providers/{rp}/inventories")));
+        inv["inventories"][class]["reserved"].as_i64().unwrap()
+    };
+    assert_eq!(reserved(nova.gpu_rp, GPU_CLASS), 1);
+    assert_eq!(reserved(nova.vfio_rp, VF_CLASS), 2);
+    // Released by the operator through rtrack: rtrack lowers it, and it stays lowered.
+    let (code, _, out) = ctl(&d, &["pci", "release", "0000:af:00.0"]);
+    assert_eq!(code, 0, "{out}");
+    wait("the GPU's reservation lowered", &mut || {
+        reserved(nova.gpu_rp, GPU_CLASS) == 0
+    });
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(gpu()["status"], "available");
+    assert_eq!(reserved(nova.gpu_rp, GPU_CLASS), 0);
+    assert_eq!(reserved(nova.vfio_rp, VF_CLASS), 2);
+}

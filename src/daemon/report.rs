@@ -57,6 +57,7 @@ pub(super) fn snapshot(
             held_unreported,
             one_time_used: t.one_time_used(),
             one_time_kept: t.one_time_kept(),
+            one_time_unreserve: t.one_time_unreserve(),
             released: t
                 .state()
                 .released_consumers
@@ -404,9 +405,12 @@ pub(super) async fn note_one_time_use(
     let noted =
         tokio::task::spawn_blocking(move || st.service.note_one_time_use_reservations(&seen)).await;
     match noted {
-        Ok(Ok(released)) => {
-            for a in released {
+        Ok(Ok(noted)) => {
+            for a in noted.cleaned {
                 tracing::info!(target: "rtrack::upstream", device = %a, "one-time-use PCI device cleaned: its provider's reserved was lowered in Placement; it is available again");
+            }
+            for a in noted.found_reserved {
+                tracing::warn!(target: "rtrack::upstream", device = %a, "one-time-use PCI device used before rtrack tracked it: Placement holds its provider reserved whole; kept reserved until cleaned (lower reserved in Placement, or rtrackctl pci release)");
             }
         }
         Ok(Err(e)) => {

@@ -16,20 +16,21 @@ impl TrackerService {
     }
 
     /// Tells the tracker what Placement holds for one-time-use devices' providers (see
-    /// `Tracker::note_one_time_use_reservations`); the devices an operator cleaned there.
+    /// `Tracker::note_one_time_use_reservations`): the devices an operator cleaned there, and
+    /// those found reserved there.
     pub fn note_one_time_use_reservations(
         &self,
         readings: &std::collections::BTreeMap<
             crate::probes::pci::PciAddress,
             crate::tracker::pci::devices::OneTimeUseReading,
         >,
-    ) -> Result<Vec<crate::probes::pci::PciAddress>, ServiceError> {
+    ) -> Result<crate::tracker::pci::devices::OneTimeUseNoted, ServiceError> {
         if readings.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Default::default());
         }
         self.mutate(Subject::Host, |t| {
-            let (changes, released) = t.note_one_time_use_reservations(readings);
-            Ok((released, changes))
+            let (changes, noted) = t.note_one_time_use_reservations(readings);
+            Ok((noted, changes))
         })
     }
 

@@ -294,12 +294,14 @@ pub fn pci_children(
             out.device_provider.insert(*m, (uuid, g.class.clone()));
         }
         // Nova reserves a one-time-use provider's whole inventory once its device is used,
-        // and never lowers it: an operator does, to clean the device.
-        let used_once = |set: &BTreeSet<PciAddress>| g.members.iter().any(|m| set.contains(m));
+        // and never lowers it: an operator does, to clean the device. Otherwise a PCI
+        // provider's `reserved` is the operator's, as in Nova, but after `rtrackctl pci release`.
+        let any_of = |set: &BTreeSet<PciAddress>| g.members.iter().any(|m| set.contains(m));
         let reserved = match g.one_time_use {
-            true if in_use > 0 || used_once(&pci.one_time_used) => Reserved::Whole,
-            true if used_once(&pci.one_time_kept) => Reserved::AsPlacementHolds,
-            _ => Reserved::None,
+            true if in_use > 0 || any_of(&pci.one_time_used) => Reserved::Whole,
+            true if any_of(&pci.one_time_kept) => Reserved::AsPlacementHoldsElseWhole,
+            true if any_of(&pci.one_time_unreserve) => Reserved::None,
+            _ => Reserved::AsPlacementHoldsElseNone,
         };
         out.providers
             .push(pci_provider(g, uuid, name, node_uuid, total, reserved));
@@ -320,12 +322,15 @@ pub struct PciChildren {
 
 /// What a PCI provider's `reserved` is.
 enum Reserved {
-    /// 0.
+    /// 0 (a one-time-use device released by `rtrackctl pci release`).
     None,
     /// The whole total (a one-time-use device in use, or its reservation not yet seen).
     Whole,
-    /// What Placement holds, the whole total if it has no record.
-    AsPlacementHolds,
+    /// What Placement holds, the whole total if it has no record (a one-time-use device
+    /// reserved after use, its reservation seen there).
+    AsPlacementHoldsElseWhole,
+    /// What Placement holds, 0 if it has no record: the operator's.
+    AsPlacementHoldsElseNone,
 }
 
 fn pci_provider(
@@ -346,15 +351,18 @@ fn pci_provider(
             DesiredInventory {
                 total,
                 reserved: match reserved {
-                    Reserved::None => 0,
-                    Reserved::Whole | Reserved::AsPlacementHolds => total,
+                    Reserved::None | Reserved::AsPlacementHoldsElseNone => 0,
+                    Reserved::Whole | Reserved::AsPlacementHoldsElseWhole => total,
                 },
                 min_unit: 1,
                 max_unit: total,
                 step_size: 1,
                 ratio: RatioRule::Fixed(1.0),
                 floor_at_usage: true,
-                reserved_kept: matches!(reserved, Reserved::AsPlacementHolds),
+                reserved_kept: matches!(
+                    reserved,
+                    Reserved::AsPlacementHoldsElseWhole | Reserved::AsPlacementHoldsElseNone
+                ),
             },
         )]),
         owned_classes: None,

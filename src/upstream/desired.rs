@@ -228,6 +228,10 @@ pub struct ReportInputs {
     /// their provider's `reserved` is left as Placement holds it (an operator cleans one by
     /// lowering it, Nova's way).
     pub one_time_kept: BTreeSet<PciAddress>,
+    /// One-time-use devices released by `rtrackctl pci release` whose provider's `reserved`
+    /// rtrack lowers to 0. Every other PCI provider's `reserved` is left as Placement holds it
+    /// (0 on a new one), as Nova leaves it: the operator's.
+    pub one_time_unreserve: BTreeSet<PciAddress>,
     /// Consumers released here, with when (see [`DesiredState::released`]).
     pub released: BTreeMap<Uuid, i64>,
     /// Devices instances hold that no device spec reports any more, by provider address: their
@@ -878,5 +882,46 @@ live_migratable = "no"
             .iter()
             .any(|p| matches!(p.role, ProviderRole::Pci { .. })));
         assert!(d.pci_raised.is_empty());
+    }
+
+    /// A PCI provider's `reserved` is Placement's (the operator's, as in Nova), but for a
+    /// one-time-use device in use (whole), reserved after use (Placement's, whole when new) or
+    /// released by `rtrackctl pci release` (0, written).
+    #[test]
+    fn a_pci_providers_reserved_is_placements_but_where_one_time_use_decides() {
+        let inv = host();
+        let c = config(
+            "[placement]\nendpoint = \"http://x\"\n[pci]\nreport_in_placement = true\n[[pci.device_spec]]\naddress = \"0000:01:00.0\"\none_time_use = true\n",
+        );
+        let view = HostView::of_config(inv, &c);
+        let nvme = PciAddress::parse("0000:01:00.0").unwrap();
+        let reserved = |pci: &ReportInputs| {
+            let d = DesiredState::build_with(&view, &c, Uuid::new_v4(), "cmp-1", false, &[], pci)
+                .unwrap();
+            let p = d
+                .providers
+                .iter()
+                .find(|p| matches!(p.role, ProviderRole::Pci { .. }))
+                .expect("the device's provider");
+            let i = &p.inventories["CUSTOM_PCI_144D_A808"];
+            (i.reserved, i.reserved_kept)
+        };
+        let set = BTreeSet::from([nvme]);
+        assert_eq!(reserved(&ReportInputs::default()), (0, true));
+        let used = ReportInputs {
+            one_time_used: set.clone(),
+            ..Default::default()
+        };
+        assert_eq!(reserved(&used), (1, false));
+        let kept = ReportInputs {
+            one_time_kept: set.clone(),
+            ..Default::default()
+        };
+        assert_eq!(reserved(&kept), (1, true));
+        let unreserve = ReportInputs {
+            one_time_unreserve: set,
+            ..Default::default()
+        };
+        assert_eq!(reserved(&unreserve), (0, false));
     }
 }

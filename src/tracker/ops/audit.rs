@@ -68,6 +68,7 @@ impl Tracker {
                             owner: None,
                             returned: old.returned,
                             reservation_seen: old.reservation_seen,
+                            unreserve_pending: old.unreserve_pending,
                             ..new.clone()
                         };
                         touched.insert(*addr);

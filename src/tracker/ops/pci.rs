@@ -11,7 +11,9 @@ use super::PoolUsage;
 use crate::probes::pci::PciAddress;
 use crate::tracker::error::ClaimError;
 use crate::tracker::pci::claim::{free_owner, recompute_relatives_in};
-use crate::tracker::pci::devices::{DeviceStatus, OneTimeUseReading, TrackedDevice};
+use crate::tracker::pci::devices::{
+    DeviceStatus, OneTimeUseNoted, OneTimeUseReading, TrackedDevice,
+};
 use crate::tracker::pci::free::Held;
 use crate::tracker::pci::index::PciIndex;
 use crate::tracker::pci::pools::Pool;
@@ -175,6 +177,7 @@ impl Tracker {
         if let Some(d) = devices.get_mut(address) {
             d.status = DeviceStatus::Available;
             d.reservation_seen = false;
+            d.unreserve_pending = true;
         }
         recompute_relatives_in(&mut devices);
         let mut changes = Changes::default();
@@ -200,6 +203,17 @@ impl Tracker {
                         _ => false,
                     }
             })
+            .map(|d| d.address)
+            .collect()
+    }
+
+    /// One-time-use devices released by `rtrackctl pci release` whose provider's `reserved`
+    /// rtrack has yet to lower in Placement.
+    pub fn one_time_unreserve(&self) -> BTreeSet<PciAddress> {
+        self.state
+            .devices
+            .values()
+            .filter(|d| d.unreserve_pending && d.status == DeviceStatus::Available)
             .map(|d| d.address)
             .collect()
     }
@@ -264,20 +278,25 @@ impl Tracker {
     /// in use, or once it is reserved after use when Placement was read and holds no allocation
     /// there (an allocation made before the reservation landed must not later pass for an
     /// operator's clean). A device reserved after use whose reservation was seen and which a
-    /// read finds lowered was cleaned by an operator, Nova's way, and is available again.
-    /// Returns the changes and the devices released.
+    /// read finds lowered was cleaned by an operator, Nova's way, and is available again. An
+    /// available device whose provider a read finds reserved whole with nothing allocated was
+    /// used before rtrack tracked it (nova-compute's tracker reserved it, or an operator did):
+    /// it is reserved here too, until cleaned.
     pub fn note_one_time_use_reservations(
         &mut self,
         readings: &BTreeMap<PciAddress, OneTimeUseReading>,
-    ) -> (Changes, Vec<PciAddress>) {
+    ) -> (Changes, OneTimeUseNoted) {
         let mut devices = self.state.devices.clone();
-        let mut released = Vec::new();
+        let mut noted = OneTimeUseNoted::default();
         for (address, r) in readings {
             let Some(d) = devices.get_mut(address) else {
                 continue;
             };
             if !d.one_time_use() {
                 continue;
+            }
+            if !r.whole {
+                d.unreserve_pending = false;
             }
             match d.status {
                 DeviceStatus::Claimed | DeviceStatus::Allocated if r.whole => {
@@ -289,12 +308,19 @@ impl Tracker {
                 DeviceStatus::Reserved if d.reservation_seen && !r.whole && r.read => {
                     d.status = DeviceStatus::Available;
                     d.reservation_seen = false;
-                    released.push(*address);
+                    noted.cleaned.push(*address);
+                }
+                DeviceStatus::Available
+                    if !d.unreserve_pending && r.whole && r.read && r.used == 0 =>
+                {
+                    d.status = DeviceStatus::Reserved;
+                    d.reservation_seen = true;
+                    noted.found_reserved.push(*address);
                 }
                 _ => {}
             }
         }
-        if !released.is_empty() {
+        if !noted.cleaned.is_empty() || !noted.found_reserved.is_empty() {
             recompute_relatives_in(&mut devices);
         }
         let changed: Vec<TrackedDevice> = devices
@@ -305,7 +331,7 @@ impl Tracker {
         if !changed.is_empty() {
             self.replace_devices(Some(changed), &mut changes);
         }
-        (changes, released)
+        (changes, noted)
     }
 
     /// Free PCI devices per NUMA node (Nova orders host cells by them).

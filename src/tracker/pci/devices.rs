@@ -63,6 +63,16 @@ pub struct OneTimeUseReading {
     pub used: u64,
 }
 
+/// What `Tracker::note_one_time_use_reservations` changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OneTimeUseNoted {
+    /// Devices reserved after use that an operator cleaned in Placement: available again.
+    pub cleaned: Vec<PciAddress>,
+    /// Available devices whose provider Placement holds reserved whole with nothing allocated
+    /// (used before rtrack tracked them): reserved until cleaned.
+    pub found_reserved: Vec<PciAddress>,
+}
+
 /// Who holds a device.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize)]
 pub struct DeviceOwner {
@@ -107,6 +117,11 @@ pub struct TrackedDevice {
     /// and an operator lowering it releases the device (Nova's way of cleaning one).
     #[serde(default, skip_serializing_if = "is_false")]
     pub reservation_seen: bool,
+    /// A one-time-use device released by `rtrackctl pci release` whose provider Placement may
+    /// still hold reserved: the next report writes `reserved` 0 there (rtrack otherwise leaves
+    /// a PCI provider's `reserved` as Placement holds it, as Nova does).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub unreserve_pending: bool,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -228,6 +243,7 @@ pub fn select_tracked(probed: &[PciDevice], specs: &[DeviceSpec]) -> Vec<Tracked
                 owner: None,
                 returned: 0,
                 reservation_seen: false,
+                unreserve_pending: false,
             })
         })
         .collect()

@@ -308,7 +308,10 @@ fn a_one_time_use_device_stays_reserved_after_use_until_released() {
         DeviceStatus::Available
     );
     assert!(t.one_time_used().is_empty());
+    // Released by rtrack: its provider's reservation is lowered by rtrack, once.
+    assert_eq!(t.one_time_unreserve(), [nvme_addr].into());
     claim(&mut t, 2, req(flavor(1, 1, 512, 1, &[]), vec![nvme()])).unwrap();
+    assert!(t.one_time_unreserve().is_empty());
     assert!(matches!(
         t.release_device(&addr("0000:99:00.0")),
         Err(ClaimError::NotFound { .. })
@@ -337,8 +340,8 @@ fn a_one_time_use_device_is_cleaned_by_lowering_its_reservation_once_seen() {
         std::collections::BTreeMap::from([(nvme_addr, OneTimeUseReading { whole, read, used })])
     };
     let whole = |w: bool| reading(w, true, 0);
-    let (_, released) = t.note_one_time_use_reservations(&whole(false));
-    assert!(released.is_empty());
+    let (_, noted) = t.note_one_time_use_reservations(&whole(false));
+    assert!(noted.cleaned.is_empty());
     assert_eq!(t.state().devices[&nvme_addr].status, DeviceStatus::Reserved);
     assert!(matches!(
         claim(
@@ -392,10 +395,10 @@ fn a_one_time_use_device_is_cleaned_by_lowering_its_reservation_once_seen() {
     t.abort(&uuid(2)).unwrap();
     assert_eq!(t.state().devices[&nvme_addr].status, DeviceStatus::Reserved);
     // A lowered value the cycle did not read (its cache may be old) is no clean.
-    let (_, released) = t.note_one_time_use_reservations(&reading(false, false, 0));
-    assert!(released.is_empty());
-    let (changes, released) = t.note_one_time_use_reservations(&whole(false));
-    assert_eq!(released, [nvme_addr]);
+    let (_, noted) = t.note_one_time_use_reservations(&reading(false, false, 0));
+    assert!(noted.cleaned.is_empty());
+    let (changes, noted) = t.note_one_time_use_reservations(&whole(false));
+    assert_eq!(noted.cleaned, [nvme_addr]);
     assert_eq!(
         changes.devices[&nvme_addr].as_ref().unwrap().status,
         DeviceStatus::Available
@@ -404,11 +407,63 @@ fn a_one_time_use_device_is_cleaned_by_lowering_its_reservation_once_seen() {
     claim(&mut t, 3, req(flavor(1, 1, 512, 1, &[]), vec![nvme()])).unwrap();
     // In use, a lowered reservation is no release.
     t.note_one_time_use_reservations(&whole(true));
-    let (_, released) = t.note_one_time_use_reservations(&whole(false));
-    assert!(released.is_empty());
+    let (_, noted) = t.note_one_time_use_reservations(&whole(false));
+    assert!(noted.cleaned.is_empty());
     assert_eq!(
         t.state().devices[&nvme_addr].status,
         DeviceStatus::Allocated
+    );
+}
+
+/// Taking over a host from nova-compute: Nova reserved a used one-time-use device's provider
+/// whole and forgot the device. rtrack, which finds it available, keeps Placement's
+/// reservation, and once a report reads it with nothing allocated there the device is reserved
+/// here too, until cleaned. After `rtrackctl pci release` the reservation is lowered once.
+#[test]
+fn a_one_time_use_device_nova_reserved_before_rtrack_stays_reserved() {
+    let mut t = placement_tracker();
+    let nvme_addr = addr("0000:01:00.0");
+    let reading = |whole: bool, read: bool, used: u64| {
+        std::collections::BTreeMap::from([(nvme_addr, OneTimeUseReading { whole, read, used })])
+    };
+    assert_eq!(
+        t.state().devices[&nvme_addr].status,
+        DeviceStatus::Available
+    );
+    assert!(t.one_time_used().is_empty() && t.one_time_unreserve().is_empty());
+    // Only written, or with an allocation there (an instance not yet adopted): no conclusion.
+    for r in [reading(true, false, 0), reading(true, true, 1)] {
+        let (changes, noted) = t.note_one_time_use_reservations(&r);
+        assert!(changes.is_empty() && noted.found_reserved.is_empty());
+    }
+    let (changes, noted) = t.note_one_time_use_reservations(&reading(true, true, 0));
+    assert_eq!(noted.found_reserved, [nvme_addr]);
+    let d = changes.devices[&nvme_addr].as_ref().unwrap();
+    assert_eq!(d.status, DeviceStatus::Reserved);
+    assert!(d.reservation_seen);
+    assert_eq!(t.one_time_kept(), [nvme_addr].into());
+    assert!(matches!(
+        claim(&mut t, 1, req(flavor(1, 1, 512, 1, &[]), vec![nvme()])),
+        Err(ClaimError::Refused(_))
+    ));
+    // Released by rtrack: lowered by rtrack, and a stale whole reading before that write is
+    // not taken as Nova's reservation again.
+    t.release_device(&nvme_addr).unwrap();
+    assert_eq!(t.one_time_unreserve(), [nvme_addr].into());
+    let (changes, _) = t.note_one_time_use_reservations(&reading(true, true, 0));
+    assert!(changes.is_empty());
+    let (changes, noted) = t.note_one_time_use_reservations(&reading(false, false, 0));
+    assert!(noted.cleaned.is_empty() && noted.found_reserved.is_empty());
+    assert!(
+        !changes.devices[&nvme_addr]
+            .as_ref()
+            .unwrap()
+            .unreserve_pending
+    );
+    assert!(t.one_time_unreserve().is_empty());
+    assert_eq!(
+        t.state().devices[&nvme_addr].status,
+        DeviceStatus::Available
     );
 }
 
