@@ -10,7 +10,9 @@
 //!
 //! Target (issue 11): at most 10 ms for the worst fit.
 
-#[path = "../tests/support/mod.rs"]
+// The benches use part of the tests' harness.
+#[allow(dead_code)]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 use std::time::{Duration, Instant};

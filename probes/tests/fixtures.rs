@@ -1,5 +1,5 @@
 //! Per-probe checks on real-machine trees, with values read by hand from the captured files
-//! (the golden reports in `tests/once.rs` cover every field; these pin the ones each probe is
+//! (the golden reports in `tests/it/once.rs` cover every field; these pin the ones each probe is
 //! about).
 
 use rtrack_fixtures::real::{unpack, RealFixture};

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Real Nova 34's answers for Intel TDX, vPMEM and the memory encryption and vPMEM requests of
-flavors and images, for the differential test tests/facts_diff.rs.
+flavors and images, for the differential test tests/it/facts_diff.rs.
 
 Run: target/nova-venv/bin/python tests/interop/facts_diff.py CASES.json
 

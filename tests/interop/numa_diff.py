@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Real Nova 34's answers to NUMA scenarios, for the differential test (tests/numa_diff.rs).
+"""Real Nova 34's answers to NUMA scenarios, for the differential test (tests/it/numa_diff.rs).
 
 Input: a JSON file {"cases": [case, ...]}. A case:
     {"id": "...",

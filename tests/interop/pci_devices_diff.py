@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What real Nova 34's libvirt driver reports for a host's PCI functions, for the differential
-test of rtrack's PCI probe (tests/vdpa_diff.rs): each function's dev_type and parent_addr, vDPA
+test of rtrack's PCI probe (tests/it/vdpa_diff.rs): each function's dev_type and parent_addr, vDPA
 devices included.
 
 Run: target/nova-venv/bin/python tests/interop/pci_devices_diff.py HOSTS.json

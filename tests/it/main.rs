@@ -1,0 +1,41 @@
+//! rtrack's integration tests, in one binary (one link of the crate instead of one per file):
+//! one module per subject, sharing `support` (the daemon, Placement and Keystone harnesses) and
+//! the named NUMA and PCI cases of the differential tests. `cargo test --test it MODULE::` runs
+//! one subject, e.g. `cargo test --test it placement::`.
+
+mod numa_cases;
+mod pci_cases;
+mod support;
+
+mod adoption;
+mod api_fuzz;
+mod chaos;
+mod chaos_placement;
+mod config_paths;
+mod connections;
+mod crash_safety;
+mod daemon;
+mod disk_source;
+mod facts_daemon;
+mod facts_diff;
+mod integrity;
+mod keystone;
+mod monitoring;
+mod nova_interop;
+mod numa_daemon;
+mod numa_diff;
+mod numa_properties;
+mod objects_golden;
+mod once;
+mod packaging;
+mod pci_daemon;
+mod pci_diff;
+mod placement;
+mod placement_facts;
+mod placement_safety;
+mod probe_faults;
+mod schemathesis;
+mod state_dir;
+mod tracker_properties;
+mod vdpa_diff;
+mod vgpu_daemon;

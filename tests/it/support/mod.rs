@@ -1,0 +1,437 @@
+//! A running `rtrackd` for end-to-end tests and benchmarks: a config file, state directory and
+//! socket in a temporary directory, a fixture root, the daemon's log kept in a file.
+
+pub mod placement_server;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use rtrack::cli::client;
+use serde_json::Value;
+
+/// A daemon under test.
+pub struct Daemon {
+    child: Option<Child>,
+    /// The API socket.
+    pub socket: PathBuf,
+    /// The config file.
+    pub config: PathBuf,
+    /// The daemon's stderr.
+    pub log: PathBuf,
+    env: Vec<(String, String)>,
+    binary: PathBuf,
+}
+
+/// The small synthetic host written to a scratch directory, and a directory for a daemon's
+/// config, state, socket and log beside it.
+pub struct Env {
+    _tmp: tempfile::TempDir,
+    /// The fixture root (`root/sys`, `root/proc`).
+    pub root: PathBuf,
+    /// The daemon's directory.
+    pub dir: PathBuf,
+}
+
+/// A new [`Env`].
+pub fn env() -> Env {
+    let tmp = rtrack_fixtures::real::scratch_dir();
+    let root = tmp.path().join("host");
+    rtrack_fixtures::synthetic::SyntheticHost::small().write(&root);
+    let dir = tmp.path().join("d");
+    std::fs::create_dir_all(&dir).unwrap();
+    Env {
+        root,
+        dir,
+        _tmp: tmp,
+    }
+}
+
+/// `binary` started on `e` with the base configuration and `extra` appended.
+pub fn start_on(binary: &Path, e: &Env, extra: &str) -> Daemon {
+    let config = base_config(&e.root, &e.dir) + extra;
+    Daemon::start_with(binary, &e.dir, &config, &[])
+}
+
+/// The base configuration for a fixture root (more sections can be appended).
+pub fn base_config(root: &Path, dir: &Path) -> String {
+    format!(
+        r#"
+[host]
+root = "{root}"
+state_dir = "{dir}/state"
+instances_path = "{dir}"
+hypervisor_hostname = "cmp1"
+host = "cmp1"
+
+[resources]
+cpu_allocation_ratio = 4.0
+ram_allocation_ratio = 1.0
+reserved_host_memory_mb = 512
+
+[[pci.device_spec]]
+vendor_id = "8086"
+product_id = "1889"
+
+[[pci.alias]]
+name = "vf"
+vendor_id = "8086"
+product_id = "1889"
+device_type = "type-VF"
+
+[api]
+socket = "{dir}/run/rtrack.sock"
+"#,
+        root = root.display(),
+        dir = dir.display()
+    )
+}
+
+impl Daemon {
+    /// Writes `config` and starts `binary` with it; waits until the API answers.
+    pub fn start_with(binary: &Path, dir: &Path, config: &str, env: &[(&str, &str)]) -> Daemon {
+        std::fs::create_dir_all(dir).unwrap();
+        let cfg = dir.join("rtrack.toml");
+        std::fs::write(&cfg, config).unwrap();
+        let mut d = Daemon {
+            child: None,
+            socket: dir.join("run/rtrack.sock"),
+            config: cfg,
+            log: dir.join("rtrackd.log"),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            binary: binary.to_path_buf(),
+        };
+        d.spawn();
+        d.wait_ready();
+        d
+    }
+
+    /// Starts the daemon again with the same files.
+    pub fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let mut cmd = Command::new(&self.binary);
+        cmd.arg("--config")
+            .arg(&self.config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("RTRACK_LOG");
+        // A developer's OS_* variables (an openrc sourced) must not change what the daemon
+        // under test reports to: only what the test passes.
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("OS_")) {
+            cmd.env_remove(k);
+        }
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        self.child = Some(cmd.spawn().unwrap());
+    }
+
+    /// Waits until `/healthz` answers 200 (panics with the log after 30 s or if it exits).
+    pub fn wait_ready(&mut self) {
+        let start = Instant::now();
+        loop {
+            if let Ok(r) = client::request(
+                &self.socket,
+                "GET",
+                "/healthz",
+                None,
+                Duration::from_secs(5),
+            ) {
+                if r.status == 200 {
+                    return;
+                }
+            }
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
+                panic!(
+                    "rtrackd exited with {status} before it was ready:\n{}",
+                    self.log_text()
+                );
+            }
+            if start.elapsed() > Duration::from_secs(30) {
+                panic!("rtrackd not ready after 30 s:\n{}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The daemon's pid.
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().map(|c| c.id() as i32).unwrap_or(0)
+    }
+
+    /// One request; the status and the JSON body (Null if none).
+    pub fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        let bytes = body.map(|b| b.to_string().into_bytes());
+        let r = client::request(
+            &self.socket,
+            method,
+            path,
+            bytes.as_deref(),
+            Duration::from_secs(60),
+        )
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}\n{}", self.log_text()));
+        (r.status, r.json().unwrap_or(Value::Null))
+    }
+
+    /// A raw request with a given body and content type.
+    pub fn raw(&self, method: &str, path: &str, content_type: &str, body: &[u8]) -> (u16, Value) {
+        use std::io::{BufReader, Write};
+        let mut s = std::os::unix::net::UnixStream::connect(&self.socket).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        s.write_all(head.as_bytes()).unwrap();
+        // A rejected large body may be cut off by the server: ignore write errors.
+        let _ = s.write_all(body);
+        let r = client::read_response(BufReader::new(s), &self.socket).unwrap();
+        (r.status, r.json().unwrap_or(Value::Null))
+    }
+
+    /// Sends a signal.
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid()), sig).unwrap();
+    }
+
+    /// Waits for the process to exit, at most `limit`.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let start = Instant::now();
+        let child = self.child.as_mut()?;
+        loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                self.child = None;
+                return Some(s);
+            }
+            if start.elapsed() > limit {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// The log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One request to a socket; `None` when the daemon did not answer (gone, killed).
+pub fn try_call(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> Option<(u16, Value)> {
+    let bytes = body.map(|b| b.to_string().into_bytes());
+    client::request(
+        socket,
+        method,
+        path,
+        bytes.as_deref(),
+        Duration::from_secs(30),
+    )
+    .ok()
+    .map(|r| (r.status, r.json().unwrap_or(Value::Null)))
+}
+
+/// A RequestSpec primitive asking for a flavor (and PCI aliases through `pci_passthrough:alias`).
+pub fn request_spec(
+    uuid: &str,
+    flavor_id: i64,
+    vcpus: i64,
+    memory_mb: i64,
+    root_gb: i64,
+    alias: Option<&str>,
+) -> Value {
+    let mut extra = serde_json::Map::new();
+    if let Some(a) = alias {
+        extra.insert("pci_passthrough:alias".into(), a.into());
+    }
+    serde_json::json!({
+        "nova_object.name": "RequestSpec", "nova_object.namespace": "nova",
+        "nova_object.version": "1.14",
+        "nova_object.data": {
+            "instance_uuid": uuid, "project_id": "p1", "user_id": "u1", "num_instances": 1,
+            "flavor": {
+                "nova_object.name": "Flavor", "nova_object.namespace": "nova",
+                "nova_object.version": "1.2",
+                "nova_object.data": {"id": flavor_id, "flavorid": format!("f{flavor_id}"),
+                    "name": format!("f{flavor_id}"), "vcpus": vcpus, "memory_mb": memory_mb,
+                    "root_gb": root_gb, "ephemeral_gb": 0, "swap": 0, "extra_specs": extra}
+            }
+        }
+    })
+}
+
+/// `spec` (a RequestSpec primitive) with an image of these properties (an ImageMetaProps
+/// primitive's data: typed values), as Nova sends it.
+pub fn with_image(mut spec: Value, name: &str, properties: Value) -> Value {
+    spec["nova_object.data"]["image"] = serde_json::json!({
+        "nova_object.name": "ImageMeta", "nova_object.namespace": "nova",
+        "nova_object.version": "1.8",
+        "nova_object.data": {"id": format!("{name}-id"), "name": name, "properties": {
+            "nova_object.name": "ImageMetaProps", "nova_object.namespace": "nova",
+            "nova_object.version": "1.44", "nova_object.data": properties}}});
+    spec
+}
+
+/// A claim body for `alias` (of VFs 8086:1889) whose PCI request `request_id` Placement
+/// allocated from `providers` (one per device), as Nova sends it: the request in
+/// `pci_requests`, one request group `<request_id>-<n>` per device with its provider.
+pub fn mapped_claim(instance: &str, alias: &str, request_id: &str, providers: &[&str]) -> Value {
+    let mut spec = request_spec(
+        instance,
+        1,
+        1,
+        512,
+        1,
+        Some(&format!("{alias}:{}", providers.len())),
+    );
+    let data = spec["nova_object.data"].as_object_mut().unwrap();
+    data.insert(
+        "pci_requests".into(),
+        serde_json::json!({
+        "nova_object.name": "InstancePCIRequests", "nova_object.namespace": "nova",
+        "nova_object.version": "1.1",
+        "nova_object.data": {"instance_uuid": instance, "requests": [{
+            "nova_object.name": "InstancePCIRequest", "nova_object.namespace": "nova",
+            "nova_object.version": "1.4", "nova_object.data": {
+                "count": providers.len(),
+                "spec": [{"vendor_id": "8086", "product_id": "1889", "dev_type": "type-VF"}],
+                "alias_name": alias, "is_new": false, "request_id": request_id}}]}}),
+    );
+    let groups: Vec<Value> = providers
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            serde_json::json!({
+            "nova_object.name": "RequestGroup", "nova_object.namespace": "nova",
+            "nova_object.version": "1.3", "nova_object.data": {
+                "use_same_provider": true, "requester_id": format!("{request_id}-{i}"),
+                "resources": {"CUSTOM_PCI_8086_1889": 1}, "provider_uuids": [p]}})
+        })
+        .collect();
+    data.insert("requested_resources".into(), Value::Array(groups));
+    serde_json::json!({"request_spec": spec})
+}
+
+/// A claim body.
+pub fn claim(uuid: &str, vcpus: i64, memory_mb: i64, root_gb: i64, alias: Option<&str>) -> Value {
+    serde_json::json!({"request_spec": request_spec(uuid, 1, vcpus, memory_mb, root_gb, alias)})
+}
+
+/// A uuid from a number.
+pub fn uuid(n: u64) -> String {
+    format!("00000000-0000-4000-8000-{n:012}")
+}
+
+/// Checks `answer` against `schema` (references resolved in `doc`): every key an object answer
+/// has is documented, and every documented key is there. Hand-written answer schemas would
+/// otherwise drift from what the routes build.
+pub fn check_shape(doc: &Value, schema: &Value, answer: &Value, at: &str) {
+    let schema = match schema.get("$ref").and_then(Value::as_str) {
+        Some(r) => {
+            let name = r.trim_start_matches("#/components/schemas/");
+            &doc["components"]["schemas"][name]
+        }
+        None => schema,
+    };
+    if let Some(all) = schema.get("allOf").and_then(Value::as_array) {
+        if answer.is_null() {
+            return;
+        }
+        for s in all {
+            check_shape(doc, s, answer, at);
+        }
+        return;
+    }
+    if let Some(alternatives) = schema.get("oneOf").and_then(Value::as_array) {
+        if schema.get("properties").is_none() {
+            // One of several shapes: the answer must match one of them.
+            let names: BTreeSet<String> = answer
+                .as_object()
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default();
+            assert!(
+                alternatives.iter().any(|s| {
+                    let s = match s.get("$ref").and_then(Value::as_str) {
+                        Some(r) => {
+                            &doc["components"]["schemas"]
+                                [r.trim_start_matches("#/components/schemas/")]
+                        }
+                        None => s,
+                    };
+                    s["properties"]
+                        .as_object()
+                        .is_some_and(|p| p.keys().cloned().collect::<BTreeSet<_>>() == names)
+                }),
+                "{at}: {answer} matches none of {alternatives:?}"
+            );
+            return;
+        }
+    }
+    match (schema.get("properties").and_then(Value::as_object), answer) {
+        (Some(props), Value::Object(fields)) => {
+            let documented: BTreeSet<&String> = props.keys().collect();
+            let answered: BTreeSet<&String> = fields.keys().collect();
+            // Keys a schema leaves out of its `required` list may be absent; every key answered
+            // must be documented.
+            let required: BTreeSet<&String> = match schema.get("required").and_then(Value::as_array)
+            {
+                Some(r) if props.len() > r.len() => documented
+                    .iter()
+                    .copied()
+                    .filter(|k| r.iter().any(|x| x == k.as_str()))
+                    .collect(),
+                _ => documented.clone(),
+            };
+            assert!(
+                answered.is_subset(&documented) && required.is_subset(&answered),
+                "{at}: answer keys {answered:?} vs documented properties {documented:?} (required {required:?})"
+            );
+            for (k, v) in fields {
+                check_shape(doc, &props[k], v, &format!("{at}.{k}"));
+            }
+        }
+        (None, Value::Object(fields)) => {
+            if let Some(each) = schema.get("additionalProperties").filter(|a| a.is_object()) {
+                for (k, v) in fields {
+                    check_shape(doc, each, v, &format!("{at}.{k}"));
+                }
+            }
+        }
+        (_, Value::Array(items)) => {
+            if let Some(each) = schema.get("items") {
+                for (i, v) in items.iter().enumerate() {
+                    check_shape(doc, each, v, &format!("{at}[{i}]"));
+                }
+            }
+        }
+        _ => {}
+    }
+}
