@@ -23,12 +23,6 @@ fn start(e: &Env, extra: &str) -> Daemon {
     support::start_on(Path::new(RTRACKD), e, extra)
 }
 
-fn used(d: &Daemon, class: &str) -> i64 {
-    let (s, u) = d.call("GET", "/v1/usage", None);
-    assert_eq!(s, 200);
-    u["resources"][class]["used"].as_i64().unwrap()
-}
-
 fn assert_error(v: &Value, code: &str) {
     assert_eq!(v["error"]["code"], code, "{v}");
     assert!(
@@ -107,7 +101,7 @@ fn claims_dry_runs_refusals_and_moves_over_the_api() {
     assert_eq!(v["error"]["details"]["resources"][0]["class"], "MEMORY_MB");
     assert_eq!(v["error"]["details"]["resources"][0]["requested"], 1 << 20);
     assert_eq!(d.call("GET", &format!("/v1/claims/{b}"), None).0, 404);
-    assert_eq!(used(&d, "VCPU"), 2);
+    assert_eq!(d.usage_of("VCPU").0, 2);
 
     // Refused for PCI: the reason names the request and the pools.
     let (s, v) = d.call(
@@ -125,7 +119,7 @@ fn claims_dry_runs_refusals_and_moves_over_the_api() {
         "{v}"
     );
     assert_eq!(d.call("GET", &format!("/v1/claims/{b}"), None).0, 404);
-    assert_eq!(used(&d, "VCPU"), 2);
+    assert_eq!(d.usage_of("VCPU").0, 2);
 
     // Legacy dicts.
     let l = uuid(3);
@@ -139,7 +133,7 @@ fn claims_dry_runs_refusals_and_moves_over_the_api() {
     }});
     let (s, v) = d.call("POST", "/v1/claims", Some(&legacy));
     assert_eq!(s, 201, "{v}");
-    assert_eq!(used(&d, "VCPU"), 3);
+    assert_eq!(d.usage_of("VCPU").0, 3);
 
     // An incoming resize: claimed at once, reverted, then another confirmed.
     let m = uuid(4);
@@ -154,11 +148,11 @@ fn claims_dry_runs_refusals_and_moves_over_the_api() {
     assert_eq!(v["migration"]["status"], "pre-migrating");
     assert_eq!(v["claim"]["pci_devices"].as_array().unwrap().len(), 1);
     let id = v["migration"]["id"].as_i64().unwrap();
-    assert_eq!(used(&d, "VCPU"), 7);
+    assert_eq!(d.usage_of("VCPU").0, 7);
     let (s, v) = d.call("POST", &format!("/v1/migrations/{id}/revert"), None);
     assert_eq!(s, 200, "{v}");
     assert_eq!(v["migration"]["status"], "reverted");
-    assert_eq!(used(&d, "VCPU"), 3);
+    assert_eq!(d.usage_of("VCPU").0, 3);
     assert_eq!(
         d.call("POST", &format!("/v1/migrations/{id}/revert"), None)
             .0,
@@ -191,14 +185,14 @@ fn claims_dry_runs_refusals_and_moves_over_the_api() {
     );
     assert_eq!(s, 200, "{v}");
     assert_eq!(v["instance"]["vm_state"], "active");
-    let before = used(&d, "VCPU");
+    let before = d.usage_of("VCPU").0;
     let (s, _) = d.call(
         "POST",
         &format!("/v1/instances/{l}/state"),
         Some(&json!({"vm_state": "deleted"})),
     );
     assert_eq!(s, 200);
-    assert_eq!(used(&d, "VCPU"), before - 1);
+    assert_eq!(d.usage_of("VCPU").0, before - 1);
 
     // Abort frees the devices; a second abort is 404.
     let (s, v) = d.call("DELETE", &format!("/v1/claims/{a}"), None);

@@ -54,16 +54,6 @@ fn claim_body(instance: &str, extra: &[(&str, &str)], image: Option<Value>) -> V
     json!({"request_spec": spec})
 }
 
-fn used(d: &Daemon, class: &str) -> (i64, i64) {
-    let (s, u) = d.call("GET", "/v1/usage", None);
-    assert_eq!(s, 200, "{u}");
-    let r = &u["resources"][class];
-    (
-        r["used"].as_i64().unwrap_or(-1),
-        r["capacity"].as_i64().unwrap_or(-1),
-    )
-}
-
 fn ok(doc: &Value, path: &str, method: &str, status: &str) -> Value {
     doc["paths"][path][method]["responses"][status]["content"]["application/json"]["schema"].clone()
 }
@@ -99,7 +89,7 @@ fn tdx_contexts_are_claimed_refused_with_novas_reasons_and_freed() {
     let d = Daemon::start_with(Path::new(RTRACKD), &h.dir, &h.config, &[]);
     let (_, doc) = d.call("GET", "/v1/openapi.json", None);
     // The configured count wins over the cgroup's 63, as in Nova's code.
-    assert_eq!(used(&d, "MEM_ENCRYPTION_CONTEXT"), (0, 2));
+    assert_eq!(d.usage_of("MEM_ENCRYPTION_CONTEXT"), (0, 2));
     let (s, inv) = d.call("GET", "/v1/inventory", None);
     assert_eq!(s, 200);
     check_shape(
@@ -148,7 +138,7 @@ fn tdx_contexts_are_claimed_refused_with_novas_reasons_and_freed() {
             format!("request_spec.image.properties.{key}")
         );
     }
-    assert_eq!(used(&d, "MEM_ENCRYPTION_CONTEXT"), (0, 2));
+    assert_eq!(d.usage_of("MEM_ENCRYPTION_CONTEXT"), (0, 2));
 
     // SEV is not offered on this host at all.
     let sev = [("hw:mem_encryption", "true")];
@@ -231,7 +221,7 @@ fn tdx_contexts_are_claimed_refused_with_novas_reasons_and_freed() {
     args[2] = &id;
     let (code, text) = ctl(&d, &args);
     assert_eq!(code, 0, "{text}");
-    assert_eq!(used(&d, "MEM_ENCRYPTION_CONTEXT"), (2, 2));
+    assert_eq!(d.usage_of("MEM_ENCRYPTION_CONTEXT"), (2, 2));
     let other = uuid(6);
     args[2] = &other;
     let (code, text) = ctl(&d, &args);
@@ -260,8 +250,8 @@ fn vpmem_namespaces_are_given_refused_kept_and_freed_as_in_novas_test() {
     let h = host(FactsHost::pmem_host(), VPMEM);
     let mut d = Daemon::start_with(Path::new(RTRACKD), &h.dir, &h.config, &[]);
     let (_, doc) = d.call("GET", "/v1/openapi.json", None);
-    assert_eq!(used(&d, "CUSTOM_PMEM_NAMESPACE_4GB"), (0, 1));
-    assert_eq!(used(&d, "CUSTOM_PMEM_NAMESPACE_SMALL"), (0, 2));
+    assert_eq!(d.usage_of("CUSTOM_PMEM_NAMESPACE_4GB"), (0, 1));
+    assert_eq!(d.usage_of("CUSTOM_PMEM_NAMESPACE_SMALL"), (0, 2));
     let small = [("hw:pmem", "SMALL")];
 
     // test_create_servers_with_vpmem: two SMALL guests, the third refused with Nova's words.
@@ -349,7 +339,7 @@ fn vpmem_namespaces_are_given_refused_kept_and_freed_as_in_novas_test() {
         .find(|l| l.starts_with(&uuid(4)))
         .unwrap_or_else(|| panic!("{text}"));
     assert!(row.contains(" ns_0,ns_1 "), "{text}");
-    assert_eq!(used(&d, "CUSTOM_PMEM_NAMESPACE_SMALL"), (2, 2));
+    assert_eq!(d.usage_of("CUSTOM_PMEM_NAMESPACE_SMALL"), (2, 2));
 
     // test_resize_same_host: a SMALL guest resized to 4GB,SMALL holds its old namespace (the
     // migration's) and new ones until confirmed; refused while no SMALL one is free.
@@ -383,13 +373,13 @@ fn vpmem_namespaces_are_given_refused_kept_and_freed_as_in_novas_test() {
     let (s, v) = d.call("POST", "/v1/migrations", Some(&body));
     assert_eq!(s, 201, "{v}");
     assert_eq!(namespaces(&v["claim"]), ["ns_0", "ns_2"], "{v}");
-    assert_eq!(used(&d, "CUSTOM_PMEM_NAMESPACE_SMALL"), (2, 2));
-    assert_eq!(used(&d, "CUSTOM_PMEM_NAMESPACE_4GB"), (1, 1));
+    assert_eq!(d.usage_of("CUSTOM_PMEM_NAMESPACE_SMALL"), (2, 2));
+    assert_eq!(d.usage_of("CUSTOM_PMEM_NAMESPACE_4GB"), (1, 1));
     let id = v["migration"]["id"].as_i64().unwrap();
     let (s, v) = d.call("POST", &format!("/v1/migrations/{id}/confirm"), None);
     assert_eq!(s, 200, "{v}");
     // Confirmed: the old side's ns_1 is free again, the new ones stay with the guest.
-    assert_eq!(used(&d, "CUSTOM_PMEM_NAMESPACE_SMALL"), (1, 2));
+    assert_eq!(d.usage_of("CUSTOM_PMEM_NAMESPACE_SMALL"), (1, 2));
     let (s, v) = d.call("GET", &format!("/v1/claims/{m}"), None);
     assert_eq!(s, 200, "{v}");
     assert_eq!(namespaces(&v), ["ns_0", "ns_2"], "{v}");

@@ -69,12 +69,6 @@ fn send(
     rx
 }
 
-fn used(d: &Daemon, class: &str) -> i64 {
-    let (s, u) = d.call("GET", "/v1/usage", None);
-    assert_eq!(s, 200, "{u}");
-    u["resources"][class]["used"].as_i64().unwrap_or(0)
-}
-
 #[test]
 fn a_retry_waits_for_the_commit_and_readers_never_see_an_uncommitted_claim() {
     let e = env();
@@ -112,7 +106,7 @@ fn a_retry_waits_for_the_commit_and_readers_never_see_an_uncommitted_claim() {
     );
     let (s, v) = d.call("GET", &format!("/v1/claims/{a}"), None);
     assert_eq!(s, 404, "an uncommitted claim is visible: {v}");
-    assert_eq!(used(&d, "VCPU"), 0, "usage counts an uncommitted claim");
+    assert_eq!(d.usage_of("VCPU").0, 0, "usage counts an uncommitted claim");
     let (s, node) = d.call("GET", "/v1/compute-node", None);
     assert_eq!(s, 200);
     assert_eq!(node["nova_object.data"]["vcpus_used"], 0, "{node}");
@@ -132,7 +126,7 @@ fn a_retry_waits_for_the_commit_and_readers_never_see_an_uncommitted_claim() {
     assert_eq!(s1, 201, "{v1}");
     assert_eq!(s2, 200, "{v2}");
     assert_eq!(v2["existing"], true, "{v2}");
-    assert_eq!(used(&d, "VCPU"), 2);
+    assert_eq!(d.usage_of("VCPU").0, 2);
 
     // Both answers are durable.
     d.kill();
@@ -252,7 +246,7 @@ fn a_failed_commit_leaves_nothing_in_memory_and_nothing_is_served_from_it() {
     assert!(code == "store_failed" || code == "store_unavailable", "{v}");
     let (s, v) = d.call("GET", &format!("/v1/claims/{a}"), None);
     assert_eq!(s, 404, "a claim whose commit failed is served: {v}");
-    assert_eq!(used(&d, "VCPU"), 0);
+    assert_eq!(d.usage_of("VCPU").0, 0);
     // A retry while the store is still locked is refused, never "existing".
     let (s, v) = d.call("POST", "/v1/claims", Some(&body));
     assert!(s >= 500, "{s} {v}");
@@ -277,7 +271,7 @@ fn a_failed_commit_leaves_nothing_in_memory_and_nothing_is_served_from_it() {
     d.wait_ready();
     let (s, v) = d.call("GET", &format!("/v1/claims/{a}"), None);
     assert_eq!(s, 200, "{v}");
-    assert_eq!(used(&d, "VCPU"), 2);
+    assert_eq!(d.usage_of("VCPU").0, 2);
 }
 
 fn migration(uuid: &str, vcpus: i64, vm_state: &str, task_state: Option<&str>) -> Value {
@@ -344,7 +338,7 @@ fn moves_that_nova_would_not_count_are_refused_and_unknown_states_are_400() {
             "{v}"
         );
     }
-    assert_eq!(used(&d, "VCPU"), 0, "refused moves hold nothing");
+    assert_eq!(d.usage_of("VCPU").0, 0, "refused moves hold nothing");
 
     // A granted move is counted from the moment it is granted.
     let (s, v) = d.call(
@@ -353,7 +347,7 @@ fn moves_that_nova_would_not_count_are_refused_and_unknown_states_are_400() {
         Some(&migration(&uuid(30), 2, "active", Some("resize_prep"))),
     );
     assert_eq!(s, 201, "{v}");
-    assert_eq!(used(&d, "VCPU"), 2);
+    assert_eq!(d.usage_of("VCPU").0, 2);
     // It stops being counted when its instance leaves the resize state...
     let (s, v) = d.call(
         "POST",
@@ -361,7 +355,7 @@ fn moves_that_nova_would_not_count_are_refused_and_unknown_states_are_400() {
         Some(&json!({"task_state": ""})),
     );
     assert_eq!(s, 200, "{v}");
-    assert_eq!(used(&d, "VCPU"), 0);
+    assert_eq!(d.usage_of("VCPU").0, 0);
     // ... and the freed room is claimed by others ...
     for k in 0..capacity / max_unit {
         let body = claim(&uuid(100 + k as u64), max_unit, 512, 1, None);
@@ -376,7 +370,7 @@ fn moves_that_nova_would_not_count_are_refused_and_unknown_states_are_400() {
     );
     assert_eq!(s, 409, "{v}");
     assert_eq!(v["error"]["code"], "claim_refused", "{v}");
-    assert_eq!(used(&d, "VCPU"), capacity, "never over capacity");
+    assert_eq!(d.usage_of("VCPU").0, capacity, "never over capacity");
     // An unknown state in an update is a 400 naming the field.
     let (s, v) = d.call(
         "POST",

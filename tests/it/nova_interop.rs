@@ -8,6 +8,7 @@
 //! reused afterwards. `RTRACK_SKIP_NOVA=1` skips the test explicitly; without it, a missing
 //! python3 is a failure that says what to install.
 
+use crate::support::nova::repo;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -32,31 +33,6 @@ trusted = true
 # everything else that is not a bridge
 "#;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn nova_venv() -> Option<PathBuf> {
-    if std::env::var_os("RTRACK_SKIP_NOVA").is_some() {
-        eprintln!("RTRACK_SKIP_NOVA is set: Nova interop test skipped");
-        return None;
-    }
-    let venv = repo().join("target/nova-venv");
-    let out = Command::new(repo().join("tests/interop/setup-nova-venv.sh"))
-        .arg(&venv)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("cannot run tests/interop/setup-nova-venv.sh: {e}; it needs bash")
-        });
-    assert!(
-        out.status.success(),
-        "setting up the Nova venv failed (set RTRACK_SKIP_NOVA=1 to skip this test explicitly):\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(venv)
-}
-
 fn emit(root: &Path, state: &Path, config: &Path, version: Option<&str>) -> Value {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rtrackd"));
     cmd.args(["--once", "--format", "nova", "--instances-path", "/"])
@@ -80,7 +56,9 @@ fn emit(root: &Path, state: &Path, config: &Path, version: Option<&str>) -> Valu
 
 #[test]
 fn every_primitive_loads_round_trips_and_feeds_novas_scheduler() {
-    let Some(venv) = nova_venv() else { return };
+    let Some(venv) = crate::support::nova::venv("the Nova interop test") else {
+        return;
+    };
     let work = scratch_dir();
     let config = work.path().join("rtrack.toml");
     std::fs::write(&config, CONFIG).unwrap();

@@ -28,8 +28,9 @@
 //!
 //! `RTRACK_SKIP_NOVA=1` skips it explicitly.
 
+use crate::support::nova::repo;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use rtrack::config::Config;
@@ -47,29 +48,6 @@ use serde_json::{json, Value};
 
 use crate::numa_cases;
 use numa_cases::{generate, Case, Step};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn nova_venv() -> Option<PathBuf> {
-    if std::env::var_os("RTRACK_SKIP_NOVA").is_some() {
-        eprintln!("RTRACK_SKIP_NOVA is set: NUMA differential test skipped");
-        return None;
-    }
-    let venv = repo().join("target/nova-venv");
-    let out = Command::new(repo().join("tests/interop/setup-nova-venv.sh"))
-        .arg(&venv)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run tests/interop/setup-nova-venv.sh: {e}"));
-    assert!(
-        out.status.success(),
-        "setting up the Nova venv failed (RTRACK_SKIP_NOVA=1 skips this test):\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(venv)
-}
 
 /// A probe-shaped inventory of explicit cells (no sysfs): what the tracker reads.
 fn inventory(case: &Case) -> HostInventory {
@@ -765,7 +743,9 @@ fn probed(case: &mut Case, fixture: &str) -> HostInventory {
 
 #[test]
 fn numa_fitting_pinning_and_usage_agree_with_nova() {
-    let Some(venv) = nova_venv() else { return };
+    let Some(venv) = crate::support::nova::venv("the NUMA differential test") else {
+        return;
+    };
     let count: usize = std::env::var("RTRACK_NUMA_CASES")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -42,8 +42,9 @@
 //!
 //! `RTRACK_SKIP_NOVA=1` skips it explicitly.
 
+use crate::support::nova::repo;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use rtrack::config::Config;
@@ -63,29 +64,6 @@ use crate::pci_cases;
 use pci_cases::{Case, Op, Rng, Step};
 
 const NODE: &str = "compute1";
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn nova_venv() -> Option<PathBuf> {
-    if std::env::var_os("RTRACK_SKIP_NOVA").is_some() {
-        eprintln!("RTRACK_SKIP_NOVA is set: PCI differential test skipped");
-        return None;
-    }
-    let venv = repo().join("target/nova-venv");
-    let out = Command::new(repo().join("tests/interop/setup-nova-venv.sh"))
-        .arg(&venv)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run tests/interop/setup-nova-venv.sh: {e}"));
-    assert!(
-        out.status.success(),
-        "setting up the Nova venv failed (RTRACK_SKIP_NOVA=1 skips this test):\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(venv)
-}
 
 fn uuid_of(s: &str) -> String {
     uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, s.as_bytes())
@@ -1509,7 +1487,9 @@ fn run_part(cases: &[Case], venv: &Path) -> (Vec<RCase>, Vec<Value>, f64, f64) {
 
 #[test]
 fn pci_claims_pools_and_device_states_agree_with_nova() {
-    let Some(venv) = nova_venv() else { return };
+    let Some(venv) = crate::support::nova::venv("the PCI differential test") else {
+        return;
+    };
     let count: usize = std::env::var("RTRACK_PCI_CASES")
         .ok()
         .and_then(|v| v.parse().ok())

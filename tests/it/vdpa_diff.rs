@@ -11,37 +11,14 @@
 //!
 //! `RTRACK_SKIP_NOVA=1` skips it explicitly.
 
+use crate::support::nova::repo;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::Command;
 
 use rtrack::probes::{probe_host, HostRoot, ProbeOptions};
 use rtrack_fixtures::synthetic::SyntheticPf;
 use rtrack_fixtures::vdpa::{cx6dx, vhost, VdpaHost, VdpaSpec};
 use serde_json::{json, Value};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn nova_venv() -> Option<PathBuf> {
-    if std::env::var_os("RTRACK_SKIP_NOVA").is_some() {
-        eprintln!("RTRACK_SKIP_NOVA is set: vDPA differential test skipped");
-        return None;
-    }
-    let venv = repo().join("target/nova-venv");
-    let out = Command::new(repo().join("tests/interop/setup-nova-venv.sh"))
-        .arg(&venv)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run tests/interop/setup-nova-venv.sh: {e}"));
-    assert!(
-        out.status.success(),
-        "setting up the Nova venv failed (RTRACK_SKIP_NOVA=1 skips this test):\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(venv)
-}
 
 /// `dddd:bb:ss.f` as the numbers the fake libvirt takes.
 fn parts(address: &str) -> Value {
@@ -136,7 +113,9 @@ fn random_host(r: &mut Rng, n: usize) -> VdpaHost {
 
 #[test]
 fn device_types_agree_with_novas_libvirt_driver() {
-    let Some(venv) = nova_venv() else { return };
+    let Some(venv) = crate::support::nova::venv("the vDPA differential test") else {
+        return;
+    };
     let count: usize = std::env::var("RTRACK_VDPA_CASES")
         .ok()
         .and_then(|v| v.parse().ok())

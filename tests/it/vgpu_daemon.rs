@@ -90,13 +90,6 @@ fn ctl_claim(d: &Daemon, instance: &str, extra: &[(&str, &str)]) -> (i32, String
     )
 }
 
-fn used(d: &Daemon, class: &str) -> (i64, i64) {
-    let (s, u) = d.call("GET", "/v1/usage", None);
-    assert_eq!(s, 200, "{u}");
-    let r = &u["resources"][class];
-    (r["used"].as_i64().unwrap(), r["capacity"].as_i64().unwrap())
-}
-
 fn ok(doc: &Value, path: &str, method: &str, status: &str) -> Value {
     doc["paths"][path][method]["responses"][status]["content"]["application/json"]["schema"].clone()
 }
@@ -108,9 +101,9 @@ fn vgpus_contexts_and_custom_classes_are_claimed_refused_and_freed() {
     let d = Daemon::start_with(Path::new(RTRACKD), &h.dir, &h.config, &[]);
     let (_, doc) = d.call("GET", "/v1/openapi.json", None);
     // 84:00.0: 2 existing + 14, 85:00.0: 16; SEV min(410, 2) + SEV-ES 99; one licence.
-    assert_eq!(used(&d, "VGPU"), (0, 32));
-    assert_eq!(used(&d, "MEM_ENCRYPTION_CONTEXT"), (0, 101));
-    assert_eq!(used(&d, "CUSTOM_LICENCE"), (0, 1));
+    assert_eq!(d.usage_of("VGPU"), (0, 32));
+    assert_eq!(d.usage_of("MEM_ENCRYPTION_CONTEXT"), (0, 101));
+    assert_eq!(d.usage_of("CUSTOM_LICENCE"), (0, 1));
 
     // rtrackctl: two vGPUs, the first GPU's two existing mdevs.
     let a = uuid(1);
@@ -169,7 +162,7 @@ fn vgpus_contexts_and_custom_classes_are_claimed_refused_and_freed() {
         Some(&claim_body(&uuid(4), &[("resources:VGPU", "14")])),
     );
     assert_eq!(s, 201, "{v}");
-    assert_eq!(used(&d, "VGPU"), (32, 32));
+    assert_eq!(d.usage_of("VGPU"), (32, 32));
 
     // Full: refused with the class and the numbers, nothing changed.
     let c = uuid(3);
@@ -223,11 +216,11 @@ fn vgpus_contexts_and_custom_classes_are_claimed_refused_and_freed() {
     ];
     let (s, v) = d.call("POST", "/v1/claims", Some(&claim_body(&uuid(13), &es)));
     assert_eq!(s, 201, "{v}");
-    assert_eq!(used(&d, "MEM_ENCRYPTION_CONTEXT"), (3, 101));
+    assert_eq!(d.usage_of("MEM_ENCRYPTION_CONTEXT"), (3, 101));
     // With rtrackctl too: one more SEV-ES context.
     let (code, text) = ctl_claim(&d, &uuid(14), &es);
     assert_eq!(code, 0, "{text}");
-    assert_eq!(used(&d, "MEM_ENCRYPTION_CONTEXT"), (4, 101));
+    assert_eq!(d.usage_of("MEM_ENCRYPTION_CONTEXT"), (4, 101));
 
     // The operator's licence: one, then refused (rtrackctl exits 3 naming the class).
     let lic = [("resources:CUSTOM_LICENCE", "1")];
@@ -249,7 +242,7 @@ fn vgpus_contexts_and_custom_classes_are_claimed_refused_and_freed() {
     // An abort frees the vGPUs and their mdevs: the refused claim fits now and gets one of them.
     let (s, v) = d.call("DELETE", &format!("/v1/claims/{a}"), None);
     assert!((200..300).contains(&s), "{v}");
-    assert_eq!(used(&d, "VGPU"), (30, 32));
+    assert_eq!(d.usage_of("VGPU"), (30, 32));
     let (s, v) = d.call("POST", "/v1/claims", Some(&one));
     assert_eq!(s, 201, "{v}");
     assert_eq!(
@@ -294,7 +287,7 @@ fn vgpus_go_where_placement_put_them_by_the_allocation_or_the_request_groups() {
             .contains(&node.to_string()),
         "{v}"
     );
-    assert_eq!(used(&d, "VGPU"), (2, 32));
+    assert_eq!(d.usage_of("VGPU"), (2, 32));
 }
 
 /// A type no parent offers yet (the vendor driver has not created it) is a warning naming the
@@ -327,7 +320,7 @@ fn a_type_the_host_does_not_offer_yet_is_a_warning_and_offered_once_it_appears()
 
     let d = Daemon::start_with(Path::new(RTRACKD), &h.dir, &h.config, &[]);
     // 84:00.0 offers nvidia-35 (2 existing + 14); 85:00.0 is given to nvidia-37 and has none.
-    assert_eq!(used(&d, "VGPU"), (0, 16));
+    assert_eq!(d.usage_of("VGPU"), (0, 16));
     let tdir = h
         ._tmp
         .path()
@@ -342,5 +335,5 @@ fn a_type_the_host_does_not_offer_yet_is_a_warning_and_offered_once_it_appears()
     }
     let (s, v) = d.call("POST", "/v1/refresh", None);
     assert_eq!(s, 200, "{v}");
-    assert_eq!(used(&d, "VGPU"), (0, 20));
+    assert_eq!(d.usage_of("VGPU"), (0, 20));
 }

@@ -1,6 +1,7 @@
 //! A running `rtrackd` for end-to-end tests and benchmarks: a config file, state directory and
 //! socket in a temporary directory, a fixture root, the daemon's log kept in a file.
 
+pub mod nova;
 pub mod placement_server;
 
 use std::collections::BTreeSet;
@@ -167,6 +168,18 @@ impl Daemon {
     /// The daemon's pid.
     pub fn pid(&self) -> i32 {
         self.child.as_ref().map(|c| c.id() as i32).unwrap_or(0)
+    }
+
+    /// What `GET /v1/usage` says is used of `class` and its capacity (-1 for what it does not
+    /// show).
+    pub fn usage_of(&self, class: &str) -> (i64, i64) {
+        let (s, u) = self.call("GET", "/v1/usage", None);
+        assert_eq!(s, 200, "{u}");
+        let r = &u["resources"][class];
+        (
+            r["used"].as_i64().unwrap_or(-1),
+            r["capacity"].as_i64().unwrap_or(-1),
+        )
     }
 
     /// One request; the status and the JSON body (Null if none).
