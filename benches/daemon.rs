@@ -12,6 +12,8 @@
 //! Targets: idle RSS under 20 MB, no CPU between audits (issue 5); a 2-VF claim at most twice a
 //! plain one at p99, at 1 and 8 clients, with 1,024 and with 4,096 VFs (issue 12).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test or bench: a panic is its failure
+
 // The benches use part of the tests' harness.
 #[allow(dead_code)]
 #[path = "../tests/it/support/mod.rs"]

@@ -10,6 +10,8 @@
 //!
 //! Target (issue 11): at most 10 ms for the worst fit.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test or bench: a panic is its failure
+
 // The benches use part of the tests' harness.
 #[allow(dead_code)]
 #[path = "../tests/it/support/mod.rs"]

@@ -15,6 +15,8 @@
 //! - on the hybrid host, the share of guests with a pin on an efficiency core;
 //! - the fit's cost: mean and worst (target, issue 11: at most 10 ms for the worst fit).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test or bench: a panic is its failure
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 

@@ -14,6 +14,8 @@
 //! requests per cycle at the daemons' default intervals (a report every 60 s, a refresh every
 //! 300 s, for both).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test or bench: a panic is its failure
+
 mod log;
 mod nova;
 

@@ -1,6 +1,8 @@
 //! Full probe of the large synthetic host (8 NUMA nodes, 256 CPUs, 4 PFs x 256 VFs).
 //! Run: `cargo bench -p rtrack-probes`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test or bench: a panic is its failure
+
 use rtrack_fixtures::synthetic::SyntheticHost;
 use rtrack_probes::{probe_host, HostRoot, ProbeOptions};
 

@@ -2,6 +2,8 @@
 //! offline CPUs keep their node from the `node<M>/cpu<N>` links, lose their topology, and
 //! leave their online siblings alone; governors are read only for the CPUs asked for.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test or bench: a panic is its failure
+
 use rtrack_fixtures::power::PowerHost;
 use rtrack_fixtures::real::scratch_dir;
 use rtrack_probes::cpu::OfflineCpu;

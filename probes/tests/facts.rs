@@ -2,6 +2,8 @@
 //! (`facts.rs`): the whole memory encryption state of the TDX host, and every namespace of the
 //! PMEM host as `ndctl list` would show it to Nova.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test or bench: a panic is its failure
+
 use rtrack_fixtures::facts::FactsHost;
 use rtrack_fixtures::real::scratch_dir;
 use rtrack_probes::mem_encryption::MemoryEncryption;

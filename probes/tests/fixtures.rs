@@ -2,6 +2,8 @@
 //! (the golden reports in `tests/it/once.rs` cover every field; these pin the ones each probe is
 //! about).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test or bench: a panic is its failure
+
 use rtrack_fixtures::real::{unpack, RealFixture};
 use rtrack_probes::{probe_host, HostInventory, HostRoot, ProbeOptions};
 

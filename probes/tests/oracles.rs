@@ -6,6 +6,8 @@
 //! Known disagreements are listed in `KNOWN_DISAGREEMENTS` with the reason; each is still
 //! asserted, against the value rtrack is expected to give instead.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test or bench: a panic is its failure
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 

@@ -2,6 +2,8 @@
 //! a PF with no VFs enabled, VFs bound to vfio-pci, VFs crossing a bus boundary, and the large
 //! host.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test or bench: a panic is its failure
+
 use std::collections::BTreeMap;
 
 use rtrack_fixtures::real::scratch_dir;

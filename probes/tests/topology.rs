@@ -3,6 +3,8 @@
 //! host's core types from the per-kind PMUs and its E-core clusters sharing an L2; and the
 //! Xeon-like caches every other generated host has.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test or bench: a panic is its failure
+
 use rtrack_fixtures::real::scratch_dir;
 use rtrack_fixtures::synthetic::SyntheticHost;
 use rtrack_fixtures::topology::TopologyHost;

@@ -2,6 +2,8 @@
 //! `vdpa` device of its PF; a PF with one on a sub-function stays a PF; a device without a
 //! PCI function or a character device is handled as Nova and QEMU see it.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test or bench: a panic is its failure
+
 use std::collections::BTreeMap;
 
 use rtrack_fixtures::real::scratch_dir;

@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::support::eventually;
 use crate::support::placement_server::{server, Raw, Server};
 use rtrack_fixtures::synthetic::{PlainFunction, SyntheticHost};
 use serde_json::{json, Value};
@@ -236,14 +237,6 @@ fn setup() -> Setup {
     }
 }
 
-fn wait(what: &str, f: &mut dyn FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < Duration::from_secs(30), "{what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn a_tree_nova_compute_left_is_taken_over_and_its_instances_adopted_once() {
     let Some(srv) = server("adopt") else { return };
@@ -268,7 +261,7 @@ fn a_tree_nova_compute_left_is_taken_over_and_its_instances_adopted_once() {
         d.log_text()
     );
     // Reported under nova's providers: nothing created, renamed or deleted.
-    wait("a report", &mut || {
+    eventually("a report", Duration::from_secs(30), &mut || {
         requests_since(&srv, before)
             .iter()
             .any(|r| r.starts_with("PUT") && r.contains("/traits"))
@@ -373,9 +366,7 @@ fn a_tree_nova_compute_left_is_taken_over_and_its_instances_adopted_once() {
     assert_eq!(code, 0, "{text}");
     assert_eq!(r["counts"]["unclaimed"], 0, "{r}");
     // Survives a restart.
-    d.kill();
-    d.spawn();
-    d.wait_ready();
+    d.restart();
     let (_, claims) = d.call("GET", "/v1/claims", None);
     assert_eq!(claims.as_array().unwrap().len(), 3);
     let all = requests_since(&srv, before);
@@ -492,7 +483,7 @@ fn drift_is_found_left_alone_without_report_allocations_and_repaired_with_it() {
     );
 
     // Periodic: seen at two refreshes, then a metric, /healthz and one log line each.
-    wait("the drift metric", &mut || {
+    eventually("the drift metric", Duration::from_secs(30), &mut || {
         let (_, h) = d.call("GET", "/healthz", None);
         h["placement_drift"]["unclaimed"] == 2 && h["placement_drift"]["missing"] == 1
     });
@@ -543,7 +534,9 @@ fn drift_is_found_left_alone_without_report_allocations_and_repaired_with_it() {
     );
     std::fs::write(&d.config, cfg).unwrap();
     d.signal(nix::sys::signal::Signal::SIGHUP);
-    wait("reloaded", &mut || d.log_text().contains("starts over"));
+    eventually("reloaded", Duration::from_secs(30), &mut || {
+        d.log_text().contains("starts over")
+    });
     let (code, r, text) = ctl(&d, &["reconcile", "--fix"]);
     assert_eq!(r["report_allocations"], true, "{text}");
     assert_eq!(code, 3, "unclaimed consumers remain: {text}");
@@ -650,20 +643,28 @@ fn drift_is_found_left_alone_without_report_allocations_and_repaired_with_it() {
     let a = rt.block_on(raw.get(&format!("/allocations/{fresh}")));
     assert!(!a["allocations"].as_object().unwrap().is_empty(), "{a}");
     // The gone PF's provider goes once its allocation did.
-    wait("the gone PF's provider deleted", &mut || {
-        rt.block_on(raw.send(Method::GET, &format!("/resource_providers/{gone_rp}"), None))
-            .0
-            == 404
-    });
+    eventually(
+        "the gone PF's provider deleted",
+        Duration::from_secs(30),
+        &mut || {
+            rt.block_on(raw.send(Method::GET, &format!("/resource_providers/{gone_rp}"), None))
+                .0
+                == 404
+        },
+    );
 
     // Someone deletes a running instance's allocation (DELETE bumps no provider's generation):
     // the next refresh still sees it gone, and rtrack writes it again.
     let (st, v) = rt.block_on(raw.send(Method::DELETE, &format!("/allocations/{missing}"), None));
     assert_eq!(st, 204, "{v}");
-    wait("the deleted allocation written again", &mut || {
-        let a = rt.block_on(raw.get(&format!("/allocations/{missing}")));
-        a["allocations"][nova.root.to_string()]["resources"]["VCPU"] == 1
-    });
+    eventually(
+        "the deleted allocation written again",
+        Duration::from_secs(30),
+        &mut || {
+            let a = rt.block_on(raw.get(&format!("/allocations/{missing}")));
+            a["allocations"][nova.root.to_string()]["resources"]["VCPU"] == 1
+        },
+    );
     d.kill();
 }
 
@@ -681,7 +682,7 @@ fn a_claim_killed_before_its_allocation_is_written_is_found_after_the_restart() 
         .unwrap()
         .trim()
         .to_string();
-    wait("registered", &mut || {
+    eventually("registered", Duration::from_secs(30), &mut || {
         rt.block_on(raw.send(
             reqwest::Method::GET,
             &format!("/resource_providers/{node}"),
@@ -714,10 +715,14 @@ fn a_claim_killed_before_its_allocation_is_written_is_found_after_the_restart() 
     assert_eq!(code, 3, "{text}");
     assert_eq!(r["drift"]["consumers"][0]["consumer"], a);
     assert_eq!(r["drift"]["consumers"][0]["kind"], "missing");
-    wait("reported by the periodic reconciliation", &mut || {
-        let (_, h) = d.call("GET", "/healthz", None);
-        h["placement_drift"]["missing"] == 1
-    });
+    eventually(
+        "reported by the periodic reconciliation",
+        Duration::from_secs(30),
+        &mut || {
+            let (_, h) = d.call("GET", "/healthz", None);
+            h["placement_drift"]["missing"] == 1
+        },
+    );
     assert!(
         d.log_text()
             .contains("drift between the local claims and Placement"),
@@ -736,16 +741,20 @@ fn a_claim_killed_before_its_allocation_is_written_is_found_after_the_restart() 
     let started = Instant::now();
     d.spawn();
     d.wait_ready();
-    wait("written within the first cycle", &mut || {
-        let v = rt.block_on(raw.get(&format!("/allocations/{a}")));
-        v["allocations"][&node]["resources"]["VCPU"] == 2
-    });
+    eventually(
+        "written within the first cycle",
+        Duration::from_secs(30),
+        &mut || {
+            let v = rt.block_on(raw.get(&format!("/allocations/{a}")));
+            v["allocations"][&node]["resources"]["VCPU"] == 2
+        },
+    );
     println!(
         "MEASURE killed claim: allocation written {:.1} s after the restart",
         started.elapsed().as_secs_f64()
     );
     // Logged once the cycle that wrote it ends.
-    wait("the fix logged", &mut || {
+    eventually("the fix logged", Duration::from_secs(30), &mut || {
         d.log_text().contains("drift found and fixed")
     });
     d.kill();
@@ -794,10 +803,14 @@ fn the_compute_node_is_taken_over_only_by_its_exact_name_or_uuid() {
     let mut d = support::Daemon::start_with(Path::new(RTRACKD), &s.dir, &cfg, &[]);
     let node = std::fs::read_to_string(s.dir.join("state/compute_id")).unwrap();
     assert_ne!(node.trim(), other.to_string(), "not another machine's");
-    wait("registered under its own name", &mut || {
-        let v = rt.block_on(raw.get("/resource_providers?name=h1.long.example"));
-        v["resource_providers"][0]["uuid"] == node.trim()
-    });
+    eventually(
+        "registered under its own name",
+        Duration::from_secs(30),
+        &mut || {
+            let v = rt.block_on(raw.get("/resource_providers?name=h1.long.example"));
+            v["resource_providers"][0]["uuid"] == node.trim()
+        },
+    );
     std::thread::sleep(Duration::from_secs(2));
     let p = rt.block_on(raw.get(&format!("/resource_providers/{other}")));
     assert_eq!(p["name"], "h1", "{p}");
@@ -856,15 +869,17 @@ fn the_compute_node_is_taken_over_only_by_its_exact_name_or_uuid() {
     );
     let node = std::fs::read_to_string(s.dir.join("state/compute_id")).unwrap();
     assert_eq!(node.trim(), b.to_string());
-    wait("reported", &mut || {
+    eventually("reported", Duration::from_secs(30), &mut || {
         let v = rt.block_on(raw.get(&format!("/resource_providers/{b}/inventories")));
         v["inventories"]["VCPU"]["total"].as_i64().is_some()
     });
     let p = rt.block_on(raw.get(&format!("/resource_providers/{b}")));
     assert_eq!(p["name"], "svc1", "never renamed: {p}");
-    wait("the name is warned about", &mut || {
-        d.log_text().contains("rtrack does not rename it")
-    });
+    eventually(
+        "the name is warned about",
+        Duration::from_secs(30),
+        &mut || d.log_text().contains("rtrack does not rename it"),
+    );
     d.kill();
 }
 
@@ -918,9 +933,11 @@ fn reservations_nova_and_the_operator_left_survive_the_takeover() {
             .unwrap()
             .clone()
     };
-    wait("the GPU reserved after the first reports", &mut || {
-        gpu()["status"] == "reserved"
-    });
+    eventually(
+        "the GPU reserved after the first reports",
+        Duration::from_secs(30),
+        &mut || gpu()["status"] == "reserved",
+    );
     assert!(
         d.log_text().contains("used before rtrack tracked it"),
         "{}",
@@ -937,9 +954,11 @@ fn reservations_nova_and_the_operator_left_survive_the_takeover() {
     // Released by the operator through rtrack: rtrack lowers it, and it stays lowered.
     let (code, _, out) = ctl(&d, &["pci", "release", "0000:af:00.0"]);
     assert_eq!(code, 0, "{out}");
-    wait("the GPU's reservation lowered", &mut || {
-        reserved(nova.gpu_rp, GPU_CLASS) == 0
-    });
+    eventually(
+        "the GPU's reservation lowered",
+        Duration::from_secs(30),
+        &mut || reserved(nova.gpu_rp, GPU_CLASS) == 0,
+    );
     std::thread::sleep(Duration::from_millis(2500));
     assert_eq!(gpu()["status"], "available");
     assert_eq!(reserved(nova.gpu_rp, GPU_CLASS), 0);

@@ -264,9 +264,7 @@ fn sigkill_at_random_moments_never_loses_a_consumers_allocation_nor_keeps_a_rele
             assert!(!killed.load(Ordering::SeqCst) || ops < 100_000);
         }
         killer.join().unwrap();
-        d.kill();
-        d.spawn();
-        d.wait_ready();
+        d.restart();
         settle(&d, &mut w);
         check(&rt, &raw, &d, node, bw_rp, &w, round);
     }

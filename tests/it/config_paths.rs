@@ -35,18 +35,6 @@ fn check_config(config: &Path) -> (Option<i32>, String) {
     (out.status.code(), text)
 }
 
-fn wait_log(d: &Daemon, needle: &str) {
-    let start = Instant::now();
-    while !d.log_text().contains(needle) {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "no {needle:?}:\n{}",
-            d.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn sighup_startup_and_check_config_refuse_the_same_bad_placement() {
     let (_tmp, root, dir) = setup();
@@ -64,7 +52,7 @@ fn sighup_startup_and_check_config_refuse_the_same_bad_placement() {
     );
 
     d.signal(Signal::SIGHUP);
-    wait_log(&d, "reload rejected");
+    d.wait_log("reload rejected", Duration::from_secs(10));
     assert!(d.log_text().contains("placement.auth"), "{}", d.log_text());
     // Nothing of the rejected file is in force (the ratio change in it is not applied).
     let (_, u) = d.call("GET", "/v1/usage", None);

@@ -320,9 +320,7 @@ fn vpmem_namespaces_are_given_refused_kept_and_freed_as_in_novas_test() {
     assert_eq!(namespaces(&v), ["ns_0", "ns_1"]);
 
     // Durable: after a SIGKILL the same namespaces are held, and listed.
-    d.kill();
-    d.spawn();
-    d.wait_ready();
+    d.restart();
     let (s, v) = d.call("GET", &format!("/v1/claims/{}", uuid(4)), None);
     assert_eq!(s, 200, "{v}");
     check_shape(

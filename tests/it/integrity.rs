@@ -129,9 +129,7 @@ fn a_retry_waits_for_the_commit_and_readers_never_see_an_uncommitted_claim() {
     assert_eq!(d.usage_of("VCPU").0, 2);
 
     // Both answers are durable.
-    d.kill();
-    d.spawn();
-    d.wait_ready();
+    d.restart();
     let (s, v) = d.call("GET", &format!("/v1/claims/{a}"), None);
     assert_eq!(s, 200, "{v}");
 }
@@ -225,9 +223,7 @@ fn a_claim_told_to_a_retry_is_not_aborted_when_the_first_caller_leaves() {
         "the retry's answer was voided: {v}\n{}",
         d.log_text()
     );
-    d.kill();
-    d.spawn();
-    d.wait_ready();
+    d.restart();
     let (s, v) = d.call("GET", &format!("/v1/claims/{a}"), None);
     assert_eq!(s, 200, "{v}");
 }
@@ -266,9 +262,7 @@ fn a_failed_commit_leaves_nothing_in_memory_and_nothing_is_served_from_it() {
     let (s, h) = d.call("GET", "/healthz", None);
     assert_eq!(s, 200);
     assert!(h["store_unavailable"].is_null(), "{h}");
-    d.kill();
-    d.spawn();
-    d.wait_ready();
+    d.restart();
     let (s, v) = d.call("GET", &format!("/v1/claims/{a}"), None);
     assert_eq!(s, 200, "{v}");
     assert_eq!(d.usage_of("VCPU").0, 2);

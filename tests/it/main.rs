@@ -3,6 +3,8 @@
 //! the named NUMA and PCI cases of the differential tests. `cargo test --test it MODULE::` runs
 //! one subject, e.g. `cargo test --test it placement::`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test or bench: a panic is its failure
+
 mod numa_cases;
 mod pci_cases;
 mod support;

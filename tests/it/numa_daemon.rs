@@ -256,9 +256,7 @@ fn numa_claims_end_to_end() {
 
     // SIGKILL and restart: every pin is still held.
     let (_, before) = d.call("GET", "/v1/usage", None);
-    d.kill();
-    d.spawn();
-    d.wait_ready();
+    d.restart();
     let (_, after) = d.call("GET", "/v1/usage", None);
     assert_eq!(cells(&before), cells(&after));
 

@@ -19,8 +19,9 @@
 use crate::support;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use crate::support::eventually;
 use crate::support::placement_server::{server, Raw, Server};
 use crate::support::{request_spec, Daemon};
 use rtrack_fixtures::synthetic::SyntheticHost;
@@ -102,14 +103,6 @@ impl P {
     }
 }
 
-fn wait(what: &str, limit: Duration, f: &mut dyn FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// A host's configuration: reports every second, refreshes every second, writes allocations.
 /// `extra` lines starting with `resources.` go into `[resources]`.
 fn config(root: &Path, dir: &Path, url: &str, name: &str, extra: &str) -> String {
@@ -152,7 +145,7 @@ fn host(srv: &Server, name: &str, extra: &str) -> Host {
 
 impl Host {
     fn registered(&self, p: &P) {
-        wait(
+        eventually(
             "the compute node registered",
             Duration::from_secs(30),
             &mut || {
@@ -302,7 +295,7 @@ fn a_build_in_flight_survives_a_restart_and_a_claimed_consumer_keeps_its_owner()
     // Aborted: rtrack held it and released it, so its part goes.
     let (s, v) = h.d.call("DELETE", &format!("/v1/claims/{build}"), None);
     assert_eq!(s, 200, "{v}");
-    wait(
+    eventually(
         "the released allocation removed",
         Duration::from_secs(30),
         &mut || {
@@ -341,7 +334,7 @@ fn a_consumer_without_a_type_keeps_it_through_writes_and_releases() {
     let untyped = p.allocation(build)["consumer_type"].clone();
     // The claim holds less than the scheduler wrote: rtrack writes its part.
     h.post("/v1/claims", &claim_body(build, 1, 512, true));
-    wait(
+    eventually(
         "rtrack's part written",
         Duration::from_secs(30),
         &mut || part(&p.allocation(build), &root)["VCPU"] == 1,
@@ -352,7 +345,7 @@ fn a_consumer_without_a_type_keeps_it_through_writes_and_releases() {
     // Released: rtrack's part goes, the bandwidth and the type stay.
     let (s, v) = h.d.call("DELETE", &format!("/v1/claims/{build}"), None);
     assert_eq!(s, 200, "{v}");
-    wait(
+    eventually(
         "the released part removed",
         Duration::from_secs(30),
         &mut || providers_of(&p.allocation(build)) == [bw.to_string()],
@@ -394,7 +387,7 @@ fn parts_on_other_providers_and_the_owner_survive_writes_and_releases() {
     // Claimed with no project or user named: the same amounts, and 4 VCPU for the other.
     h.post("/v1/claims", &claim_body(same, 2, 1024, false));
     h.post("/v1/claims", &claim_body(other, 4, 1024, false));
-    wait(
+    eventually(
         "the other's VCPU written",
         Duration::from_secs(30),
         &mut || part(&p.allocation(other), root)["VCPU"] == 4,
@@ -434,7 +427,7 @@ fn parts_on_other_providers_and_the_owner_survive_writes_and_releases() {
     // Released: only this host's part goes.
     let (s, _) = h.d.call("DELETE", &format!("/v1/claims/{other}"), None);
     assert_eq!(s, 200);
-    wait(
+    eventually(
         "the compute node's part removed",
         Duration::from_secs(30),
         &mut || {
@@ -497,7 +490,7 @@ fn a_move_between_two_rtrack_hosts_puts_each_side_under_its_consumer() {
         let migration = Uuid::new_v4();
         let id = if kind == "migration" { 7 } else { 8 };
         a.post("/v1/claims", &claim_body(instance, 2, 1024, true));
-        wait("the claim written", Duration::from_secs(30), &mut || {
+        eventually("the claim written", Duration::from_secs(30), &mut || {
             part(&p.allocation(instance), &a.node)["VCPU"] == 2
         });
         // The destination claims, the source records the move.
@@ -509,7 +502,7 @@ fn a_move_between_two_rtrack_hosts_puts_each_side_under_its_consumer() {
             "/v1/migrations",
             &move_body(instance, migration, id, "cmp2", kind),
         );
-        wait(
+        eventually(
             "each side under its consumer",
             Duration::from_secs(30),
             &mut || {
@@ -545,7 +538,7 @@ fn a_move_between_two_rtrack_hosts_puts_each_side_under_its_consumer() {
                 b.post(&format!("/v1/instances/{instance}/state"), &up);
                 a.post(&format!("/v1/migrations/{id}/confirm"), &json!({}));
                 b.post(&format!("/v1/migrations/{id}/confirm"), &json!({}));
-                wait(
+                eventually(
                     "the migration's consumer gone",
                     Duration::from_secs(30),
                     &mut || providers_of(&p.allocation(migration)).is_empty(),
@@ -556,7 +549,7 @@ fn a_move_between_two_rtrack_hosts_puts_each_side_under_its_consumer() {
             _ => {
                 b.post(&format!("/v1/migrations/{id}/revert"), &json!({}));
                 a.post(&format!("/v1/migrations/{id}/revert"), &json!({}));
-                wait("back on the source", Duration::from_secs(30), &mut || {
+                eventually("back on the source", Duration::from_secs(30), &mut || {
                     providers_of(&p.allocation(instance)) == vec![a.node.clone()]
                         && providers_of(&p.allocation(migration)).is_empty()
                 });
@@ -582,7 +575,7 @@ fn a_same_host_resize_holds_the_old_flavor_under_the_migration() {
         "/v1/migrations",
         &move_body(instance, migration, 9, "cmp1", "resize"),
     );
-    wait(
+    eventually(
         "old under the migration, new under the instance",
         Duration::from_secs(30),
         &mut || {
@@ -595,7 +588,7 @@ fn a_same_host_resize_holds_the_old_flavor_under_the_migration() {
     h.cycles();
     assert_eq!(generations(&p, &[instance, migration]), g);
     h.post("/v1/migrations/9/confirm", &json!({}));
-    wait(
+    eventually(
         "the migration's consumer gone",
         Duration::from_secs(30),
         &mut || providers_of(&p.allocation(migration)).is_empty(),
@@ -615,7 +608,7 @@ fn the_sharing_providers_disk_part_stays_with_the_claim() {
         "cmp1",
         &format!("resources.shared_storage_provider = \"{shared}\"\n"),
     );
-    wait("the sharing provider", Duration::from_secs(30), &mut || {
+    eventually("the sharing provider", Duration::from_secs(30), &mut || {
         p.status(
             reqwest::Method::GET,
             &format!("/resource_providers/{shared}/inventories"),
@@ -643,7 +636,7 @@ fn the_sharing_providers_disk_part_stays_with_the_claim() {
     assert_eq!(s, 200);
     // Released: this host's part goes; the sharing provider's DISK_GB is the scheduler's (a
     // claim on shared storage does not count disk) and stays for Nova to remove.
-    wait("released", Duration::from_secs(30), &mut || {
+    eventually("released", Duration::from_secs(30), &mut || {
         providers_of(&p.allocation(c)) == vec![shared.to_string()]
     });
     assert_eq!(part(&p.allocation(c), shared)["DISK_GB"], 1);
@@ -664,7 +657,7 @@ fn a_release_while_placement_is_down_is_done_when_it_answers_and_nothing_else() 
         build,
         json!({&h.node: {"resources": {"VCPU": 1, "MEMORY_MB": 256}}}),
     );
-    wait("written", Duration::from_secs(30), &mut || {
+    eventually("written", Duration::from_secs(30), &mut || {
         part(&p.allocation(released), &h.node)["VCPU"] == 1
             && part(&p.allocation(kept), &h.node)["VCPU"] == 1
     });
@@ -678,7 +671,7 @@ fn a_release_while_placement_is_down_is_done_when_it_answers_and_nothing_else() 
     // rtrackd restarts while Placement is still down: the release is on disk.
     h.restart(true);
     srv.start_again(false);
-    wait(
+    eventually(
         "the release done once Placement answers",
         Duration::from_secs(60),
         &mut || providers_of(&p.allocation(released)).is_empty(),

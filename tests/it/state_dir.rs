@@ -310,9 +310,7 @@ fn a_full_disk_neither_stops_a_restart_nor_loses_a_claim_and_claims_resume_with_
     std::fs::remove_file(&filler).unwrap();
     let (s, v) = d.call("POST", "/v1/claims", Some(&body));
     assert_eq!(s, 201, "{v}");
-    d.kill();
-    d.spawn();
-    d.wait_ready();
+    d.restart();
     let (s, v) = d.call("GET", "/v1/claims", None);
     assert_eq!(s, 200);
     assert_eq!(v.as_array().map(Vec::len), Some(21), "{v}");

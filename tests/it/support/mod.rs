@@ -245,6 +245,38 @@ impl Daemon {
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// Waits up to `limit` for `needle` in the log; the test fails showing the log.
+    pub fn wait_log(&self, needle: &str, limit: Duration) {
+        let start = Instant::now();
+        while !self.log_text().contains(needle) {
+            assert!(
+                start.elapsed() < limit,
+                "no {needle:?} in the log after {limit:?}:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL, start again on the same state directory, and wait until it serves.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+        self.wait_ready();
+    }
+}
+
+/// Polls `f` every 50 ms until it holds; the test fails naming `what` after `limit`.
+pub fn eventually(what: &str, limit: Duration, f: &mut dyn FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 impl Drop for Daemon {
