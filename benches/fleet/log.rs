@@ -1,7 +1,6 @@
 //! Placement's access log (`scripts/placement/start.sh` writes one line per request: time,
 //! method, path, status, server microseconds): what a phase sent, read between two marks.
 
-
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 

@@ -12,7 +12,6 @@
 //! each provider's inventories (no microversion), aggregates (1.19) and traits (1.6) as well.
 //! Writes happen only when something changed: none here.
 
-
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
