@@ -190,65 +190,21 @@ pub fn parse(text: &str, file: &Path) -> Result<ProviderConfigs, ConfigError> {
             "a mapping with meta.schema_version (Nova: unable to detect schema version)",
         ));
     };
-    let get = |h: &yaml_rust2::yaml::Hash, k: &str| h.get(&Yaml::String(k.to_string())).cloned();
-    if get(top, "__source_file").is_some() {
+    if field(top, "__source_file").is_some() {
         return Err(err(
             "__source_file",
             "(set)".into(),
             "no __source_file key (Nova reserves it)",
         ));
     }
-    let version = match get(top, "meta") {
-        Some(Yaml::Hash(meta)) => get(&meta, "schema_version"),
-        _ => None,
-    };
-    let version = match version {
-        Some(Yaml::String(s)) => s,
-        Some(other) => {
-            return Err(err(
-                "meta.schema_version",
-                shown(&other),
-                "a string such as '1.0' (quoted: YAML reads 1.0 as a number)",
-            ))
-        }
-        None => {
-            return Err(err(
-                "meta.schema_version",
-                "(missing)".into(),
-                "the schema version, e.g. schema_version: '1.0' (Nova: unable to detect schema version)",
-            ))
-        }
-    };
     let mut out = ProviderConfigs::default();
-    match version.split_once('.') {
-        Some(("1", minor))
-            if minor == "0"
-                || (!minor.starts_with('0')
-                    && !minor.is_empty()
-                    && minor.bytes().all(|b| b.is_ascii_digit())) =>
-        {
-            if minor != "0" {
-                out.warnings.push(format!(
-                    "{}: schema version {version}: the major version is supported, not the minor; some fields may be ignored (as in Nova)",
-                    file.display()
-                ));
-            }
-        }
-        _ => {
-            return Err(err(
-                "meta.schema_version",
-                format!("{version:?}"),
-                "schema version 1.x (the only major version Nova and rtrack know)",
-            ))
-        }
-    }
-    let providers = match get(top, "providers") {
+    check_schema_version(top, file, &mut out.warnings)?;
+    let providers = match field(top, "providers") {
         None | Some(Yaml::Null) => return Ok(out),
         Some(Yaml::Array(list)) => list,
         Some(other) => return Err(err("providers", shown(&other), "a list of providers")),
     };
     for (i, p) in providers.iter().enumerate() {
-        let at = |k: &str| format!("providers[{i}].{k}");
         let Yaml::Hash(p) = p else {
             return Err(err(
                 &format!("providers[{i}]"),
@@ -256,124 +212,9 @@ pub fn parse(text: &str, file: &Path) -> Result<ProviderConfigs, ConfigError> {
                 "a mapping with identification",
             ));
         };
-        let target = match get(p, "identification") {
-            Some(Yaml::Hash(id)) if id.len() == 1 => match (get(&id, "uuid"), get(&id, "name")) {
-                (Some(Yaml::String(u)), None) if u == "$COMPUTE_NODE" => {
-                    ProviderTarget::ComputeNode
-                }
-                (Some(Yaml::String(u)), None) => match uuid::Uuid::parse_str(&u) {
-                    Ok(parsed) if u.len() == 36 => ProviderTarget::Uuid(parsed),
-                    _ => {
-                        return Err(err(
-                            &at("identification.uuid"),
-                            format!("{:?}", crate::echo::bounded(&u)),
-                            "a provider uuid (8-4-4-4-12 hex digits) or $COMPUTE_NODE",
-                        ))
-                    }
-                },
-                (None, Some(Yaml::String(n))) if !n.is_empty() && n.chars().count() <= 200 => {
-                    ProviderTarget::Name(n)
-                }
-                (u, n) => return Err(err(
-                    &at("identification"),
-                    u.or(n).map_or("(neither)".into(), |v| shown(&v)),
-                    "exactly one of uuid (a uuid or $COMPUTE_NODE) or name (1 to 200 characters)",
-                )),
-            },
-            other => {
-                return Err(err(
-                    &at("identification"),
-                    other.map_or("(missing)".into(), |v| shown(&v)),
-                    "a mapping with exactly one of uuid or name",
-                ))
-            }
-        };
-        let mut inventories = BTreeMap::new();
-        if let Some(inv) = get(p, "inventories") {
-            let Yaml::Hash(inv) = inv else {
-                return Err(err(
-                    &at("inventories"),
-                    shown(&inv),
-                    "a mapping with additional",
-                ));
-            };
-            let items = match get(&inv, "additional") {
-                None | Some(Yaml::Null) => Vec::new(),
-                Some(Yaml::Array(items)) => items,
-                Some(other) => {
-                    return Err(err(
-                        &at("inventories.additional"),
-                        shown(&other),
-                        "a list of {CLASS: {total: N, ...}} mappings",
-                    ))
-                }
-            };
-            for (j, item) in items.iter().enumerate() {
-                let Yaml::Hash(item) = item else {
-                    return Err(err(
-                        &at(&format!("inventories.additional[{j}]")),
-                        shown(item),
-                        "a mapping of resource class to its inventory",
-                    ));
-                };
-                for (class, fields) in item {
-                    let Yaml::String(class) = class else {
-                        return Err(err(
-                            &at(&format!("inventories.additional[{j}]")),
-                            shown(class),
-                            "resource class names as keys",
-                        ));
-                    };
-                    let key = at(&format!(
-                        "inventories.additional[{j}].{}",
-                        crate::echo::bounded(class)
-                    ));
-                    if !is_placement_name(class) || !is_custom_name(class) {
-                        return Err(err(
-                            &key,
-                            format!("{:?}", crate::echo::bounded(class)),
-                            "a custom resource class: CUSTOM_ then capitals, digits and _ (only custom classes can be added, as in Nova)",
-                        ));
-                    }
-                    let inv = extra_inventory(fields, &key, file)?;
-                    if inventories.insert(class.clone(), inv).is_some() {
-                        return Err(err(&key, "(twice)".into(), "each class once per provider"));
-                    }
-                }
-            }
-        }
-        let mut traits = BTreeSet::new();
-        if let Some(t) = get(p, "traits") {
-            let Yaml::Hash(t) = t else {
-                return Err(err(&at("traits"), shown(&t), "a mapping with additional"));
-            };
-            let items = match get(&t, "additional") {
-                None | Some(Yaml::Null) => Vec::new(),
-                Some(Yaml::Array(items)) => items,
-                Some(other) => {
-                    return Err(err(
-                        &at("traits.additional"),
-                        shown(&other),
-                        "a list of trait names",
-                    ))
-                }
-            };
-            for (j, t) in items.iter().enumerate() {
-                let key = at(&format!("traits.additional[{j}]"));
-                match t {
-                    Yaml::String(s) if is_placement_name(s) && is_custom_name(s) => {
-                        traits.insert(s.clone());
-                    }
-                    other => {
-                        return Err(err(
-                            &key,
-                            shown(other),
-                            "a custom trait: CUSTOM_ then capitals, digits and _ (only custom traits can be added, as in Nova)",
-                        ))
-                    }
-                }
-            }
-        }
+        let target = provider_target(p, i, file)?;
+        let inventories = provider_inventories(p, i, file)?;
+        let traits = provider_traits(p, i, file)?;
         if inventories.is_empty() && traits.is_empty() {
             out.warnings.push(format!(
                 "{}: provider {target} has no additional inventories or traits and is ignored (as in Nova)",
@@ -389,6 +230,201 @@ pub fn parse(text: &str, file: &Path) -> Result<ProviderConfigs, ConfigError> {
         });
     }
     Ok(out)
+}
+
+/// The value of key `k` of a YAML mapping.
+fn field(h: &yaml_rust2::yaml::Hash, k: &str) -> Option<Yaml> {
+    h.get(&Yaml::String(k.to_string())).cloned()
+}
+
+/// `meta.schema_version` must be 1.x, as in Nova; a minor version above 0 is a warning.
+fn check_schema_version(
+    top: &yaml_rust2::yaml::Hash,
+    file: &Path,
+    warnings: &mut Vec<String>,
+) -> Result<(), ConfigError> {
+    let err =
+        |value: String, expected: &str| value_error(file, "meta.schema_version", value, expected);
+    let version = match field(top, "meta") {
+        Some(Yaml::Hash(meta)) => field(&meta, "schema_version"),
+        _ => None,
+    };
+    let version = match version {
+        Some(Yaml::String(s)) => s,
+        Some(other) => {
+            return Err(err(
+                shown(&other),
+                "a string such as '1.0' (quoted: YAML reads 1.0 as a number)",
+            ))
+        }
+        None => {
+            return Err(err(
+                "(missing)".into(),
+                "the schema version, e.g. schema_version: '1.0' (Nova: unable to detect schema version)",
+            ))
+        }
+    };
+    match version.split_once('.') {
+        Some(("1", minor))
+            if minor == "0"
+                || (!minor.starts_with('0')
+                    && !minor.is_empty()
+                    && minor.bytes().all(|b| b.is_ascii_digit())) =>
+        {
+            if minor != "0" {
+                warnings.push(format!(
+                    "{}: schema version {version}: the major version is supported, not the minor; some fields may be ignored (as in Nova)",
+                    file.display()
+                ));
+            }
+            Ok(())
+        }
+        _ => Err(err(
+            format!("{version:?}"),
+            "schema version 1.x (the only major version Nova and rtrack know)",
+        )),
+    }
+}
+
+/// `providers[i].identification`: exactly one of a uuid (or `$COMPUTE_NODE`) or a name.
+fn provider_target(
+    p: &yaml_rust2::yaml::Hash,
+    i: usize,
+    file: &Path,
+) -> Result<ProviderTarget, ConfigError> {
+    let err = |k: &str, value: String, expected: &str| {
+        value_error(file, &format!("providers[{i}].{k}"), value, expected)
+    };
+    match field(p, "identification") {
+        Some(Yaml::Hash(id)) if id.len() == 1 => match (field(&id, "uuid"), field(&id, "name")) {
+            (Some(Yaml::String(u)), None) if u == "$COMPUTE_NODE" => {
+                Ok(ProviderTarget::ComputeNode)
+            }
+            (Some(Yaml::String(u)), None) => match uuid::Uuid::parse_str(&u) {
+                Ok(parsed) if u.len() == 36 => Ok(ProviderTarget::Uuid(parsed)),
+                _ => Err(err(
+                    "identification.uuid",
+                    format!("{:?}", crate::echo::bounded(&u)),
+                    "a provider uuid (8-4-4-4-12 hex digits) or $COMPUTE_NODE",
+                )),
+            },
+            (None, Some(Yaml::String(n))) if !n.is_empty() && n.chars().count() <= 200 => {
+                Ok(ProviderTarget::Name(n))
+            }
+            (u, n) => Err(err(
+                "identification",
+                u.or(n).map_or("(neither)".into(), |v| shown(&v)),
+                "exactly one of uuid (a uuid or $COMPUTE_NODE) or name (1 to 200 characters)",
+            )),
+        },
+        other => Err(err(
+            "identification",
+            other.map_or("(missing)".into(), |v| shown(&v)),
+            "a mapping with exactly one of uuid or name",
+        )),
+    }
+}
+
+/// The list under `providers[i].<section>.additional` (none when absent or null).
+fn additional(
+    p: &yaml_rust2::yaml::Hash,
+    i: usize,
+    section: &str,
+    expected: &str,
+    file: &Path,
+) -> Result<Vec<Yaml>, ConfigError> {
+    let Some(value) = field(p, section) else {
+        return Ok(Vec::new());
+    };
+    let Yaml::Hash(h) = value else {
+        return Err(value_error(
+            file,
+            &format!("providers[{i}].{section}"),
+            shown(&value),
+            "a mapping with additional",
+        ));
+    };
+    match field(&h, "additional") {
+        None | Some(Yaml::Null) => Ok(Vec::new()),
+        Some(Yaml::Array(items)) => Ok(items),
+        Some(other) => Err(value_error(
+            file,
+            &format!("providers[{i}].{section}.additional"),
+            shown(&other),
+            expected,
+        )),
+    }
+}
+
+/// `providers[i].inventories.additional`: custom classes, each once.
+fn provider_inventories(
+    p: &yaml_rust2::yaml::Hash,
+    i: usize,
+    file: &Path,
+) -> Result<BTreeMap<String, ExtraInventory>, ConfigError> {
+    let err = |key: &str, value: String, expected: &str| value_error(file, key, value, expected);
+    let items = additional(
+        p,
+        i,
+        "inventories",
+        "a list of {CLASS: {total: N, ...}} mappings",
+        file,
+    )?;
+    let mut inventories = BTreeMap::new();
+    for (j, item) in items.iter().enumerate() {
+        let at = format!("providers[{i}].inventories.additional[{j}]");
+        let Yaml::Hash(item) = item else {
+            return Err(err(
+                &at,
+                shown(item),
+                "a mapping of resource class to its inventory",
+            ));
+        };
+        for (class, fields) in item {
+            let Yaml::String(class) = class else {
+                return Err(err(&at, shown(class), "resource class names as keys"));
+            };
+            let key = format!("{at}.{}", crate::echo::bounded(class));
+            if !is_placement_name(class) || !is_custom_name(class) {
+                return Err(err(
+                    &key,
+                    format!("{:?}", crate::echo::bounded(class)),
+                    "a custom resource class: CUSTOM_ then capitals, digits and _ (only custom classes can be added, as in Nova)",
+                ));
+            }
+            let inv = extra_inventory(fields, &key, file)?;
+            if inventories.insert(class.clone(), inv).is_some() {
+                return Err(err(&key, "(twice)".into(), "each class once per provider"));
+            }
+        }
+    }
+    Ok(inventories)
+}
+
+/// `providers[i].traits.additional`: custom traits.
+fn provider_traits(
+    p: &yaml_rust2::yaml::Hash,
+    i: usize,
+    file: &Path,
+) -> Result<BTreeSet<String>, ConfigError> {
+    let items = additional(p, i, "traits", "a list of trait names", file)?;
+    let mut traits = BTreeSet::new();
+    for (j, t) in items.iter().enumerate() {
+        match t {
+            Yaml::String(s) if is_placement_name(s) && is_custom_name(s) => {
+                traits.insert(s.clone());
+            }
+            other => {
+                return Err(value_error(
+                    file,
+                    &format!("providers[{i}].traits.additional[{j}]"),
+                    shown(other),
+                    "a custom trait: CUSTOM_ then capitals, digits and _ (only custom traits can be added, as in Nova)",
+                ))
+            }
+        }
+    }
+    Ok(traits)
 }
 
 fn extra_inventory(fields: &Yaml, key: &str, file: &Path) -> Result<ExtraInventory, ConfigError> {
