@@ -18,8 +18,43 @@ use crate::probes::numa::HugePages;
 pub fn render(report: &InventoryReport) -> String {
     let inv = &report.inventory;
     let mut out = String::new();
-    let or_unknown = |v: &Option<String>| v.clone().unwrap_or_else(|| "unknown".to_string());
+    host_cpus_memory(&mut out, report);
+    numa_nodes(&mut out, report);
+    if let Some(d) = &report.dedicated_cpus {
+        dedicated_cpus(&mut out, d);
+    }
+    disks(&mut out, report);
+    pci_groups(&mut out, report);
+    vdpa_devices(&mut out, inv);
+    mediated_devices(&mut out, &inv.mediated_devices);
+    let enc = &inv.memory_encryption;
+    let _ = writeln!(
+        out,
+        "\nMemory encryption: SEV {}, SEV-ES {}, SEV-SNP {}; firmware {}; contexts SEV {}, SEV-ES {}",
+        flag(enc.sev),
+        flag(enc.sev_es),
+        flag(enc.sev_snp),
+        flag(enc.sev_firmware),
+        enc.sev_guests.map_or("-".to_string(), |n| n.to_string()),
+        enc.sev_es_guests.map_or("-".to_string(), |n| n.to_string()),
+    );
+    intel_tdx(&mut out, report);
+    pmem_namespaces(&mut out, report);
 
+    let _ = writeln!(out, "\nWarnings:      {}", inv.warnings.len());
+    for w in &inv.warnings {
+        let _ = writeln!(out, "  {}: {}", w.path, w.message);
+    }
+    out
+}
+
+fn or_unknown(v: &Option<String>) -> String {
+    v.clone().unwrap_or_else(|| "unknown".to_string())
+}
+
+/// Host, CPUs and memory: the lscpu part.
+fn host_cpus_memory(out: &mut String, report: &InventoryReport) {
+    let inv = &report.inventory;
     let _ = writeln!(
         out,
         "Host:          {} ({}, kernel {})",
@@ -69,7 +104,11 @@ pub fn render(report: &InventoryReport) -> String {
             .map(|s| format!("; hugepages {s}"))
             .unwrap_or_default()
     );
+}
 
+/// The NUMA nodes' table: CPUs, the shared and dedicated sets, memory and hugepages.
+fn numa_nodes(out: &mut String, report: &InventoryReport) {
+    let inv = &report.inventory;
     let _ = writeln!(out, "\nNUMA nodes:    {}", inv.numa_nodes.len());
     if !inv.numa_nodes.is_empty() {
         let sets = cell_cpu_sets(report);
@@ -94,12 +133,13 @@ pub fn render(report: &InventoryReport) -> String {
                 hugepage_summary(&n.hugepages).unwrap_or_else(|| "-".to_string()),
             ]);
         }
-        push_table(&mut out, &rows);
+        push_table(out, &rows);
     }
-    if let Some(d) = &report.dedicated_cpus {
-        dedicated_cpus(&mut out, d);
-    }
+}
 
+/// The instances filesystem and the block devices.
+fn disks(out: &mut String, report: &InventoryReport) {
+    let inv = &report.inventory;
     let _ = writeln!(out);
     match &inv.disks.instances {
         Some(fs) => {
@@ -133,9 +173,13 @@ pub fn render(report: &InventoryReport) -> String {
                 b.model.clone().unwrap_or_else(|| "-".to_string()),
             ]);
         }
-        push_table(&mut out, &rows);
+        push_table(out, &rows);
     }
+}
 
+/// PCI functions grouped by what a pool keys on first: ids and device type.
+fn pci_groups(out: &mut String, report: &InventoryReport) {
+    let inv = &report.inventory;
     let _ = writeln!(out, "\nPCI functions: {}", inv.pci_devices.len());
     if !inv.pci_devices.is_empty() {
         // Group by what a pool would key on first: ids and device type.
@@ -191,30 +235,8 @@ pub fn render(report: &InventoryReport) -> String {
                 g.name,
             ]);
         }
-        push_table(&mut out, &rows);
+        push_table(out, &rows);
     }
-
-    vdpa_devices(&mut out, inv);
-    mediated_devices(&mut out, &inv.mediated_devices);
-    let enc = &inv.memory_encryption;
-    let _ = writeln!(
-        out,
-        "\nMemory encryption: SEV {}, SEV-ES {}, SEV-SNP {}; firmware {}; contexts SEV {}, SEV-ES {}",
-        flag(enc.sev),
-        flag(enc.sev_es),
-        flag(enc.sev_snp),
-        flag(enc.sev_firmware),
-        enc.sev_guests.map_or("-".to_string(), |n| n.to_string()),
-        enc.sev_es_guests.map_or("-".to_string(), |n| n.to_string()),
-    );
-    intel_tdx(&mut out, report);
-    pmem_namespaces(&mut out, report);
-
-    let _ = writeln!(out, "\nWarnings:      {}", inv.warnings.len());
-    for w in &inv.warnings {
-        let _ = writeln!(out, "  {}: {}", w.path, w.message);
-    }
-    out
 }
 
 /// Intel TDX: what the kernel says, and what is offered under the configuration.
