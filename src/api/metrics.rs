@@ -130,148 +130,10 @@ impl Metrics {
             connections: crate::api::server::ConnCounters::default(),
             registry: Registry::default(),
         };
-        registry.register(
-            "resource_inventory",
-            "Amount of each resource class the host has",
-            m.inventory_total.clone(),
-        );
-        registry.register(
-            "resource_reserved",
-            "Amount of each resource class kept for the host",
-            m.inventory_reserved.clone(),
-        );
-        registry.register(
-            "resource_capacity",
-            "What claims may use in all: (total - reserved) x allocation ratio",
-            m.inventory_capacity.clone(),
-        );
-        registry.register(
-            "resource_used",
-            "Amount of each resource class in use by instances and migrations",
-            m.inventory_used.clone(),
-        );
-        registry.register(
-            "pci_pool_devices",
-            "Tracked PCI devices in each pool",
-            m.pci_pool_devices.clone(),
-        );
-        registry.register(
-            "pci_pool_free",
-            "Available PCI devices in each pool",
-            m.pci_pool_free.clone(),
-        );
-        registry.register(
-            "pci_devices_reserved",
-            "One-time-use PCI devices used and not yet released (rtrackctl pci release)",
-            m.pci_devices_reserved.clone(),
-        );
-        registry.register(
-            "instances",
-            "Instances tracked on or moving to this node",
-            m.instances.clone(),
-        );
-        registry.register(
-            "migrations_in_progress",
-            "Migrations holding resources on this node",
-            m.migrations_in_progress.clone(),
-        );
-        registry.register(
-            "claims",
-            "Claim decisions by operation, outcome and reason",
-            m.claims.clone(),
-        );
-        registry.register(
-            "audit_duration_seconds",
-            "Time of one audit: probe and tracker update",
-            m.audit_duration.clone(),
-        );
-        registry.register(
-            "audit_failures",
-            "Audits that failed (probe or commit); retried next interval",
-            m.audit_failures.clone(),
-        );
-        registry.register(
-            "probe_warnings",
-            "Warnings of the last probe (unreadable or inconsistent sysfs/procfs files)",
-            m.probe_warnings.clone(),
-        );
-        registry.register(
-            "mdevs_missing",
-            "Mediated devices given to claims that the host no longer shows (last audit); each is logged",
-            m.mdevs_missing.clone(),
-        );
-        registry.register(
-            "pci_devices_missing",
-            "PCI devices held by a claim that the host no longer shows (kept until freed)",
-            m.pci_devices_missing.clone(),
-        );
-        registry.register(
-            "pinned_cpus_offline",
-            "Host CPUs pinned by instances counted here that are offline (with CPU power management, only those of running guests)",
-            m.pinned_cpus_offline.clone(),
-        );
-        registry.register(
-            "numa_cell_cpus",
-            "CPUs of each NUMA cell (cell) by kind: shared, shared_used (floating guest CPUs placed there), dedicated, pinned",
-            m.numa_cell_cpus.clone(),
-        );
-        registry.register(
-            "numa_cell_memory_bytes",
-            "Memory of each NUMA cell (cell), kind total or used (by the guest cells placed there)",
-            m.numa_cell_memory_bytes.clone(),
-        );
-        registry.register(
-            "store_unavailable",
-            "1 while the state store refuses changes (claims and moves answer 503), else 0",
-            m.store_unavailable.clone(),
-        );
-        registry.register(
-            "store_commit_seconds",
-            "Time of one store transaction (write and fsync)",
-            m.commit_latency.clone(),
-        );
-        registry.register(
-            "upstream_requests",
-            "Requests sent to Placement by kind",
-            m.upstream_requests.clone(),
-        );
-        registry.register(
-            "upstream_reports",
-            "Placement report cycles by outcome",
-            m.upstream_reports.clone(),
-        );
-        // Every kind from the start, so that an alert's series exists before the first drift.
-        m.clear_drift();
-        registry.register(
-            "placement_drift",
-            "Drift between the local claims, Placement's allocations and the host's inventory, by kind, at the last reconciliation",
-            m.placement_drift.clone(),
-        );
-        registry.register(
-            "api_forbidden_peers",
-            "API connections refused because the peer is neither root nor in the socket group",
-            m.forbidden_peers.clone(),
-        );
-        registry.register(
-            "api_connections",
-            "API connections open now (socket and metrics listener)",
-            m.connections.open.clone(),
-        );
-        registry.register(
-            "api_connections_rejected",
-            "API connections closed at once because [api] max_connections were open",
-            m.connections.rejected.clone(),
-        );
-        registry.register(
-            "api_request_seconds",
-            "Time to answer an API request (claims: route /v1/claims), by method and route",
-            m.api_request_seconds.clone(),
-        );
-        registry.register(
-            "api_requests",
-            "API requests by route and HTTP status",
-            m.api_requests.clone(),
-        );
+        register_resources(&mut registry, &m);
+        register_tracker(&mut registry, &m);
+        register_store_and_upstream(&mut registry, &m);
+        register_api(&mut registry, &m);
         Metrics { registry, ..m }
     }
 
@@ -470,6 +332,164 @@ fn refusal_reason(e: &ClaimError) -> String {
         }
         _ => String::new(),
     }
+}
+
+/// Registers the host's resources and PCI pools.
+fn register_resources(registry: &mut Registry, m: &Metrics) {
+    registry.register(
+        "resource_inventory",
+        "Amount of each resource class the host has",
+        m.inventory_total.clone(),
+    );
+    registry.register(
+        "resource_reserved",
+        "Amount of each resource class kept for the host",
+        m.inventory_reserved.clone(),
+    );
+    registry.register(
+        "resource_capacity",
+        "What claims may use in all: (total - reserved) x allocation ratio",
+        m.inventory_capacity.clone(),
+    );
+    registry.register(
+        "resource_used",
+        "Amount of each resource class in use by instances and migrations",
+        m.inventory_used.clone(),
+    );
+    registry.register(
+        "pci_pool_devices",
+        "Tracked PCI devices in each pool",
+        m.pci_pool_devices.clone(),
+    );
+    registry.register(
+        "pci_pool_free",
+        "Available PCI devices in each pool",
+        m.pci_pool_free.clone(),
+    );
+    registry.register(
+        "pci_devices_reserved",
+        "One-time-use PCI devices used and not yet released (rtrackctl pci release)",
+        m.pci_devices_reserved.clone(),
+    );
+}
+
+/// Registers what the tracker holds and what the audit finds.
+fn register_tracker(registry: &mut Registry, m: &Metrics) {
+    registry.register(
+        "instances",
+        "Instances tracked on or moving to this node",
+        m.instances.clone(),
+    );
+    registry.register(
+        "migrations_in_progress",
+        "Migrations holding resources on this node",
+        m.migrations_in_progress.clone(),
+    );
+    registry.register(
+        "claims",
+        "Claim decisions by operation, outcome and reason",
+        m.claims.clone(),
+    );
+    registry.register(
+        "audit_duration_seconds",
+        "Time of one audit: probe and tracker update",
+        m.audit_duration.clone(),
+    );
+    registry.register(
+        "audit_failures",
+        "Audits that failed (probe or commit); retried next interval",
+        m.audit_failures.clone(),
+    );
+    registry.register(
+        "probe_warnings",
+        "Warnings of the last probe (unreadable or inconsistent sysfs/procfs files)",
+        m.probe_warnings.clone(),
+    );
+    registry.register(
+        "mdevs_missing",
+        "Mediated devices given to claims that the host no longer shows (last audit); each is logged",
+        m.mdevs_missing.clone(),
+    );
+    registry.register(
+        "pci_devices_missing",
+        "PCI devices held by a claim that the host no longer shows (kept until freed)",
+        m.pci_devices_missing.clone(),
+    );
+    registry.register(
+        "pinned_cpus_offline",
+        "Host CPUs pinned by instances counted here that are offline (with CPU power management, only those of running guests)",
+        m.pinned_cpus_offline.clone(),
+    );
+    registry.register(
+        "numa_cell_cpus",
+        "CPUs of each NUMA cell (cell) by kind: shared, shared_used (floating guest CPUs placed there), dedicated, pinned",
+        m.numa_cell_cpus.clone(),
+    );
+    registry.register(
+        "numa_cell_memory_bytes",
+        "Memory of each NUMA cell (cell), kind total or used (by the guest cells placed there)",
+        m.numa_cell_memory_bytes.clone(),
+    );
+}
+
+/// Registers the store's and the Placement reporter's metrics.
+fn register_store_and_upstream(registry: &mut Registry, m: &Metrics) {
+    registry.register(
+        "store_unavailable",
+        "1 while the state store refuses changes (claims and moves answer 503), else 0",
+        m.store_unavailable.clone(),
+    );
+    registry.register(
+        "store_commit_seconds",
+        "Time of one store transaction (write and fsync)",
+        m.commit_latency.clone(),
+    );
+    registry.register(
+        "upstream_requests",
+        "Requests sent to Placement by kind",
+        m.upstream_requests.clone(),
+    );
+    registry.register(
+        "upstream_reports",
+        "Placement report cycles by outcome",
+        m.upstream_reports.clone(),
+    );
+    // Every kind from the start, so that an alert's series exists before the first drift.
+    m.clear_drift();
+    registry.register(
+        "placement_drift",
+        "Drift between the local claims, Placement's allocations and the host's inventory, by kind, at the last reconciliation",
+        m.placement_drift.clone(),
+    );
+}
+
+/// Registers the API server's metrics.
+fn register_api(registry: &mut Registry, m: &Metrics) {
+    registry.register(
+        "api_forbidden_peers",
+        "API connections refused because the peer is neither root nor in the socket group",
+        m.forbidden_peers.clone(),
+    );
+    registry.register(
+        "api_connections",
+        "API connections open now (socket and metrics listener)",
+        m.connections.open.clone(),
+    );
+    registry.register(
+        "api_connections_rejected",
+        "API connections closed at once because [api] max_connections were open",
+        m.connections.rejected.clone(),
+    );
+    registry.register(
+        "api_request_seconds",
+        "Time to answer an API request (claims: route /v1/claims), by method and route",
+        m.api_request_seconds.clone(),
+    );
+    registry.register(
+        "api_requests",
+        "API requests by route and HTTP status",
+        m.api_requests.clone(),
+    );
 }
 
 #[cfg(test)]
