@@ -61,10 +61,10 @@ pub struct InstanceBody {
     #[schema(max_length = 255)]
     pub os_type: Option<String>,
     /// VM state (default `building`).
-    #[schema(schema_with = crate::tracker::states::vm_state_schema)]
+    #[schema(schema_with = crate::tracker::nova_states::vm_state_schema)]
     pub vm_state: Option<String>,
     /// Task state.
-    #[schema(schema_with = crate::tracker::states::task_state_schema)]
+    #[schema(schema_with = crate::tracker::nova_states::task_state_schema)]
     pub task_state: Option<String>,
     /// Host the instance is on now (for a move: the source).
     #[schema(max_length = 255)]

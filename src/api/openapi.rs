@@ -524,7 +524,7 @@ fn to_openapi_30(v: &mut Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tracker::states::VM_STATES;
+    use crate::tracker::nova_states::VM_STATES;
 
     #[test]
     fn every_route_is_documented_and_nothing_else() {

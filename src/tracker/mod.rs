@@ -25,13 +25,13 @@ pub mod host_view;
 pub mod model;
 pub mod nested;
 pub mod node_template;
+pub mod nova_states;
 pub mod numa;
 pub mod ops;
 pub mod pci;
 pub mod released;
 pub mod request;
 pub mod state;
-pub mod states;
 pub mod upgrade;
 pub mod usage;
 

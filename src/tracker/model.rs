@@ -224,19 +224,19 @@ pub struct InstanceRecord {
 }
 
 impl InstanceRecord {
-    /// Nova's `allow_resource_removal` (see [`super::states::releases_resources`]).
+    /// Nova's `allow_resource_removal` (see [`super::nova_states::releases_resources`]).
     pub fn releases_resources(&self) -> bool {
-        super::states::releases_resources(&self.vm_state, self.task_state.as_deref())
+        super::nova_states::releases_resources(&self.vm_state, self.task_state.as_deref())
     }
 
-    /// Nova's `_instance_in_resize_state` (see [`super::states::in_resize_state`]).
+    /// Nova's `_instance_in_resize_state` (see [`super::nova_states::in_resize_state`]).
     pub fn in_resize_state(&self) -> bool {
-        super::states::in_resize_state(&self.vm_state, self.task_state.as_deref())
+        super::nova_states::in_resize_state(&self.vm_state, self.task_state.as_deref())
     }
 
-    /// Nova's `_instance_is_live_migrating` (see [`super::states::live_migrating`]).
+    /// Nova's `_instance_is_live_migrating` (see [`super::nova_states::live_migrating`]).
     pub fn live_migrating(&self) -> bool {
-        super::states::live_migrating(&self.vm_state, self.task_state.as_deref())
+        super::nova_states::live_migrating(&self.vm_state, self.task_state.as_deref())
     }
 }
 

@@ -169,10 +169,10 @@ pub struct MoveRequest {
 #[serde(deny_unknown_fields)]
 pub struct InstanceUpdate {
     /// New VM state.
-    #[schema(schema_with = crate::tracker::states::vm_state_schema)]
+    #[schema(schema_with = crate::tracker::nova_states::vm_state_schema)]
     pub vm_state: Option<String>,
     /// New task state (`""` clears it).
-    #[schema(schema_with = crate::tracker::states::task_state_or_none_schema)]
+    #[schema(schema_with = crate::tracker::nova_states::task_state_or_none_schema)]
     pub task_state: Option<String>,
     /// New host (e.g. the destination after finish_resize).
     #[schema(max_length = 255)]

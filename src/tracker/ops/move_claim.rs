@@ -14,9 +14,9 @@ use super::{ClaimOutcome, MoveRequest, MoveType};
 use crate::tracker::error::ClaimError;
 use crate::tracker::model::{InstanceRecord, InstanceRequest, MigrationContext, MigrationRecord};
 use crate::tracker::nested::NestedAllocation;
+use crate::tracker::nova_states::{check_task_state, check_vm_state, move_is_counted};
 use crate::tracker::numa::{FittedTopology, GuestTopology, PageSize};
 use crate::tracker::state::{validate_uuid, Changes, ClaimRecord, Tracker};
-use crate::tracker::states::{check_task_state, check_vm_state, move_is_counted};
 use crate::tracker::usage::on_node;
 
 /// What a move is, resolved from the request and what this host tracks.
