@@ -26,7 +26,7 @@ use crate::tracker::numa::nova::fitted_from_object;
 use crate::tracker::numa::FittedTopology;
 use crate::tracker::pci::AliasTable;
 use crate::tracker::request::from_request_spec;
-use crate::tracker::state::{InstanceInfo, MoveType};
+use crate::tracker::{InstanceInfo, MoveType};
 use utoipa::ToSchema;
 
 /// The legacy dicts.
@@ -288,7 +288,7 @@ pub fn check_spec_strings(value: &Value, path: &str) -> Result<(), ApiError> {
 }
 
 /// Bounds the string fields of a state update.
-pub fn check_update(up: &crate::tracker::state::InstanceUpdate) -> Result<(), ApiError> {
+pub fn check_update(up: &crate::tracker::InstanceUpdate) -> Result<(), ApiError> {
     for (name, value) in [
         ("vm_state", &up.vm_state),
         ("task_state", &up.task_state),

@@ -15,7 +15,7 @@ use super::error::ErrorCode;
 use super::routes::{AdoptBody, AttachBody, DeviceMapEntry, ReconcileBody, RefreshBody};
 use crate::objects::compute_node::ComputeNode;
 use crate::objects::NovaObject;
-use crate::tracker::state::InstanceUpdate;
+use crate::tracker::InstanceUpdate;
 use answers::{inventory_report_schema, numa_cell_schema, numa_detail_schema};
 
 /// The ComputeNode versions `?version=` accepts: every minor of the current major up to it.

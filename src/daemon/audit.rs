@@ -209,7 +209,7 @@ fn warn_offline_pins(state: &DaemonState) {
     }
 }
 
-type AuditResult = Result<(String, crate::tracker::state::AuditOutcome, usize), String>;
+type AuditResult = Result<(String, crate::tracker::AuditOutcome, usize), String>;
 
 fn finish(state: &DaemonState, result: AuditResult, elapsed: Duration) -> Result<(), String> {
     state.metrics.audit_duration.observe(elapsed.as_secs_f64());

@@ -35,10 +35,8 @@ use crate::store::{Store, StoreError};
 use crate::tracker::host_view::HostView;
 use crate::tracker::model::InstanceRequest;
 use crate::tracker::numa::power::carry_offline_topology;
-use crate::tracker::state::{
-    AuditOutcome, Changes, ClaimOutcome, InstanceInfo, InstanceUpdate, MoveRequest, Tracker,
-    TrackerSettings,
-};
+use crate::tracker::state::{Changes, Tracker, TrackerSettings};
+use crate::tracker::{AuditOutcome, ClaimOutcome, InstanceInfo, InstanceUpdate, MoveRequest};
 use crate::tracker::{ClaimError, TrackerState};
 use in_flight::InFlight;
 use writer::{CommitResult, Job};

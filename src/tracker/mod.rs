@@ -36,10 +36,10 @@ pub mod upgrade;
 pub mod usage;
 
 pub use error::{ClaimError, Refusal};
-pub use state::{
-    Changes, ClaimOutcome, InstanceInfo, InstanceUpdate, MoveRequest, MoveType, Tracker,
-    TrackerPolicy, TrackerSettings, TrackerState,
+pub use ops::{
+    AuditOutcome, ClaimOutcome, InstanceInfo, InstanceUpdate, MoveRequest, MoveType, PoolUsage,
 };
+pub use state::{Changes, Tracker, TrackerPolicy, TrackerSettings, TrackerState};
 
 #[cfg(test)]
 mod tests;

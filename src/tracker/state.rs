@@ -246,10 +246,6 @@ impl Changes {
     }
 }
 
-pub use super::ops::{
-    AuditOutcome, ClaimOutcome, InstanceInfo, InstanceUpdate, MoveRequest, MoveType, PoolUsage,
-};
-
 /// What the tracker takes from the configuration, and nothing else: the resource rules, the PCI
 /// device specs, and the ComputeNode's configured fields. Aliases stay with the API, which
 /// turns them into requests.

@@ -5,6 +5,7 @@ use rtrack_fixtures::real::scratch_dir;
 use rtrack_fixtures::synthetic::{SyntheticHost, SyntheticPf};
 
 use super::model::{FlavorUsage, HostNames, InstanceRequest, PciRequest};
+use super::ops::{ClaimOutcome, InstanceInfo, InstanceUpdate, MoveRequest, MoveType};
 use super::pci::{DeviceStatus, NumaPolicy};
 use super::state::*;
 use super::ClaimError;

@@ -23,8 +23,8 @@ use crate::probes::pci::{PciAddress, PciDevType};
 use crate::tracker::model::{FlavorUsage, InstanceRequest, PciRequest};
 use crate::tracker::numa::image::ImageProps;
 use crate::tracker::ops::adopt::{AdoptProblem, Adoptee};
-use crate::tracker::ops::InstanceInfo;
 use crate::tracker::pci::NumaPolicy;
+use crate::tracker::InstanceInfo;
 
 /// A provider of the tree as Placement lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

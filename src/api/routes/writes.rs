@@ -23,7 +23,7 @@ use super::*;
 use crate::api::metrics::ClaimDecision;
 use crate::api::shared::DaemonState;
 use crate::service::{Granted, ServiceError, TrackerService};
-use crate::tracker::state::{ClaimOutcome, InstanceUpdate, MoveRequest};
+use crate::tracker::{ClaimOutcome, InstanceUpdate, MoveRequest};
 
 /// Logs and counts one claim decision.
 fn record_decision(
