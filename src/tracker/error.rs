@@ -10,8 +10,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::numa::NumaRefusal;
-use super::pci::claim::PciRefusal;
+use super::refusals::{NumaRefusal, PciRefusal};
 use crate::inventory::resources::ResourceClass;
 
 /// One resource class that does not fit.

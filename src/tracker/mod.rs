@@ -29,6 +29,7 @@ pub mod nova_states;
 pub mod numa;
 pub mod ops;
 pub mod pci;
+pub mod refusals;
 pub mod released;
 pub mod request;
 pub mod state;

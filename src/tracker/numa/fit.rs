@@ -19,9 +19,8 @@
 mod closest;
 mod search;
 
+use crate::tracker::refusals::{CellVerdicts, NumaRefusal, Verdict};
 use std::collections::{BTreeMap, HashMap, HashSet};
-
-use serde::Serialize;
 
 use search::{matchable, Search};
 
@@ -58,33 +57,6 @@ pub struct FitInput<'a> {
     pub wants_pci: bool,
     /// rtrack's placement policies beyond Nova's (all off: Nova's placement exactly).
     pub policy: &'a TopologyPolicy,
-}
-
-/// One guest cell on one host cell: fits, or why not.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Verdict {
-    /// Guest cell id.
-    pub guest_cell: u32,
-    /// `fits`, or what is short, with the numbers.
-    pub reason: String,
-}
-
-/// One host cell as the refused guest saw it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct CellVerdicts {
-    /// Host cell id.
-    pub id: u32,
-    /// One per guest cell.
-    pub verdicts: Vec<Verdict>,
-}
-
-/// Why a guest's NUMA topology does not fit.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct NumaRefusal {
-    /// The reason in one sentence.
-    pub reason: String,
-    /// Every host cell, with a verdict per guest cell.
-    pub cells: Vec<CellVerdicts>,
 }
 
 fn mem_kb(cell: &GuestCell) -> i64 {

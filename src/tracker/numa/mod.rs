@@ -6,7 +6,7 @@
 //! In: the probe and `[resources]` ([`host`]), a flavor's extra specs and the image properties
 //! ([`constraints`]), the current per-cell usage ([`usage`]). Out: a [`FittedTopology`] per guest
 //! (which host cell each guest cell is on, which host CPU each guest CPU is pinned to, the page
-//! size), or a [`NumaRefusal`] that says, per host cell, why each guest cell does not fit.
+//! size), or a [`NumaRefusal`](crate::tracker::refusals::NumaRefusal) that says, per host cell, why each guest cell does not fit.
 //!
 //! - [`host`] — the host topology (`_get_host_numa_topology`);
 //! - [`constraints`] — `numa_get_constraints`, with [`image`] the image's properties;
@@ -42,7 +42,7 @@ use serde::{Deserialize, Serialize};
 use crate::probes::CpuSet;
 
 pub use constraints::{numa_constraints, ImageProps};
-pub use fit::{fit_instance, FitInput, NumaRefusal};
+pub use fit::{fit_instance, FitInput};
 pub use host::{HostCell, HostTopology, PagePool};
 pub use usage::{CellUsage, NumaUsage};
 

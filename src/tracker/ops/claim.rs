@@ -12,11 +12,12 @@ use crate::tracker::error::{ClaimError, Refusal};
 use crate::tracker::model::{InstanceRecord, InstanceRequest, ResourceRules};
 use crate::tracker::nested::NestedAllocation;
 use crate::tracker::nova_states::{check_task_state, check_vm_state, releases_resources};
-use crate::tracker::numa::fit::NumaRefusal;
 use crate::tracker::numa::placed::check_placed;
 use crate::tracker::numa::{fit_instance, FitInput, FittedTopology, GuestTopology};
-use crate::tracker::pci::claim::{claim_devices, Assignment, PciRefusal};
+use crate::tracker::pci::claim::{claim_devices, Assignment};
 use crate::tracker::pci::devices::TrackedDevice;
+use crate::tracker::refusals::NumaRefusal;
+use crate::tracker::refusals::PciRefusal;
 use crate::tracker::state::{validate_uuid, Changes, ClaimRecord, Tracker};
 use crate::tracker::usage::Usage;
 

@@ -17,6 +17,7 @@
 //! first, then the highest address; held to Placement's allocation, each
 //! provider gives exactly what Placement took from it.
 
+use crate::tracker::refusals::{PciRefusal, PoolRejection, PoolVerdict};
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
@@ -39,55 +40,6 @@ pub struct Assignment {
     pub address: PciAddress,
     /// Request it satisfies.
     pub request_id: String,
-}
-
-/// Why a pool could not serve a request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PoolRejection {
-    /// No spec of the request matches the pool.
-    SpecMismatch,
-    /// The NUMA policy excludes the pool's node.
-    NumaAffinity,
-    /// The pool holds PFs and the request did not ask for a PF.
-    UnrequestedPf,
-    /// The pool holds vDPA devices and the request did not ask for them.
-    UnrequestedVdpa,
-    /// The pool holds remote-managed devices and the request did not ask for them.
-    UnrequestedRemoteManaged,
-    /// The request's live_migratable requirement does not match.
-    LiveMigratable,
-    /// Placement allocated the request's devices from other providers (or the pool is not in
-    /// Placement, or its provider has fewer devices left than Placement allocated from it).
-    PlacementAllocation,
-}
-
-/// One pool as a refused request saw it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PoolVerdict {
-    /// vendor_id, product_id, numa_node and tags.
-    pub pool: BTreeMap<String, Option<String>>,
-    /// Available devices in it.
-    pub count: usize,
-    /// Why it was left out; null if it was usable.
-    pub rejected: Option<PoolRejection>,
-}
-
-/// A PCI request that could not be met.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PciRefusal {
-    /// Request id.
-    pub request_id: String,
-    /// Alias, if any.
-    pub alias_name: Option<String>,
-    /// Devices asked for.
-    pub requested: u32,
-    /// Devices left after the filters.
-    pub usable: usize,
-    /// The pools considered and why each was rejected.
-    pub pools: Vec<PoolVerdict>,
-    /// The other requests of the claim had already taken these devices when this one was tried.
-    pub taken_by_earlier_requests: Vec<PciAddress>,
 }
 
 fn prop_match(pool: &BTreeMap<String, Option<String>>, spec: &BTreeMap<String, String>) -> bool {

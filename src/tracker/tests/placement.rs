@@ -176,9 +176,10 @@ fn a_claim_takes_the_devices_of_the_providers_placement_allocated_from() {
         panic!("{e}")
     };
     let pci = r.pci.as_ref().unwrap();
-    assert!(pci.pools.iter().any(
-        |p| p.rejected == Some(crate::tracker::pci::claim::PoolRejection::PlacementAllocation)
-    ));
+    assert!(pci
+        .pools
+        .iter()
+        .any(|p| p.rejected == Some(crate::tracker::refusals::PoolRejection::PlacementAllocation)));
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::pci_policy::spec::remote_managed_problems;
-use crate::tracker::pci::claim::PoolRejection;
+use crate::tracker::refusals::PoolRejection;
 
 fn rm_tracker(spec: &str) -> (Tracker, HostInventory) {
     let text = format!(

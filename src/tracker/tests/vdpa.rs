@@ -85,7 +85,7 @@ fn vdpa_devices_are_pooled_apart_and_only_for_vdpa_requests() {
         pci.pools
             .iter()
             .any(|p| p.pool["dev_type"].as_deref() == Some("vdpa")
-                && p.rejected == Some(crate::tracker::pci::claim::PoolRejection::UnrequestedVdpa)),
+                && p.rejected == Some(crate::tracker::refusals::PoolRejection::UnrequestedVdpa)),
         "{pci:?}"
     );
     // A vdpa port takes a vDPA VF; the PF was already unavailable (its VFs are in use).
