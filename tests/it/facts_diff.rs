@@ -19,8 +19,9 @@
 //! leaves it out. `RTRACK_SKIP_NOVA=1` skips the test; `RTRACK_NOVA_VENV=DIR` uses an existing
 //! venv holding nova 34.0.0 instead of building `target/nova-venv`.
 
+use crate::support::nova::repo;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use rtrack::config::{Config, ValidConfig};
@@ -35,33 +36,6 @@ use rtrack_fixtures::real::scratch_dir;
 use serde_json::{json, Value};
 
 const NODE: &str = "cmp";
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The Python of a venv holding nova 34.0.0.
-fn nova_python() -> Option<PathBuf> {
-    if std::env::var_os("RTRACK_SKIP_NOVA").is_some() {
-        eprintln!("RTRACK_SKIP_NOVA is set: TDX and vPMEM differential test skipped");
-        return None;
-    }
-    if let Some(dir) = std::env::var_os("RTRACK_NOVA_VENV") {
-        return Some(PathBuf::from(dir).join("bin/python"));
-    }
-    let venv = repo().join("target/nova-venv");
-    let out = Command::new(repo().join("tests/interop/setup-nova-venv.sh"))
-        .arg(&venv)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run tests/interop/setup-nova-venv.sh: {e}"));
-    assert!(
-        out.status.success(),
-        "setting up the Nova venv failed (RTRACK_SKIP_NOVA=1 skips this test):\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(venv.join("bin/python"))
-}
 
 fn valid(devices: &str) -> Result<ValidConfig, String> {
     let text = format!("[host]\nhypervisor_hostname = \"{NODE}\"\n{devices}");
@@ -566,7 +540,9 @@ fn check_requests(nova: &Value) {
 
 #[test]
 fn tdx_vpmem_and_their_requests_are_novas() {
-    let Some(python) = nova_python() else {
+    let Some(python) = crate::support::nova::venv("the TDX and vPMEM differential test")
+        .map(|v| v.join("bin/python"))
+    else {
         return;
     };
     // One run of Nova for every case (importing it takes most of the time).

@@ -9,12 +9,16 @@ pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The Nova venv, set up when needed; None when `RTRACK_SKIP_NOVA` is set (`test` names what is
-/// skipped). A venv that cannot be set up fails the test, naming how to skip it.
+/// The Nova venv: `RTRACK_NOVA_VENV` (an existing venv holding nova 34.0.0), else
+/// `target/nova-venv`, set up when needed; None when `RTRACK_SKIP_NOVA` is set (`test` names what
+/// is skipped). A venv that cannot be set up fails the test, naming how to skip it.
 pub fn venv(test: &str) -> Option<PathBuf> {
     if std::env::var_os("RTRACK_SKIP_NOVA").is_some() {
         eprintln!("RTRACK_SKIP_NOVA is set: {test} skipped");
         return None;
+    }
+    if let Some(dir) = std::env::var_os("RTRACK_NOVA_VENV") {
+        return Some(PathBuf::from(dir));
     }
     let venv = repo().join("target/nova-venv");
     let script = repo().join("tests/interop/setup-nova-venv.sh");
