@@ -24,7 +24,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::support::eventually;
-use crate::support::placement_server::{server, Raw, Server};
+use crate::support::placement::{server, Raw, Server};
 use rtrack_fixtures::synthetic::{PlainFunction, SyntheticHost};
 use serde_json::{json, Value};
 use uuid::Uuid;

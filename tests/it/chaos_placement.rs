@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::support::placement_server::{server, Raw};
+use crate::support::placement::{server, Raw};
 use crate::support::{request_spec, Daemon};
 use rtrack_fixtures::synthetic::SyntheticHost;
 use serde_json::{json, Value};

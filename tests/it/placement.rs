@@ -32,7 +32,7 @@ use uuid::Uuid;
 
 // ------------------------------------------------------------------ server harness
 
-use crate::support::placement_server::{assert_placement_matches, osc, server, tree_names, Server};
+use crate::support::placement::{assert_placement_matches, osc, server, tree_names, Server};
 
 // ------------------------------------------------------------------ test inputs
 

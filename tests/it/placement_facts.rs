@@ -24,7 +24,7 @@ use rtrack_fixtures::facts::FactsHost;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::support::placement_server::{assert_placement_matches, osc, server, tree_names, Raw};
+use crate::support::placement::{assert_placement_matches, osc, server, tree_names, Raw};
 
 fn config(url: &str, devices: &str) -> ValidConfig {
     let text = format!("[placement]\nendpoint = \"{url}\"\nreport_allocations = true\n{devices}");

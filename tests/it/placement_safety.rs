@@ -22,7 +22,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::support::eventually;
-use crate::support::placement_server::{server, Raw, Server};
+use crate::support::placement::{server, Raw, Server};
 use crate::support::{request_spec, Daemon};
 use rtrack_fixtures::synthetic::SyntheticHost;
 use serde_json::{json, Value};
