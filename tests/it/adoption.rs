@@ -24,7 +24,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::support::eventually;
-use crate::support::placement::{server, Raw, Server};
+use crate::support::placement::{runtime as rt, server, Raw, Server};
 use rtrack_fixtures::synthetic::{PlainFunction, SyntheticHost};
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -33,13 +33,6 @@ const RTRACKD: &str = env!("CARGO_BIN_EXE_rtrackd");
 const RTRACKCTL: &str = env!("CARGO_BIN_EXE_rtrackctl");
 const VF_CLASS: &str = "CUSTOM_PCI_8086_1889";
 const GPU_CLASS: &str = "CUSTOM_PCI_10DE_20B5";
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// The small SR-IOV host plus a GPU at af:00.0 for passthrough.
 fn host() -> SyntheticHost {

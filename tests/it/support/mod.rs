@@ -1,8 +1,10 @@
 //! The integration tests' harness: a running `rtrackd` ([`daemon`]), a real Placement
-//! ([`placement`]), real Nova's venv ([`nova`]), and the bodies the tests send ([`bodies`]).
+//! ([`placement`]) and Keystone ([`keystone`]), real Nova's venv ([`nova`]), and the bodies
+//! the tests send ([`bodies`]).
 
 pub mod bodies;
 pub mod daemon;
+pub mod keystone;
 pub mod nova;
 pub mod placement;
 

@@ -279,3 +279,11 @@ pub async fn tree_names(raw: &Raw, root: Uuid) -> BTreeSet<String> {
         .map(|p| p["name"].as_str().unwrap().to_string())
         .collect()
 }
+
+/// A single-threaded tokio runtime for the tests' HTTP checks.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
