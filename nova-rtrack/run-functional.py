@@ -82,6 +82,9 @@ def main() -> int:
     if not a.baseline:
         env['RTRACKD'] = snapshot_binary(a.rtrackd, os.path.join(a.out, 'bin'))
     env.setdefault('RTRACK_HARNESS_DIR', os.path.join(a.out, 'harness'))
+    # oslotest's per-test timeout (Nova's base test case honours it): a test that hangs fails
+    # after this many seconds instead of holding its module until the module's timeout.
+    env.setdefault('OS_TEST_TIMEOUT', '300')
 
     totals = {'passed': 0, 'failed': 0, 'skipped': 0}
     rows = []
