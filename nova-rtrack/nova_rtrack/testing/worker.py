@@ -110,6 +110,29 @@ def dump_stacks(signum: int, frame: Any) -> None:
     sys.__stderr__.flush()
 
 
+def flatten(suite: Any) -> list[Any]:
+    """The test cases of a (nested) suite, in order."""
+    if isinstance(suite, unittest.TestSuite):
+        return [t for s in suite for t in flatten(s)]
+    return [suite]
+
+
+def without_skipped(suite: unittest.TestSuite, result: Any) -> unittest.TestSuite:
+    """The suite without the tests named in ``RTRACK_NOVA_SKIP`` (comma-separated full test
+    ids), each recorded as skipped: tests that can deadlock in Nova's own fixtures rather than
+    fail (see scripts/test)."""
+    names = {n.strip() for n in os.environ.get('RTRACK_NOVA_SKIP', '').split(',') if n.strip()}
+    if not names:
+        return suite
+    kept = unittest.TestSuite()
+    for t in flatten(suite):
+        if t.id() in names:
+            result.addSkip(t, 'RTRACK_NOVA_SKIP: can deadlock in Nova\'s cell fixture')
+        else:
+            kept.addTest(t)
+    return kept
+
+
 def main(argv: list[str]) -> int:
     import signal
     signal.signal(signal.SIGUSR1, dump_stacks)
@@ -134,6 +157,7 @@ def main(argv: list[str]) -> int:
         except Exception:  # noqa
             load_errors.append({'id': name, 'outcome': 'failed', 'time': 0.0,
                                 'detail': traceback.format_exc()})
+    suite = without_skipped(suite, result)
     try:
         suite.run(result)
     except Exception:  # noqa
