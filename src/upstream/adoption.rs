@@ -155,6 +155,96 @@ fn translate(
             if kind.is_empty() { "not given".to_string() } else { format!("{kind:?}") }
         ));
     }
+    let Held {
+        host,
+        extra,
+        nested,
+        pci,
+    } = held_by_role(c, h, desired, role)?;
+    let (vcpu, pcpu) = (
+        host.get("VCPU").copied().unwrap_or(0),
+        host.get("PCPU").copied().unwrap_or(0),
+    );
+    if vcpu > 0 && pcpu > 0 {
+        return Err(format!("it holds {vcpu} VCPU and {pcpu} PCPU (a mixed CPU policy guest): which of its CPUs are pinned is not in its allocation; claim it with its flavor instead"));
+    }
+    if vcpu + pcpu == 0 || host.get("MEMORY_MB").copied().unwrap_or(0) == 0 {
+        return Err(format!(
+            "it holds no CPUs or no memory here ({:?}): not an instance rtrack can size",
+            host
+        ));
+    }
+    let mut extra_specs = BTreeMap::new();
+    if pcpu > 0 {
+        extra_specs.insert("hw:cpu_policy".to_string(), "dedicated".to_string());
+        notes.push(format!("{pcpu} pinned CPUs: chosen by rtrack's NUMA fit (its real pinning is the hypervisor's)"));
+    }
+    for (class, n) in &extra {
+        extra_specs.insert(format!("resources:{class}"), n.to_string());
+    }
+    let pci_requests = pci_requests_of(&pci, by_provider, device_map.get(&uuid), notes)?;
+    let mut flavor = FlavorUsage {
+        id: 0,
+        flavorid: "adopted".into(),
+        name: Some("adopted".into()),
+        vcpus: (vcpu + pcpu) as i64,
+        memory_mb: host.get("MEMORY_MB").copied().unwrap_or(0) as i64,
+        root_gb: host.get("DISK_GB").copied().unwrap_or(0) as i64,
+        ephemeral_gb: 0,
+        swap_mb: 0,
+        extra_specs,
+        cpus: None,
+        extra_resources: BTreeMap::new(),
+        mem_encryption_model: None,
+    };
+    let built = crate::tracker::flavor_classes::extra_classes(&flavor.extra_specs, "adopted")
+        .and_then(|(extra, model)| {
+            flavor.extra_resources = extra;
+            flavor.mem_encryption_model = model;
+            crate::tracker::request::numa_of(&mut flavor, &ImageProps::default(), None, "adopted")
+        });
+    let numa = built.map_err(|e| e.to_string())?;
+    if legacy_cpus && pcpu > 0 {
+        notes.push("this host has no CPU sets: its pinned CPUs count as VCPU, as Nova's".into());
+    }
+    Ok(Adoptee {
+        info: InstanceInfo {
+            uuid: consumer.clone(),
+            project_id: (!project.is_empty()).then_some(project),
+            user_id: (!user.is_empty()).then_some(user),
+            vm_state: Some("active".into()),
+            allocations: nested,
+            ..Default::default()
+        },
+        request: InstanceRequest {
+            flavor,
+            is_bfv: host.get("DISK_GB").copied().unwrap_or(0) == 0,
+            pci_requests,
+            numa,
+        },
+    })
+}
+
+/// A consumer's allocation sorted by the role of each provider it is on.
+struct Held<'a> {
+    /// Host classes (VCPU, PCPU, MEMORY_MB, DISK_GB) on the root or a sharing provider.
+    host: BTreeMap<&'a str, u64>,
+    /// Every other class, as the flavor's `resources:` extra specs.
+    extra: BTreeMap<String, u64>,
+    /// What it holds on each nested provider.
+    nested: BTreeMap<Uuid, BTreeMap<ResourceClass, i64>>,
+    /// Devices it holds on each PCI provider.
+    pci: Vec<(Uuid, u64)>,
+}
+
+/// Sorts `c`'s allocation by provider role; a provider not of this host (and not another
+/// service's child) is an error naming it.
+fn held_by_role<'a>(
+    c: &HeldConsumer,
+    h: &PlacementHoldings,
+    desired: &DesiredState,
+    role: &BTreeMap<Uuid, ProviderRole>,
+) -> Result<Held<'a>, String> {
     let mut host: BTreeMap<&str, u64> = BTreeMap::new();
     let mut extra: BTreeMap<String, u64> = BTreeMap::new();
     let mut nested: BTreeMap<Uuid, BTreeMap<ResourceClass, i64>> = BTreeMap::new();
@@ -165,7 +255,7 @@ fn translate(
             Some(ProviderRole::ComputeNode) | Some(ProviderRole::Sharing) => {
                 for (class, n) in classes {
                     match HOST_CLASSES.iter().find(|c| *c == class) {
-                        Some(c) => *host.entry(c).or_default() += n,
+                        Some(c) => *host.entry(*c).or_default() += n,
                         None => *extra.entry(class.clone()).or_default() += n,
                     }
                 }
@@ -193,36 +283,26 @@ fn translate(
     if !bad.is_empty() {
         return Err(bad.join("; "));
     }
-    let (vcpu, pcpu) = (
-        host.get("VCPU").copied().unwrap_or(0),
-        host.get("PCPU").copied().unwrap_or(0),
-    );
-    if vcpu > 0 && pcpu > 0 {
-        return Err(format!("it holds {vcpu} VCPU and {pcpu} PCPU (a mixed CPU policy guest): which of its CPUs are pinned is not in its allocation; claim it with its flavor instead"));
-    }
-    if vcpu + pcpu == 0 || host.get("MEMORY_MB").copied().unwrap_or(0) == 0 {
-        return Err(format!(
-            "it holds no CPUs or no memory here ({:?}): not an instance rtrack can size",
-            host
-        ));
-    }
-    let mut extra_specs = BTreeMap::new();
-    if pcpu > 0 {
-        extra_specs.insert("hw:cpu_policy".to_string(), "dedicated".to_string());
-        notes.push(format!("{pcpu} pinned CPUs: chosen by rtrack's NUMA fit (its real pinning is the hypervisor's)"));
-    }
-    for (class, n) in &extra {
-        extra_specs.insert(format!("resources:{class}"), n.to_string());
-    }
+    Ok(Held {
+        host,
+        extra,
+        nested,
+        pci,
+    })
+}
+
+/// One request per PCI provider the consumer holds devices of, held to Placement's allocation,
+/// with the devices the operator's device map names for it (`mapped`).
+fn pci_requests_of(
+    pci: &[(Uuid, u64)],
+    by_provider: &BTreeMap<Uuid, Vec<&DeviceFacts>>,
+    mapped: Option<&Vec<PciAddress>>,
+    notes: &mut Vec<String>,
+) -> Result<Vec<PciRequest>, String> {
     let mut pci_requests = Vec::new();
-    let mapped: BTreeSet<PciAddress> = device_map
-        .get(&uuid)
-        .cloned()
-        .unwrap_or_default()
-        .into_iter()
-        .collect();
+    let mapped: BTreeSet<PciAddress> = mapped.into_iter().flatten().copied().collect();
     let mut mapped_used = BTreeSet::new();
-    for (rp, count) in &pci {
+    for (rp, count) in pci {
         let members = by_provider.get(rp).cloned().unwrap_or_default();
         let Some(first) = members.first() else {
             return Err(format!("provider {rp} has no tracked device"));
@@ -274,46 +354,7 @@ fn translate(
             "the device map names {stray} for it, which is not on a provider it holds devices of"
         ));
     }
-    let mut flavor = FlavorUsage {
-        id: 0,
-        flavorid: "adopted".into(),
-        name: Some("adopted".into()),
-        vcpus: (vcpu + pcpu) as i64,
-        memory_mb: host.get("MEMORY_MB").copied().unwrap_or(0) as i64,
-        root_gb: host.get("DISK_GB").copied().unwrap_or(0) as i64,
-        ephemeral_gb: 0,
-        swap_mb: 0,
-        extra_specs,
-        cpus: None,
-        extra_resources: BTreeMap::new(),
-        mem_encryption_model: None,
-    };
-    let built = crate::tracker::flavor_classes::extra_classes(&flavor.extra_specs, "adopted")
-        .and_then(|(extra, model)| {
-            flavor.extra_resources = extra;
-            flavor.mem_encryption_model = model;
-            crate::tracker::request::numa_of(&mut flavor, &ImageProps::default(), None, "adopted")
-        });
-    let numa = built.map_err(|e| e.to_string())?;
-    if legacy_cpus && pcpu > 0 {
-        notes.push("this host has no CPU sets: its pinned CPUs count as VCPU, as Nova's".into());
-    }
-    Ok(Adoptee {
-        info: InstanceInfo {
-            uuid: consumer.clone(),
-            project_id: (!project.is_empty()).then_some(project),
-            user_id: (!user.is_empty()).then_some(user),
-            vm_state: Some("active".into()),
-            allocations: nested,
-            ..Default::default()
-        },
-        request: InstanceRequest {
-            flavor,
-            is_bfv: host.get("DISK_GB").copied().unwrap_or(0) == 0,
-            pci_requests,
-            numa,
-        },
-    })
+    Ok(pci_requests)
 }
 
 /// A child name rtrack would give one of its providers (the compute node's name, `_`, ...).
