@@ -76,6 +76,119 @@ fn provider_counts(req: &PciRequest) -> BTreeMap<uuid::Uuid, usize> {
     out
 }
 
+/// Nova's NUMA step of `_filter_pools`: the pools of `order` the request's NUMA policy keeps
+/// for a guest on `numa_cells`.
+fn numa_keep(
+    pools: &[IndexedPool],
+    counts: &[usize],
+    order: &[usize],
+    req: &PciRequest,
+    numa_cells: &[u32],
+    sockets: &CellSockets,
+) -> Vec<usize> {
+    let count = |idx: &[usize]| -> usize { idx.iter().map(|i| counts[*i]).sum() };
+    let wanted = req.count as usize;
+    let node = |i: usize| pools[i].key.numa_node;
+    let on_cells = |i: &usize| node(*i).is_some_and(|n| numa_cells.contains(&n));
+    let affine: Vec<usize> = order.iter().copied().filter(on_cells).collect();
+    let keep: Vec<usize> = if req.numa_policy == NumaPolicy::Required || count(&affine) >= wanted {
+        affine
+    } else if req.numa_policy == NumaPolicy::Socket {
+        if sockets.values().any(Option::is_none) {
+            Vec::new()
+        } else {
+            let wanted_sockets: BTreeSet<i64> = numa_cells
+                .iter()
+                .filter_map(|c| sockets.get(c).copied().flatten())
+                .collect();
+            let allowed: BTreeSet<u32> = sockets
+                .iter()
+                .filter(|(_, s)| s.is_some_and(|s| wanted_sockets.contains(&s)))
+                .map(|(c, _)| *c)
+                .collect();
+            order
+                .iter()
+                .copied()
+                .filter(|i| node(*i).is_some_and(|n| allowed.contains(&n)))
+                .collect()
+        }
+    } else {
+        // Pools on the guest's cells or with no NUMA node, in pool order (Nova does not
+        // put the local ones first here); for `preferred`, then every other pool (a
+        // stable sort, as Nova's).
+        let near = |i: &usize| on_cells(i) || node(*i).is_none();
+        let with_unknown: Vec<usize> = order.iter().copied().filter(near).collect();
+        if req.numa_policy == NumaPolicy::Legacy || count(&with_unknown) >= wanted {
+            with_unknown
+        } else {
+            let mut ranked = order.to_vec();
+            ranked.sort_by_key(|i| !near(i));
+            ranked
+        }
+    };
+    keep
+}
+
+/// Takes the pools `bad` says of out of `order`, recording `why` for each.
+fn drop_where(
+    order: &mut Vec<usize>,
+    rejected: &mut [Option<PoolRejection>],
+    why: PoolRejection,
+    bad: impl Fn(usize) -> bool,
+) {
+    order.retain(|i| {
+        if bad(*i) {
+            rejected[*i] = Some(why.clone());
+            false
+        } else {
+            true
+        }
+    });
+}
+
+/// Nova's steps 3 to 5: PFs, vDPA devices and remote-managed devices only for requests that
+/// ask for them (`tag` reads a pool's tag).
+fn drop_unrequested_kinds(
+    order: &mut Vec<usize>,
+    rejected: &mut [Option<PoolRejection>],
+    req: &PciRequest,
+    tag: &dyn Fn(usize, &str) -> Option<String>,
+) {
+    // 3. PFs only when asked for
+    if req
+        .specs
+        .iter()
+        .all(|s| s.get("dev_type").map(String::as_str) != Some("type-PF"))
+    {
+        drop_where(order, rejected, PoolRejection::UnrequestedPf, |i| {
+            tag(i, "dev_type").as_deref() == Some("type-PF")
+        });
+    }
+    // 4. vDPA only when asked for
+    if req
+        .specs
+        .iter()
+        .all(|s| s.get("dev_type").map(String::as_str) != Some("vdpa"))
+    {
+        drop_where(order, rejected, PoolRejection::UnrequestedVdpa, |i| {
+            tag(i, "dev_type").as_deref() == Some("vdpa")
+        });
+    }
+    // 5. remote-managed only when asked for
+    if req
+        .specs
+        .iter()
+        .all(|s| !spec_true(s.get("remote_managed")))
+    {
+        drop_where(
+            order,
+            rejected,
+            PoolRejection::UnrequestedRemoteManaged,
+            |i| spec_true(tag(i, "remote_managed").as_ref()),
+        );
+    }
+}
+
 /// Nova's `_filter_pools` for one request: the usable pools in the order to use them, and a
 /// verdict for every pool.
 fn filter_pools(
@@ -103,45 +216,7 @@ fn filter_pools(
 
     // 2. NUMA
     if !order.is_empty() && count(&order) >= wanted && !numa_cells.is_empty() {
-        let node = |i: usize| pools[i].key.numa_node;
-        let on_cells = |i: &usize| node(*i).is_some_and(|n| numa_cells.contains(&n));
-        let affine: Vec<usize> = order.iter().copied().filter(on_cells).collect();
-        let keep: Vec<usize> =
-            if req.numa_policy == NumaPolicy::Required || count(&affine) >= wanted {
-                affine
-            } else if req.numa_policy == NumaPolicy::Socket {
-                if sockets.values().any(Option::is_none) {
-                    Vec::new()
-                } else {
-                    let wanted_sockets: BTreeSet<i64> = numa_cells
-                        .iter()
-                        .filter_map(|c| sockets.get(c).copied().flatten())
-                        .collect();
-                    let allowed: BTreeSet<u32> = sockets
-                        .iter()
-                        .filter(|(_, s)| s.is_some_and(|s| wanted_sockets.contains(&s)))
-                        .map(|(c, _)| *c)
-                        .collect();
-                    order
-                        .iter()
-                        .copied()
-                        .filter(|i| node(*i).is_some_and(|n| allowed.contains(&n)))
-                        .collect()
-                }
-            } else {
-                // Pools on the guest's cells or with no NUMA node, in pool order (Nova does not
-                // put the local ones first here); for `preferred`, then every other pool (a
-                // stable sort, as Nova's).
-                let near = |i: &usize| on_cells(i) || node(*i).is_none();
-                let with_unknown: Vec<usize> = order.iter().copied().filter(near).collect();
-                if req.numa_policy == NumaPolicy::Legacy || count(&with_unknown) >= wanted {
-                    with_unknown
-                } else {
-                    let mut ranked = order.clone();
-                    ranked.sort_by_key(|i| !near(i));
-                    ranked
-                }
-            };
+        let keep = numa_keep(pools, counts, &order, req, numa_cells, sockets);
         for i in &order {
             if !keep.contains(i) {
                 rejected[*i] = Some(PoolRejection::NumaAffinity);
@@ -150,59 +225,8 @@ fn filter_pools(
         order = keep;
     }
 
-    let drop_where = |order: &mut Vec<usize>,
-                      rejected: &mut Vec<Option<PoolRejection>>,
-                      why: PoolRejection,
-                      bad: &dyn Fn(usize) -> bool| {
-        order.retain(|i| {
-            if bad(*i) {
-                rejected[*i] = Some(why.clone());
-                false
-            } else {
-                true
-            }
-        });
-    };
     let tag = |i: usize, k: &str| flat[i].get(k).cloned().flatten();
-    // 3. PFs only when asked for
-    if req
-        .specs
-        .iter()
-        .all(|s| s.get("dev_type").map(String::as_str) != Some("type-PF"))
-    {
-        drop_where(
-            &mut order,
-            &mut rejected,
-            PoolRejection::UnrequestedPf,
-            &|i| tag(i, "dev_type").as_deref() == Some("type-PF"),
-        );
-    }
-    // 4. vDPA only when asked for
-    if req
-        .specs
-        .iter()
-        .all(|s| s.get("dev_type").map(String::as_str) != Some("vdpa"))
-    {
-        drop_where(
-            &mut order,
-            &mut rejected,
-            PoolRejection::UnrequestedVdpa,
-            &|i| tag(i, "dev_type").as_deref() == Some("vdpa"),
-        );
-    }
-    // 5. remote-managed only when asked for
-    if req
-        .specs
-        .iter()
-        .all(|s| !spec_true(s.get("remote_managed")))
-    {
-        drop_where(
-            &mut order,
-            &mut rejected,
-            PoolRejection::UnrequestedRemoteManaged,
-            &|i| spec_true(tag(i, "remote_managed").as_ref()),
-        );
-    }
+    drop_unrequested_kinds(&mut order, &mut rejected, req, &tag);
     // 6. Placement's allocation: only the pools of the providers allocated from, each with at
     // least as many devices left as Placement took from it. Nova counts each pool alone; one
     // provider's devices can sit in two pools (VFs with and without a network interface), so
@@ -219,7 +243,7 @@ fn filter_pools(
             &mut order,
             &mut rejected,
             PoolRejection::PlacementAllocation,
-            &|i| match pools[i].rp_uuid {
+            |i| match pools[i].rp_uuid {
                 Some(rp) => per_provider
                     .get(&rp)
                     .is_none_or(|want| left.get(&rp).copied().unwrap_or(0) < *want),
@@ -238,14 +262,14 @@ fn filter_pools(
             &mut order,
             &mut rejected,
             PoolRejection::LiveMigratable,
-            &|i| tag(i, "live_migratable").as_deref() != Some("true"),
+            |i| tag(i, "live_migratable").as_deref() != Some("true"),
         );
     } else if lm("false") {
         drop_where(
             &mut order,
             &mut rejected,
             PoolRejection::LiveMigratable,
-            &|i| tag(i, "live_migratable").as_deref() != Some("false"),
+            |i| tag(i, "live_migratable").as_deref() != Some("false"),
         );
     }
 
