@@ -149,20 +149,16 @@ fn hyperthreading_trait(f: &FlavorView<'_>, image: &ImageProps) -> Option<String
         .then(|| "required".to_string())
 }
 
-/// Nova's `numa_get_constraints` plus the CPU classes the scheduler would ask Placement for.
-/// `image_path` is the image's JSON path in the request (its properties are under it).
-pub fn numa_constraints(
+/// The CPU policy explicit `resources:VCPU`/`resources:PCPU` extra specs imply, checked as
+/// Nova's `numa_get_constraints` does (never with a CPU policy, never both, PCPUs matching the
+/// flavor's vCPUs and isolated emulator threads).
+fn policy_of_cpu_resources(
     f: &FlavorView<'_>,
-    image: &ImageProps,
-    image_path: &str,
-) -> Result<Constraints, ClaimError> {
-    let mut policy = cpu_policy(f, image, image_path)?;
-    let mut threads = thread_policy(f, image, image_path)?;
-    let emulator = emulator_policy(f)?;
-    let realtime = realtime_cpus(f, image, image_path, emulator)?;
-    let mut dedicated = dedicated_mask(f)?;
-
-    let (req_vcpu, req_pcpu) = explicit_cpu_resources(f)?;
+    mut policy: Option<CpuPolicy>,
+    emulator: Option<EmulatorPolicy>,
+    req_vcpu: i64,
+    req_pcpu: i64,
+) -> Result<Option<CpuPolicy>, ClaimError> {
     if policy.is_some() && (req_vcpu > 0 || req_pcpu > 0) {
         return Err(invalid(
             f.field(if req_pcpu > 0 { "resources:PCPU" } else { "resources:VCPU" }),
@@ -194,20 +190,19 @@ pub fn numa_constraints(
     if req_vcpu > 0 {
         policy = Some(CpuPolicy::Shared);
     }
+    Ok(policy)
+}
 
-    let ht = hyperthreading_trait(f, image);
-    if threads.is_some() && ht.is_some() {
-        return Err(invalid(
-            f.field("hw:cpu_thread_policy"),
-            "It is not possible to use the 'trait:HW_CPU_HYPERTHREADING' extra spec in combination with the 'hw:cpu_thread_policy' extra spec or 'hw_cpu_thread_policy' image metadata property; use one or the other",
-        ));
-    }
-    match ht.as_deref() {
-        Some("forbidden") => threads = Some(ThreadPolicy::Isolate),
-        Some("required") => threads = Some(ThreadPolicy::Require),
-        _ => {}
-    }
-
+/// Nova's checks of the thread, emulator, dedicated-mask and realtime options against the CPU
+/// policy; the dedicated CPUs of a `mixed` guest (its dedicated or realtime mask).
+fn check_cpu_policy(
+    f: &FlavorView<'_>,
+    policy: Option<CpuPolicy>,
+    threads: Option<ThreadPolicy>,
+    emulator: Option<EmulatorPolicy>,
+    dedicated: Option<CpuSet>,
+    realtime: Option<CpuSet>,
+) -> Result<Option<CpuSet>, ClaimError> {
     match policy {
         None | Some(CpuPolicy::Shared) => {
             if threads.is_some() {
@@ -247,9 +242,42 @@ pub fn numa_constraints(
                     "Dedicated CPU set can be specified from either 'hw:cpu_dedicated_mask' or 'hw:cpu_realtime_mask' when using 'mixed' CPU policy. 'hw:cpu_dedicated_mask' and 'hw:cpu_realtime_mask' can not be specified at the same time, or be specified with none of them.",
                 ));
             }
-            dedicated = dedicated.or(realtime);
+            return Ok(dedicated.or(realtime));
         }
     }
+    Ok(dedicated)
+}
+
+/// Nova's `numa_get_constraints` plus the CPU classes the scheduler would ask Placement for.
+/// `image_path` is the image's JSON path in the request (its properties are under it).
+pub fn numa_constraints(
+    f: &FlavorView<'_>,
+    image: &ImageProps,
+    image_path: &str,
+) -> Result<Constraints, ClaimError> {
+    let mut policy = cpu_policy(f, image, image_path)?;
+    let mut threads = thread_policy(f, image, image_path)?;
+    let emulator = emulator_policy(f)?;
+    let realtime = realtime_cpus(f, image, image_path, emulator)?;
+    let dedicated = dedicated_mask(f)?;
+
+    let (req_vcpu, req_pcpu) = explicit_cpu_resources(f)?;
+    policy = policy_of_cpu_resources(f, policy, emulator, req_vcpu, req_pcpu)?;
+
+    let ht = hyperthreading_trait(f, image);
+    if threads.is_some() && ht.is_some() {
+        return Err(invalid(
+            f.field("hw:cpu_thread_policy"),
+            "It is not possible to use the 'trait:HW_CPU_HYPERTHREADING' extra spec in combination with the 'hw:cpu_thread_policy' extra spec or 'hw_cpu_thread_policy' image metadata property; use one or the other",
+        ));
+    }
+    match ht.as_deref() {
+        Some("forbidden") => threads = Some(ThreadPolicy::Isolate),
+        Some("required") => threads = Some(ThreadPolicy::Require),
+        _ => {}
+    }
+
+    let dedicated = check_cpu_policy(f, policy, threads, emulator, dedicated, realtime)?;
 
     let nodes = node_count(f, image, image_path)?;
     let pages = pagesize(f, image, image_path)?;
