@@ -10,6 +10,7 @@ import http.server
 import json
 import os
 import re
+import shutil
 import tempfile
 import time
 
@@ -218,10 +219,8 @@ class FakeRtrackd:
             self._thread.join(2)
             self._server.server_close()
             self._server = None
-        try:
-            os.unlink(self.socket)
-        except OSError:
-            pass
+        # The socket's directory is the fake's own: remove it with whatever is in it.
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def numa_primitive(host_cell: int, pins: dict[int, int]) -> dict[str, Any]:
