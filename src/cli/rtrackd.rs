@@ -272,7 +272,7 @@ fn check_config(loaded: &LoadedConfig) -> anyhow::Result<()> {
                 numa.base_page_kb
             );
             for line in
-                crate::tracker::numa::domains::policy_summary(&numa, &host, &c.resources.topology)
+                crate::tracker::numa::host::policy_summary(&numa, &host, &c.resources.topology)
             {
                 println!("  {line}");
             }

@@ -30,7 +30,7 @@ use crate::service::TrackerService;
 use crate::store::lock::StateDirLock;
 use crate::store::node_id;
 use crate::tracker::model::HostNames;
-use crate::tracker::state::TrackerSettings;
+use crate::tracker::TrackerSettings;
 
 /// The daemon's inputs from the command line.
 #[derive(Debug, Clone)]

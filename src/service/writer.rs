@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 
 use crate::store::{Store, StoreError};
 use crate::tracker::host_view::HostView;
-use crate::tracker::state::{Changes, Tracker};
+use crate::tracker::{Changes, Tracker};
 
 /// Why a commit failed, and which failure it belongs to (one reset per failure).
 #[derive(Debug, Clone)]

@@ -16,13 +16,13 @@ use super::numa::HostTopology;
 use super::pci::claim::CellSockets;
 use super::pci::devices::{select_tracked, TrackedDevice};
 use super::pci::providers::{provider_groups, ProviderGroup};
-use super::state::TrackerSettings;
 use crate::inventory::offered::{IntelTdxOffer, Offered, VpmemNamespace};
 use crate::inventory::resources::{
     compute_inventory, InventoryOptions, ResourceClass, ResourceInventory,
 };
 use crate::probes::pci::PciAddress;
 use crate::probes::HostInventory;
+use crate::tracker::TrackerSettings;
 
 /// One probe as the tracker uses it (see the module comment).
 #[derive(Debug)]

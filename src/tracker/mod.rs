@@ -5,7 +5,7 @@
 //! In: a probe (as a [`host_view::HostView`]), the [`TrackerPolicy`], records loaded from the
 //! store, requests. Out: claims or refusals, [`Changes`] to persist, usage, the ComputeNode.
 //!
-//! - [`model`]: the records (instances, migrations, flavors, PCI requests).
+//! - [`model`]: the instance records (instances, migrations, flavors, PCI requests).
 //! - [`request`]: RequestSpec (or legacy dicts) to an instance request, checked.
 //! - [`flavor_classes`]: the classes a flavor asks for beyond the host's four.
 //! - [`usage`]: usage derived from the records with Nova's instance and migration rules, and
@@ -14,10 +14,14 @@
 //! - [`pci`]: device specs, aliases, tracked devices, pools, claims.
 //! - [`numa`]: host cells, guest constraints, fitting and pinning, per-cell usage.
 //! - [`nested`]: vGPU and memory encryption providers below the compute node, units and mdevs.
-//! - [`state`]: the tracker and its operations (claims, moves, confirm, revert, abort, audit).
+//! - [`records`]: what the store persists ([`TrackerState`]); [`changes`]: what an operation
+//!   changed in them; [`settings`]: what the tracker takes from the configuration.
+//! - [`resource_tracker`]: the [`Tracker`]: the records with the host, and what it derives;
+//!   [`ops`]: its operations (claims, moves, confirm, revert, abort, audit).
 //! - [`host_view`]: what one probe means under the settings, derived once per audit.
 //! - [`node_template`]: the ComputeNode: host facts once per probe, usage at each read.
 
+pub mod changes;
 pub mod encryption_request;
 pub mod error;
 pub mod flavor_classes;
@@ -29,18 +33,25 @@ pub mod nova_states;
 pub mod numa;
 pub mod ops;
 pub mod pci;
+pub mod records;
 pub mod refusals;
 pub mod released;
 pub mod request;
-pub mod state;
+pub mod resource_tracker;
+pub mod settings;
 pub mod upgrade;
 pub mod usage;
 
+pub use changes::Changes;
 pub use error::{ClaimError, Refusal};
 pub use ops::{
     AuditOutcome, ClaimOutcome, InstanceInfo, InstanceUpdate, MoveRequest, MoveType, PoolUsage,
 };
-pub use state::{Changes, Tracker, TrackerPolicy, TrackerSettings, TrackerState};
+pub use records::{
+    ClaimRecord, Counters, PciProviderOrigin, PciProviderRecord, ReleasedConsumer, TrackerState,
+};
+pub use resource_tracker::Tracker;
+pub use settings::{TrackerPolicy, TrackerSettings};
 
 #[cfg(test)]
 mod tests;

@@ -12,13 +12,13 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::state::TrackerPolicy;
 use crate::inventory::resources::cpu_sets;
 use crate::objects::compute_node::ComputeNode;
 use crate::objects::hv_spec::HVSpec;
 use crate::objects::numa::NUMATopology;
 use crate::objects::{Field, NField, Versioned};
 use crate::probes::HostInventory;
+use crate::tracker::TrackerPolicy;
 
 use super::pci::Pool;
 

@@ -10,36 +10,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::state::{Changes, Tracker};
-use super::usage::{compute_usage, Usage};
-
-/// A consumer released here whose part of its allocation in Placement is still to go.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReleasedConsumer {
-    /// The instance whose claim (or move) it held.
-    pub instance_uuid: String,
-    /// When it was released, seconds since the epoch: a read of Placement that started later
-    /// sees every allocation written before the release.
-    pub released_at: i64,
-}
-
-/// The Placement consumers each instance's counted resources are held under (its own uuid; a
-/// migration's during a move).
-pub type Holdings = BTreeMap<String, BTreeSet<Uuid>>;
-
-/// Holders by instance, from usage.
-pub fn holdings(usage: &Usage) -> Holdings {
-    let mut out = Holdings::new();
-    for c in &usage.consumers {
-        if let Ok(u) = Uuid::parse_str(&c.holder.uuid) {
-            out.entry(c.instance_uuid.clone()).or_default().insert(u);
-        }
-    }
-    out
-}
+use super::changes::Changes;
+use super::records::{holdings, ReleasedConsumer};
+use super::resource_tracker::Tracker;
+use super::usage::compute_usage;
 
 impl Tracker {
     /// The consumers `instance` is held under now, from its record and its migrations only.

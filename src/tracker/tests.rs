@@ -7,11 +7,11 @@ use rtrack_fixtures::synthetic::{SyntheticHost, SyntheticPf};
 use super::model::{FlavorUsage, HostNames, InstanceRequest, PciRequest};
 use super::ops::{ClaimOutcome, InstanceInfo, InstanceUpdate, MoveRequest, MoveType};
 use super::pci::{DeviceStatus, NumaPolicy};
-use super::state::*;
 use super::ClaimError;
 use crate::config::{Config, ValidConfig};
 use crate::inventory::resources::ResourceClass;
 use crate::probes::{probe_host, HostInventory, HostRoot, ProbeOptions};
+use crate::tracker::*;
 
 const CONFIG: &str = r#"
 [resources]

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::state::TrackerState;
+use crate::tracker::TrackerState;
 
 /// Records written before rtrack read a flavor's extra classes (`resources:VGPU`,
 /// `hw:mem_encryption`, `CUSTOM_*`) have none: they are read from the stored extra specs, so

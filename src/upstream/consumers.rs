@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::desired::{Consumer, ResourceKey, CONSUMER_INSTANCE, CONSUMER_MIGRATION};
 use crate::tracker::pci::devices::DeviceStatus;
-use crate::tracker::state::Tracker;
+use crate::tracker::Tracker;
 
 /// The Placement consumers of the local claims, as Nova holds them: an instance's allocation
 /// under its uuid; during a move, the source side (the old flavor) under the migration's uuid

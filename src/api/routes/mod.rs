@@ -32,9 +32,9 @@ use crate::api::shared::DaemonState;
 use crate::echo::{bounded_message, quoted};
 use crate::inventory::format_utc;
 use crate::tracker::numa::nova::instance_object;
-use crate::tracker::state::ClaimRecord;
 use crate::tracker::ClaimError;
 use crate::tracker::ClaimOutcome;
+use crate::tracker::ClaimRecord;
 
 pub(super) type St = State<Arc<DaemonState>>;
 pub(super) type ApiResult = Result<Response, ApiError>;

@@ -27,7 +27,7 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::tracker::state::{Changes, TrackerState};
+use crate::tracker::{Changes, TrackerState};
 
 /// Current schema version.
 pub const SCHEMA_VERSION: i64 = 4;
@@ -149,24 +149,20 @@ impl Store {
             }
             state.migrations.insert(id, v.0);
         }
-        for (k, v) in self.rows::<crate::tracker::state::ClaimRecord>("claims", "uuid")? {
+        for (k, v) in self.rows::<crate::tracker::ClaimRecord>("claims", "uuid")? {
             if v.1 {
                 upgraded.claims.insert(k.clone(), Some(v.0.clone()));
             }
             state.claims.insert(k, v.0);
         }
-        for (k, v) in
-            self.rows::<crate::tracker::state::ClaimRecord>("move_claims", "migration_id")?
-        {
+        for (k, v) in self.rows::<crate::tracker::ClaimRecord>("move_claims", "migration_id")? {
             let id = parse_id(&k, "move_claims", &self.path)?;
             if v.1 {
                 upgraded.move_claims.insert(id, Some(v.0.clone()));
             }
             state.move_claims.insert(id, v.0);
         }
-        for (k, v) in
-            self.rows::<crate::tracker::state::PciProviderRecord>("pci_providers", "address")?
-        {
+        for (k, v) in self.rows::<crate::tracker::PciProviderRecord>("pci_providers", "address")? {
             let addr =
                 crate::probes::pci::PciAddress::parse(&k).ok_or_else(|| StoreError::Corrupt {
                     path: self.path.clone(),
@@ -179,9 +175,7 @@ impl Store {
             }
             state.pci_providers.insert(addr, v.0);
         }
-        for (k, v) in
-            self.rows::<crate::tracker::released::ReleasedConsumer>("released_consumers", "uuid")?
-        {
+        for (k, v) in self.rows::<crate::tracker::ReleasedConsumer>("released_consumers", "uuid")? {
             let u = uuid::Uuid::parse_str(&k).map_err(|_| StoreError::Corrupt {
                 path: self.path.clone(),
                 table: "released_consumers",
@@ -567,7 +561,7 @@ pub fn full_changes(state: &TrackerState) -> Changes {
             .iter()
             .map(|(k, v)| (*k, Some(v.clone())))
             .collect(),
-        counters: Some(crate::tracker::state::Counters {
+        counters: Some(crate::tracker::Counters {
             failed_builds: state.failed_builds,
             next_migration_id: state.next_migration_id,
         }),
@@ -607,7 +601,7 @@ mod tests {
         s.migrations.insert(4, rec);
         s.released_consumers.insert(
             uuid::Uuid::from_u128(7),
-            crate::tracker::released::ReleasedConsumer {
+            crate::tracker::ReleasedConsumer {
                 instance_uuid: "00000000-0000-4000-8000-000000000001".into(),
                 released_at: 5,
             },
@@ -711,9 +705,9 @@ mod tests {
         let loaded = s.load().unwrap();
         assert_eq!(loaded.instances, state.instances);
         let a = crate::probes::pci::PciAddress::parse("0000:3b:00.0").unwrap();
-        let rec = crate::tracker::state::PciProviderRecord {
+        let rec = crate::tracker::PciProviderRecord {
             uuid: uuid::Uuid::from_u128(42),
-            origin: crate::tracker::state::PciProviderOrigin::Adopted,
+            origin: crate::tracker::PciProviderOrigin::Adopted,
         };
         let mut c = Changes::default();
         c.pci_providers.insert(a, Some(rec.clone()));

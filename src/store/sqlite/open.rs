@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use super::{describe, full_changes, Store, StoreError, SCHEMA_VERSION, TABLES};
-use crate::tracker::state::TrackerState;
+use crate::tracker::TrackerState;
 
 impl Store {
     /// Opens the database, applying forward migrations; creates it when there is no file. A

@@ -9,20 +9,15 @@
 //! asked for; or a [`ClaimError::Invalid`] naming the extra spec or image property, with Nova's
 //! meaning.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
-use super::image::truthy;
+pub use super::flavor_view::FlavorView;
+use super::flavor_view::{invalid, truthy};
 pub use super::image::ImageProps;
 use super::{CpuPolicy, EmulatorPolicy, GuestCell, GuestTopology, ThreadPolicy};
 use crate::echo::quoted;
 use crate::probes::CpuSet;
 use crate::tracker::error::ClaimError;
-
-/// Nova's `ImageMetaProps.NUMA_NODES_MAX`: `hw:numa_cpus.N` and `hw:numa_mem.N` are read for N
-/// below it.
-pub const NUMA_NODES_MAX: usize = 128;
 
 /// What the guest asks of Placement in CPUs: floating (VCPU) and pinned (PCPU, with the
 /// emulator threads' CPU under `isolate`).
@@ -41,36 +36,6 @@ pub struct Constraints {
     pub numa: Option<GuestTopology>,
     /// CPUs to claim per class.
     pub cpus: CpuDemand,
-}
-
-pub(super) fn invalid(field: String, message: impl Into<String>) -> ClaimError {
-    ClaimError::Invalid {
-        field,
-        message: message.into(),
-    }
-}
-
-/// What [`numa_constraints`] reads: the flavor's sizes and extra specs, and where they came from
-/// (for error paths).
-pub struct FlavorView<'a> {
-    /// Guest CPUs.
-    pub vcpus: i64,
-    /// Guest memory, MiB.
-    pub memory_mb: i64,
-    /// The flavor's extra specs.
-    pub extra_specs: &'a BTreeMap<String, String>,
-    /// The flavor's JSON path in the request, e.g. `request_spec.flavor`.
-    pub path: &'a str,
-}
-
-impl FlavorView<'_> {
-    fn spec(&self, key: &str) -> Option<&str> {
-        self.extra_specs.get(key).map(String::as_str)
-    }
-
-    fn field(&self, key: &str) -> String {
-        format!("{}.extra_specs.{key}", self.path)
-    }
 }
 
 /// `resources[N]:VCPU` and `resources[N]:PCPU` summed over the request groups, as Nova's

@@ -4,7 +4,7 @@
 //!
 //! In: the probe ([`HostInventory`]: `caches`, `core_types`, each node's `distances`) and a
 //! cell's CPUs. Out: a [`CellFacts`] per cell; [`policy_problems`] names the configured core
-//! types the host does not have; [`policy_summary`] says what each policy does here.
+//! types the host does not have ([`super::host::policy_summary`] says what each policy does here).
 //!
 //! A cell's L3 domains are each L3's CPUs within the cell, by lowest CPU. CPUs of the cell no
 //! L3 lists (offline ones: the kernel removes an offline CPU's cache directory) are one domain
@@ -14,8 +14,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::host::HostTopology;
-use crate::config::{PinAlignment, TopologyPolicy};
+use crate::config::TopologyPolicy;
 use crate::probes::cache::CacheInstance;
 use crate::probes::core_type::CoreType;
 use crate::probes::{CpuSet, HostInventory};
@@ -97,22 +96,6 @@ impl CellFacts {
     }
 }
 
-impl HostTopology {
-    /// The distance from cell `a` to cell `b`, when the host says.
-    pub fn distance(&self, a: u32, b: u32) -> Option<u32> {
-        self.cell(a)?.facts.distances.get(&b).copied()
-    }
-
-    /// Whether every pair of cells has a known distance.
-    pub fn distances_known(&self) -> bool {
-        self.cells.iter().all(|a| {
-            self.cells
-                .iter()
-                .all(|b| a.facts.distances.contains_key(&b.id))
-        })
-    }
-}
-
 /// The core types `dedicated_core_types` names that a hybrid host does not have (a host with
 /// one kind of core has no types, and the key has no effect there: not a problem).
 pub fn policy_problems(inv: &HostInventory, policy: &TopologyPolicy) -> Vec<(String, String)> {
@@ -133,56 +116,4 @@ pub fn policy_problems(inv: &HostInventory, policy: &TopologyPolicy) -> Vec<(Str
             )
         })
         .collect()
-}
-
-/// One line per policy that is on, saying what it does on this host (`--check-config`).
-pub fn policy_summary(
-    host: &HostTopology,
-    inv: &HostInventory,
-    policy: &TopologyPolicy,
-) -> Vec<String> {
-    let mut out = Vec::new();
-    if policy.pin_alignment == PinAlignment::L3 {
-        let domains: usize = host
-            .cells
-            .iter()
-            .map(|c| c.facts.l3_domains.len().max(1))
-            .sum();
-        out.push(format!(
-            "pin_alignment = l3: {domains} L3 domain(s) in {} cell(s){}",
-            host.cells.len(),
-            if inv.caches.iter().any(|c| c.level == 3) {
-                ""
-            } else {
-                " (no L3 facts on this host: no effect)"
-            }
-        ));
-    }
-    if policy.prefer_closest_cells {
-        out.push(format!(
-            "prefer_closest_cells: {}",
-            if host.distances_known() {
-                "NUMA distances known for every pair of cells"
-            } else {
-                "some NUMA distances unknown: no effect (Nova's cell order)"
-            }
-        ));
-    }
-    if let Some(names) = &policy.dedicated_core_types {
-        let types: Vec<String> = inv
-            .core_types
-            .iter()
-            .map(|t| format!("{} ({})", t.name, t.cpus))
-            .collect();
-        out.push(format!(
-            "dedicated_core_types = {}: {}",
-            names.join(", "),
-            if types.is_empty() {
-                "this host has one kind of core: no effect".to_string()
-            } else {
-                format!("this host's types: {}", types.join(", "))
-            }
-        ));
-    }
-    out
 }

@@ -22,6 +22,7 @@ mod search;
 use crate::tracker::refusals::{CellVerdicts, NumaRefusal, Verdict};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+pub use search::SEARCH_LIMIT;
 use search::{matchable, Search};
 
 use super::align::aligned_pinning;
@@ -32,10 +33,6 @@ use super::usage::{CellUsage, NumaUsage};
 use super::{CpuPolicy, FittedCell, FittedTopology, GuestCell, GuestTopology, PageSize};
 use crate::config::{PinAlignment, TopologyPolicy};
 use crate::probes::CpuSet;
-
-/// Assignments tried (PCI checks included) before the search gives up and refuses: far more
-/// than any real guest needs with the pruning, few enough to answer in milliseconds.
-pub const SEARCH_LIMIT: usize = 20_000;
 
 /// What a fit needs besides the PCI check.
 pub struct FitInput<'a> {

@@ -24,7 +24,7 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 
 use super::domains::CellFacts;
-use crate::config::{ReservedPages, Resources};
+use crate::config::{PinAlignment, ReservedPages, Resources, TopologyPolicy};
 use crate::inventory::resources::cpu_sets;
 use crate::probes::cpu::OfflineCpu;
 use crate::probes::numa::NumaNode;
@@ -357,6 +357,74 @@ pub fn config_problems(inv: &HostInventory, res: &Resources) -> Vec<(String, Str
             )),
             Some(_) => {}
         }
+    }
+    out
+}
+
+impl HostTopology {
+    /// The distance from cell `a` to cell `b`, when the host says.
+    pub fn distance(&self, a: u32, b: u32) -> Option<u32> {
+        self.cell(a)?.facts.distances.get(&b).copied()
+    }
+
+    /// Whether every pair of cells has a known distance.
+    pub fn distances_known(&self) -> bool {
+        self.cells.iter().all(|a| {
+            self.cells
+                .iter()
+                .all(|b| a.facts.distances.contains_key(&b.id))
+        })
+    }
+}
+
+/// One line per policy that is on, saying what it does on this host (`--check-config`).
+pub fn policy_summary(
+    host: &HostTopology,
+    inv: &HostInventory,
+    policy: &TopologyPolicy,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    if policy.pin_alignment == PinAlignment::L3 {
+        let domains: usize = host
+            .cells
+            .iter()
+            .map(|c| c.facts.l3_domains.len().max(1))
+            .sum();
+        out.push(format!(
+            "pin_alignment = l3: {domains} L3 domain(s) in {} cell(s){}",
+            host.cells.len(),
+            if inv.caches.iter().any(|c| c.level == 3) {
+                ""
+            } else {
+                " (no L3 facts on this host: no effect)"
+            }
+        ));
+    }
+    if policy.prefer_closest_cells {
+        out.push(format!(
+            "prefer_closest_cells: {}",
+            if host.distances_known() {
+                "NUMA distances known for every pair of cells"
+            } else {
+                "some NUMA distances unknown: no effect (Nova's cell order)"
+            }
+        ));
+    }
+    if let Some(names) = &policy.dedicated_core_types {
+        let types: Vec<String> = inv
+            .core_types
+            .iter()
+            .map(|t| format!("{} ({})", t.name, t.cpus))
+            .collect();
+        out.push(format!(
+            "dedicated_core_types = {}: {}",
+            names.join(", "),
+            if types.is_empty() {
+                "this host has one kind of core: no effect".to_string()
+            } else {
+                format!("this host's types: {}", types.join(", "))
+            }
+        ));
     }
     out
 }

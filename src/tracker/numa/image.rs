@@ -8,18 +8,11 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::constraints::NUMA_NODES_MAX;
+use super::flavor_view::{invalid, truthy, NUMA_NODES_MAX};
 use crate::echo::quoted;
 use crate::nova_syntax::parse_cpu_spec;
 use crate::probes::CpuSet;
 use crate::tracker::error::ClaimError;
-
-fn invalid(field: String, message: impl Into<String>) -> ClaimError {
-    ClaimError::Invalid {
-        field,
-        message: message.into(),
-    }
-}
 
 /// The image properties rtrack reads (Nova's ImageMetaProps fields of the same names).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,14 +70,6 @@ const VIDEO_MODELS: [&str; 9] = [
     "cirrus", "qxl", "vga", "vmvga", "xen", "virtio", "gop", "none", "bochs",
 ];
 const ENCRYPTION_MODELS: [&str; 4] = ["amd-sev", "amd-sev-es", "amd-sev-snp", "intel-tdx"];
-
-/// oslo's `bool_from_string`, not strict: anything but a true word is false.
-pub(super) fn truthy(v: &str) -> bool {
-    matches!(
-        v.trim().to_ascii_lowercase().as_str(),
-        "1" | "t" | "true" | "on" | "y" | "yes"
-    )
-}
 
 impl ImageProps {
     /// Reads the properties of an image: `image` is an ImageMeta's `nova_object.data` (its

@@ -26,6 +26,7 @@ pub mod constraints;
 pub mod domains;
 pub mod fit;
 mod fitted;
+mod flavor_view;
 mod guest;
 pub mod host;
 pub mod image;

@@ -16,7 +16,7 @@ use serde::Serialize;
 use super::{ClaimOutcome, InstanceInfo};
 use crate::tracker::error::ClaimError;
 use crate::tracker::model::InstanceRequest;
-use crate::tracker::state::{Changes, ClaimRecord, Tracker};
+use crate::tracker::{Changes, ClaimRecord, Tracker};
 
 /// One instance to adopt.
 #[derive(Debug, Clone)]

@@ -16,7 +16,7 @@ use serde::Serialize;
 use crate::tracker::error::{ClaimError, Refusal};
 use crate::tracker::model::{InstanceRecord, PciRequest};
 use crate::tracker::pci::claim::{claim_devices, Assignment};
-use crate::tracker::state::{Changes, Tracker};
+use crate::tracker::{Changes, Tracker};
 
 /// What an attach gave.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

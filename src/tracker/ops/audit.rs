@@ -5,7 +5,7 @@
 //! the time. Out: an [`AuditOutcome`] (devices added, removed, deferred and reclaimed, stale
 //! migrations, the ComputeNode) and the [`Changes`] to commit.
 //!
-//! [`Changes`]: super::super::state::Changes
+//! [`Changes`]: crate::tracker::Changes
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -16,7 +16,7 @@ use crate::tracker::host_view::HostView;
 use crate::tracker::node_template::without_volatile_fields;
 use crate::tracker::pci::claim::recompute_relatives_in;
 use crate::tracker::pci::devices::TrackedDevice;
-use crate::tracker::state::{Changes, Tracker};
+use crate::tracker::{Changes, Tracker};
 
 impl Tracker {
     /// [`Tracker::audit_view`] of a probe, deriving its view here (tests and tools; the

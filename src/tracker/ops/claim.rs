@@ -2,7 +2,7 @@
 //! counter, and the test every claim and move claim passes (resources and PCI, nothing
 //! changed): an instance's request in, the claim (or the refusal) and its [`Changes`] out.
 //!
-//! [`Changes`]: super::super::state::Changes
+//! [`Changes`]: crate::tracker::Changes
 
 use std::collections::BTreeMap;
 
@@ -18,8 +18,9 @@ use crate::tracker::pci::claim::{claim_devices, Assignment};
 use crate::tracker::pci::devices::TrackedDevice;
 use crate::tracker::refusals::NumaRefusal;
 use crate::tracker::refusals::PciRefusal;
-use crate::tracker::state::{validate_uuid, Changes, ClaimRecord, Tracker};
+use crate::tracker::resource_tracker::validate_uuid;
 use crate::tracker::usage::Usage;
+use crate::tracker::{Changes, ClaimRecord, Tracker};
 
 impl Tracker {
     /// Nova's `instance_claim` (build): checks resources and PCI, then records the instance on

@@ -12,7 +12,7 @@ use super::InstanceUpdate;
 use crate::inventory::resources::ResourceClass;
 use crate::tracker::error::{ClaimError, Refusal};
 use crate::tracker::nova_states::{check_task_state, check_vm_state};
-use crate::tracker::state::{Changes, Tracker};
+use crate::tracker::{Changes, Tracker};
 
 impl Tracker {
     /// Nova's `update_usage`: applies an instance's new state; a deleted or shelved-offloaded

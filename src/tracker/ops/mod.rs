@@ -14,7 +14,7 @@
 //! - [`pci`]: the PCI index, pools, and device changes written into the records;
 //! - [`pci_providers`]: the PCI Placement providers' uuids, and claims held to them.
 //!
-//! [`Changes`]: super::state::Changes
+//! [`Changes`]: crate::tracker::Changes
 
 pub mod adopt;
 pub mod attach;
@@ -34,10 +34,10 @@ use serde::{Deserialize, Serialize};
 
 use super::model::InstanceRequest;
 use super::numa::FittedTopology;
-use super::state::{Changes, ClaimRecord};
 use crate::objects::compute_node::ComputeNode;
 use crate::objects::Versioned;
 use crate::probes::pci::PciAddress;
+use crate::tracker::{Changes, ClaimRecord};
 
 /// Who the instance is (besides what it asks for).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -16,8 +16,9 @@ use crate::tracker::model::{InstanceRecord, InstanceRequest, MigrationContext, M
 use crate::tracker::nested::NestedAllocation;
 use crate::tracker::nova_states::{check_task_state, check_vm_state, move_is_counted};
 use crate::tracker::numa::{FittedTopology, GuestTopology, PageSize};
-use crate::tracker::state::{validate_uuid, Changes, ClaimRecord, Tracker};
+use crate::tracker::resource_tracker::validate_uuid;
 use crate::tracker::usage::on_node;
+use crate::tracker::{Changes, ClaimRecord, Tracker};
 
 /// What a move is, resolved from the request and what this host tracks.
 struct ResolvedMove {

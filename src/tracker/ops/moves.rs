@@ -11,8 +11,8 @@ use crate::probes::pci::PciAddress;
 use crate::tracker::error::ClaimError;
 use crate::tracker::model::MigrationRecord;
 use crate::tracker::pci::free::Held;
-use crate::tracker::state::{Changes, Tracker};
 use crate::tracker::usage::on_node;
+use crate::tracker::{Changes, Tracker};
 
 impl Tracker {
     pub(in crate::tracker) fn set_migration_status(

@@ -18,8 +18,8 @@ use crate::tracker::pci::providers::{derived_provider_uuid, provider_name};
 
 /// Units per nested provider and class.
 pub(crate) type NestedMapping = BTreeMap<NestedKey, BTreeMap<ResourceClass, i64>>;
-use crate::tracker::state::Tracker;
 use crate::tracker::usage::Usage;
+use crate::tracker::Tracker;
 
 impl Tracker {
     /// Remembers the vGPU and encryption providers nova-compute created (derived uuid -> theirs),

@@ -12,8 +12,8 @@ use crate::tracker::host_view::HostView;
 use crate::tracker::numa::power::{guest_running, OfflinePin};
 use crate::tracker::numa::report::{cell_details, cell_reports, CellDetail, CellReport};
 use crate::tracker::numa::{HostTopology, NumaUsage};
-use crate::tracker::state::Tracker;
 use crate::tracker::usage::Usage;
+use crate::tracker::Tracker;
 
 impl Tracker {
     /// The usage of every NUMA cell: the placements of the consumers `usage` counts.

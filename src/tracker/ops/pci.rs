@@ -17,7 +17,7 @@ use crate::tracker::pci::devices::{
 use crate::tracker::pci::free::Held;
 use crate::tracker::pci::index::PciIndex;
 use crate::tracker::pci::pools::Pool;
-use crate::tracker::state::{Changes, Tracker};
+use crate::tracker::{Changes, Tracker};
 
 impl Tracker {
     /// The index of the tracked devices (built on first use after the devices or the device

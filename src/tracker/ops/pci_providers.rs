@@ -16,7 +16,7 @@ use crate::tracker::model::PciRequest;
 use crate::tracker::pci::providers::{
     derived_provider_uuid, held_unreported, provider_name, ProviderGroup,
 };
-use crate::tracker::state::{Changes, PciProviderOrigin, PciProviderRecord, Tracker};
+use crate::tracker::{Changes, PciProviderOrigin, PciProviderRecord, Tracker};
 
 impl Tracker {
     /// The uuid rtrack would give the provider named after `address` on this node.

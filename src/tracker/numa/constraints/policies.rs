@@ -7,9 +7,9 @@
 //! In: the flavor ([`FlavorView`]) and the image's [`ImageProps`]. Out: each value, or a
 //! [`ClaimError::Invalid`] naming the extra spec or property with Nova's meaning.
 
-use super::super::image::{truthy, ImageProps};
+use super::super::flavor_view::{invalid, truthy, FlavorView, NUMA_NODES_MAX};
+use super::super::image::ImageProps;
 use super::super::{CpuPolicy, EmulatorPolicy, PageSize, ThreadPolicy};
-use super::{invalid, FlavorView, NUMA_NODES_MAX};
 use crate::echo::quoted;
 use crate::nova_syntax::{parse_cpu_spec, string_to_bytes};
 use crate::probes::CpuSet;

@@ -13,7 +13,10 @@ use std::collections::{HashMap, HashSet};
 use super::super::host::HostTopology;
 use super::super::networks::networks_allow;
 use super::super::GuestNetworks;
-use super::SEARCH_LIMIT;
+
+/// Assignments tried (PCI checks included) before the search gives up and refuses: far more
+/// than any real guest needs with the pruning, few enough to answer in milliseconds.
+pub const SEARCH_LIMIT: usize = 20_000;
 
 /// Kuhn's augmenting paths: can guests `from..` each get an unused host position they fit?
 pub(super) fn matchable(fits: &[Vec<bool>], from: usize, used: &[bool]) -> bool {
