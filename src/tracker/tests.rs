@@ -1008,6 +1008,32 @@ mod remote_managed;
 mod vdpa;
 mod vgpu;
 
+/// A refused update changes nothing: a flavor switch with no resize in progress that also
+/// names a new state leaves the record (and what it counts) as it was, since the service keeps
+/// the working tracker after a refusal (the instance would otherwise stop counting in memory
+/// while the store still has it active).
+#[test]
+fn a_refused_state_update_leaves_the_record_as_it_was() {
+    let mut t = tracker();
+    claim(&mut t, 1, req(flavor(1, 2, 1024, 10, &[]), vec![])).unwrap();
+    let before = t.state().instances[&uuid(1)].clone();
+    let e = t
+        .update_instance(
+            &uuid(1),
+            &InstanceUpdate {
+                vm_state: Some("deleted".into()),
+                task_state: Some("deleting".into()),
+                host: Some("cmp9".into()),
+                apply_new_flavor: true,
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+    assert!(matches!(e, ClaimError::Conflict { .. }), "{e:?}");
+    assert_eq!(t.state().instances[&uuid(1)], before);
+    assert_eq!(used(&t, ResourceClass::Vcpu), 2);
+}
+
 /// Well-formed requests that the tracked state does not allow are conflicts (409), not
 /// malformed requests: a flavor switch with no resize in progress, a move not involving this host.
 #[test]

@@ -130,6 +130,9 @@ enum Op {
     },
     Delete {
         n: u8,
+        // Asks for the switch to a new flavor too: refused (changing nothing) unless the
+        // instance is being resized.
+        switch_flavor: bool,
     },
     Audit {
         host: usize,
@@ -144,7 +147,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0u8..12, 1i64..5, 0u32..3, 0i64..3).prop_map(|(n, vcpus, vfs, vgpus)| Op::MoveIn { n, vcpus, vfs, vgpus }),
         1 => (0u8..12).prop_map(|n| Op::Confirm { n }),
         1 => (0u8..12).prop_map(|n| Op::Revert { n }),
-        1 => (0u8..12).prop_map(|n| Op::Delete { n }),
+        1 => (0u8..12, any::<bool>()).prop_map(|(n, switch_flavor)| Op::Delete { n, switch_flavor }),
         1 => (0usize..3).prop_map(|host| Op::Audit { host }),
     ]
 }
@@ -593,11 +596,12 @@ fn run(ops: Vec<Op>, hosts: &[HostInventory]) {
                     }
                 })
             }
-            Op::Delete { n } => t
+            Op::Delete { n, switch_flavor } => t
                 .update_instance(
                     &uuid(n),
                     &InstanceUpdate {
                         vm_state: Some("deleted".into()),
+                        apply_new_flavor: switch_flavor,
                         ..Default::default()
                     },
                 )

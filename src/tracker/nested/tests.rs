@@ -4,8 +4,8 @@ use super::assign::{assign, AssignError, AssignInput};
 use super::*;
 use crate::config::devices::{EnabledMdevType, MdevPolicy};
 use crate::inventory::resources::ResourceClass;
-use crate::probes::HostInventory;
 use crate::probes::mdev::{MdevDevice, MdevParent, MdevType};
+use crate::probes::HostInventory;
 
 fn gpu_type(id: &str, available: Option<u64>) -> MdevType {
     MdevType {
