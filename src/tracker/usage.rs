@@ -155,41 +155,17 @@ pub fn compute_usage(
     migrations: &BTreeMap<i64, MigrationRecord>,
     rules: CountingRules,
 ) -> Usage {
-    let mut usage = Usage::default();
-    let add = |usage: &mut Usage,
-               inst: &InstanceRecord,
-               flavor: &FlavorUsage,
-               (numa, nested): Placed,
-               source,
-               migration_id,
-               holder| {
-        let resources = flavor.resources(ResourceRules {
-            is_bfv: inst.request.is_bfv,
-            shared_disk: rules.shared_disk,
-            legacy_cpus: rules.legacy_cpus,
-        });
-        for (class, amount) in &resources {
-            *usage.used.entry(class.clone()).or_default() += amount;
-        }
-        usage.consumers.push(Consumer {
-            instance_uuid: inst.uuid.clone(),
-            migration_id,
-            source,
-            holder,
-            flavor_id: flavor.id,
-            resources,
-            numa,
-            nested,
-        });
+    let mut counting = Counting {
+        usage: Usage::default(),
+        rules,
+        own: BTreeMap::new(),
     };
-
-    // Where each instance's own count is in `usage.consumers`.
-    let mut own: BTreeMap<&str, usize> = BTreeMap::new();
     for inst in instances.values() {
         if on_node(inst, names) && !inst.releases_resources() {
-            own.insert(&inst.uuid, usage.consumers.len());
-            add(
-                &mut usage,
+            counting
+                .own
+                .insert(&inst.uuid, counting.usage.consumers.len());
+            counting.add(
                 inst,
                 &inst.request.flavor,
                 (inst.numa_topology.clone(), inst.nested.clone()),
@@ -200,49 +176,66 @@ pub fn compute_usage(
                     migration: false,
                 },
             );
-            usage.tracked_instances.insert(inst.uuid.clone());
+            counting.usage.tracked_instances.insert(inst.uuid.clone());
         }
     }
+    for m in newest_moves(instances, migrations).values() {
+        counting.count_move(names, &instances[&m.instance_uuid], m);
+    }
+    counting.usage
+}
 
-    // Newest in-progress migration per instance that is resizing or live-migrating.
-    let mut newest: BTreeMap<&str, &MigrationRecord> = BTreeMap::new();
-    for m in migrations.values().filter(|m| m.in_progress()) {
-        let Some(inst) = instances.get(&m.instance_uuid) else {
-            continue;
-        };
-        if !inst.in_resize_state() && !inst.live_migrating() {
-            continue;
+/// Usage being counted, and where each instance's own count is in `usage.consumers`.
+struct Counting<'a> {
+    usage: Usage,
+    rules: CountingRules,
+    own: BTreeMap<&'a str, usize>,
+}
+
+impl Counting<'_> {
+    /// Counts a flavor for `inst` (or its migration), held in Placement by `holder`.
+    fn add(
+        &mut self,
+        inst: &InstanceRecord,
+        flavor: &FlavorUsage,
+        (numa, nested): Placed,
+        source: UsageSource,
+        migration_id: Option<i64>,
+        holder: Holder,
+    ) {
+        let resources = flavor.resources(ResourceRules {
+            is_bfv: inst.request.is_bfv,
+            shared_disk: self.rules.shared_disk,
+            legacy_cpus: self.rules.legacy_cpus,
+        });
+        for (class, amount) in &resources {
+            *self.usage.used.entry(class.clone()).or_default() += amount;
         }
-        // Newest by update (else creation) time; on a tie, the higher id (created later).
-        let time = |x: &MigrationRecord| {
-            let t = if x.updated_at > 0 {
-                x.updated_at
-            } else {
-                x.created_at
-            };
-            (t, x.id)
-        };
-        match newest.get(m.instance_uuid.as_str()) {
-            Some(other) if time(other) >= time(m) => {}
-            _ => {
-                newest.insert(&m.instance_uuid, m);
-            }
-        }
+        self.usage.consumers.push(Consumer {
+            instance_uuid: inst.uuid.clone(),
+            migration_id,
+            source,
+            holder,
+            flavor_id: flavor.id,
+            resources,
+            numa,
+            nested,
+        });
     }
 
-    for m in newest.values() {
-        let inst = &instances[&m.instance_uuid];
+    /// Nova's `_update_usage_from_migration` for the newest move `m` of `inst`.
+    fn count_move(&mut self, names: &HostNames, inst: &InstanceRecord, m: &MigrationRecord) {
         if let Some(ctx) = &inst.migration_context {
             if ctx.migration_id != m.id {
-                usage.stale_migrations.push(m.id);
-                continue;
+                self.usage.stale_migrations.push(m.id);
+                return;
             }
         }
         let incoming = m.dest_compute.as_deref() == Some(names.host.as_str())
             && m.dest_node.as_deref() == Some(names.node.as_str());
         let outbound = m.source_compute.as_deref() == Some(names.host.as_str())
             && m.source_node.as_deref() == Some(names.node.as_str());
-        let tracked = usage.tracked_instances.contains(&inst.uuid);
+        let tracked = self.usage.tracked_instances.contains(&inst.uuid);
         let by_instance = Holder {
             uuid: inst.uuid.clone(),
             migration: false,
@@ -262,48 +255,64 @@ pub fn compute_usage(
             // The instance's own count is the side it has now: the old one (the migration's)
             // until the new flavor is applied.
             if new {
-                hold_instance_as(&mut usage, &own, &inst.uuid, &by_migration);
+                hold_instance_as(&mut self.usage, &self.own, &inst.uuid, &by_migration);
             }
-            let holder = if new {
-                by_instance.clone()
-            } else {
-                by_migration.clone()
-            };
+            let holder = if new { by_instance } else { by_migration };
             flavor_for(inst, m, new).map(|f| (f, new, UsageSource::SameNodeMigration, holder))
         } else if incoming && !tracked {
             flavor_for(inst, m, true)
-                .map(|f| (f, true, UsageSource::IncomingMigration, by_instance.clone()))
+                .map(|f| (f, true, UsageSource::IncomingMigration, by_instance))
         } else if outbound && !tracked {
-            flavor_for(inst, m, false).map(|f| {
-                (
-                    f,
-                    false,
-                    UsageSource::OutgoingMigration,
-                    by_migration.clone(),
-                )
-            })
+            flavor_for(inst, m, false)
+                .map(|f| (f, false, UsageSource::OutgoingMigration, by_migration))
         } else {
             // The instance is still here and counted as itself; while it leaves, the source
             // side is the migration's in Placement.
             if outbound && tracked && by_migration.migration {
-                hold_instance_as(&mut usage, &own, &inst.uuid, &by_migration);
+                hold_instance_as(&mut self.usage, &self.own, &inst.uuid, &by_migration);
             }
             None
         };
         if let Some((flavor, new, source, holder)) = counted {
-            add(
-                &mut usage,
-                inst,
-                flavor,
-                side_placement(inst, new),
-                source,
-                Some(m.id),
-                holder,
-            );
-            usage.tracked_migrations.insert(inst.uuid.clone(), m.id);
+            let placed = side_placement(inst, new);
+            self.add(inst, flavor, placed, source, Some(m.id), holder);
+            self.usage
+                .tracked_migrations
+                .insert(inst.uuid.clone(), m.id);
         }
     }
-    usage
+}
+
+/// The newest in-progress migration per instance that is resizing or live-migrating: by update
+/// (else creation) time; on a tie, the higher id (created later).
+fn newest_moves<'a>(
+    instances: &BTreeMap<String, InstanceRecord>,
+    migrations: &'a BTreeMap<i64, MigrationRecord>,
+) -> BTreeMap<&'a str, &'a MigrationRecord> {
+    let mut newest: BTreeMap<&str, &MigrationRecord> = BTreeMap::new();
+    for m in migrations.values().filter(|m| m.in_progress()) {
+        let Some(inst) = instances.get(&m.instance_uuid) else {
+            continue;
+        };
+        if !inst.in_resize_state() && !inst.live_migrating() {
+            continue;
+        }
+        let time = |x: &MigrationRecord| {
+            let t = if x.updated_at > 0 {
+                x.updated_at
+            } else {
+                x.created_at
+            };
+            (t, x.id)
+        };
+        match newest.get(m.instance_uuid.as_str()) {
+            Some(other) if time(other) >= time(m) => {}
+            _ => {
+                newest.insert(&m.instance_uuid, m);
+            }
+        }
+    }
+    newest
 }
 
 /// The instance's own count (not its migrations') is held in Placement by `holder`.
