@@ -96,129 +96,176 @@ impl ImageProps {
             },
             _ => return Ok(props),
         };
-        let field = |k: &str| format!("{path}.properties.{k}");
-        let string = |k: &str| -> Result<Option<String>, ClaimError> {
-            match data.get(k) {
-                None | Some(Value::Null) => Ok(None),
-                Some(Value::String(s)) => Ok(Some(s.clone())),
-                Some(other) => Err(invalid(
-                    field(k),
-                    format!("expected a string, got {}", quoted(&other.to_string())),
-                )),
-            }
-        };
-        let enumerated = |k: &str, allowed: &[&str]| -> Result<Option<String>, ClaimError> {
-            match string(k)? {
-                Some(v) if !allowed.contains(&v.as_str()) => Err(invalid(
-                    field(k),
-                    format!("Invalid image metadata. Error: Field value {} is invalid (expected one of {})", quoted(&v), allowed.join(", ")),
-                )),
-                v => Ok(v),
-            }
-        };
-        let integer = |k: &str, v: &Value| -> Result<i64, ClaimError> {
-            match v {
-                Value::Number(n) => n
-                    .as_i64()
-                    .ok_or_else(|| invalid(field(k), format!("{n} is not an integer"))),
-                Value::String(s) => s
-                    .trim()
-                    .parse()
-                    .map_err(|_| invalid(field(k), format!("{} is not an integer", quoted(s)))),
-                other => Err(invalid(
-                    field(k),
-                    format!("expected an integer, got {}", quoted(&other.to_string())),
-                )),
-            }
-        };
-        props.cpu_policy = enumerated("hw_cpu_policy", &CPU_POLICIES)?;
-        props.cpu_thread_policy = enumerated("hw_cpu_thread_policy", &THREAD_POLICIES)?;
-        props.pci_numa_affinity_policy = enumerated("hw_pci_numa_affinity_policy", &PCI_POLICIES)?;
-        props.cpu_realtime_mask = string("hw_cpu_realtime_mask")?;
-        props.mem_page_size = string("hw_mem_page_size")?;
+        let r = Reader { data, path };
+        props.cpu_policy = r.enumerated("hw_cpu_policy", &CPU_POLICIES)?;
+        props.cpu_thread_policy = r.enumerated("hw_cpu_thread_policy", &THREAD_POLICIES)?;
+        props.pci_numa_affinity_policy =
+            r.enumerated("hw_pci_numa_affinity_policy", &PCI_POLICIES)?;
+        props.cpu_realtime_mask = r.string("hw_cpu_realtime_mask")?;
+        props.mem_page_size = r.string("hw_mem_page_size")?;
         props.numa_nodes = match data.get("hw_numa_nodes") {
             None | Some(Value::Null) => None,
-            Some(v) => Some(integer("hw_numa_nodes", v)?),
+            Some(v) => Some(r.integer("hw_numa_nodes", v)?),
         };
         props.locked_memory = flexible(data, "hw_locked_memory", path)?;
-        props.read_encryption(data, path, &enumerated, &string)?;
-        // The primitive's lists, or a glance dict's numbered keys.
-        props.numa_cpus = match data.get("hw_numa_cpus") {
+        props.read_encryption(&r)?;
+        props.numa_cpus = r.numa_cpus()?;
+        props.numa_mem = r.numa_mem()?;
+        props.traits_required = r.traits_required();
+        Ok(props)
+    }
+
+    /// The memory encryption properties and what the models demand of the image.
+    fn read_encryption(&mut self, r: &Reader<'_>) -> Result<(), ClaimError> {
+        self.mem_encryption = flexible(r.data, "hw_mem_encryption", r.path)?;
+        self.firmware_stateless = flexible(r.data, "hw_firmware_stateless", r.path)?;
+        self.mem_encryption_model = r
+            .enumerated("hw_mem_encryption_model", &ENCRYPTION_MODELS)?
+            .and_then(|m| crate::tracker::nested::EncryptionModel::from_name(&m));
+        self.firmware_type = r.enumerated("hw_firmware_type", &FIRMWARE_TYPES)?;
+        self.video_model = r.enumerated("hw_video_model", &VIDEO_MODELS)?;
+        self.machine_type = r.string("hw_machine_type")?;
+        Ok(())
+    }
+}
+
+/// An image's properties (`data`) and their JSON path in the request, read as ImageMetaProps'
+/// fields coerce them.
+struct Reader<'a> {
+    data: &'a Map<String, Value>,
+    path: &'a str,
+}
+
+impl Reader<'_> {
+    fn field(&self, k: &str) -> String {
+        format!("{}.properties.{k}", self.path)
+    }
+
+    fn string(&self, k: &str) -> Result<Option<String>, ClaimError> {
+        match self.data.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(invalid(
+                self.field(k),
+                format!("expected a string, got {}", quoted(&other.to_string())),
+            )),
+        }
+    }
+
+    fn enumerated(&self, k: &str, allowed: &[&str]) -> Result<Option<String>, ClaimError> {
+        match self.string(k)? {
+            Some(v) if !allowed.contains(&v.as_str()) => Err(invalid(
+                self.field(k),
+                format!(
+                    "Invalid image metadata. Error: Field value {} is invalid (expected one of {})",
+                    quoted(&v),
+                    allowed.join(", ")
+                ),
+            )),
+            v => Ok(v),
+        }
+    }
+
+    fn integer(&self, k: &str, v: &Value) -> Result<i64, ClaimError> {
+        match v {
+            Value::Number(n) => n
+                .as_i64()
+                .ok_or_else(|| invalid(self.field(k), format!("{n} is not an integer"))),
+            Value::String(s) => s
+                .trim()
+                .parse()
+                .map_err(|_| invalid(self.field(k), format!("{} is not an integer", quoted(s)))),
+            other => Err(invalid(
+                self.field(k),
+                format!("expected an integer, got {}", quoted(&other.to_string())),
+            )),
+        }
+    }
+
+    /// `hw_numa_cpus`: the primitive's list of CPU lists, or a glance dict's numbered keys.
+    fn numa_cpus(&self) -> Result<Option<Vec<CpuSet>>, ClaimError> {
+        Ok(match self.data.get("hw_numa_cpus") {
             Some(Value::Array(cells)) => Some(
                 cells
                     .iter()
                     .enumerate()
-                    .map(|(i, c)| {
-                        let f = field(&format!("hw_numa_cpus[{i}]"));
-                        let ids = c
-                            .as_array()
-                            .ok_or_else(|| invalid(f.clone(), "expected a list of CPU numbers"))?;
-                        ids.iter()
-                            .map(|id| {
-                                id.as_u64()
-                                    .and_then(|v| u32::try_from(v).ok())
-                                    .filter(|v| *v <= crate::nova_syntax::MAX_CPU_ID)
-                                    .ok_or_else(|| {
-                                        invalid(f.clone(), format!("{id} is not a CPU number"))
-                                    })
-                            })
-                            .collect::<Result<Vec<u32>, _>>()
-                            .map(CpuSet::from_ids)
-                    })
+                    .map(|(i, c)| self.cpu_list(&self.field(&format!("hw_numa_cpus[{i}]")), c))
                     .collect::<Result<Vec<_>, _>>()?,
             ),
-            Some(Value::Null) | None => numbered(data, "hw_numa_cpus", |k, v| match v {
-                Value::String(s) => parse_cpu_spec(s).map_err(|e| invalid(field(k), e)),
+            Some(Value::Null) | None => numbered(self.data, "hw_numa_cpus", |k, v| match v {
+                Value::String(s) => parse_cpu_spec(s).map_err(|e| invalid(self.field(k), e)),
                 other => Err(invalid(
-                    field(k),
+                    self.field(k),
                     format!("expected a CPU list, got {}", quoted(&other.to_string())),
                 )),
             })?,
             Some(other) => {
                 return Err(invalid(
-                    field("hw_numa_cpus"),
+                    self.field("hw_numa_cpus"),
                     format!(
                         "expected a list of CPU lists, got {}",
                         quoted(&other.to_string())
                     ),
                 ))
             }
-        };
-        props.numa_mem = match data.get("hw_numa_mem") {
+        })
+    }
+
+    /// One cell's CPU numbers in the primitive's `hw_numa_cpus`.
+    fn cpu_list(&self, f: &str, cell: &Value) -> Result<CpuSet, ClaimError> {
+        let ids = cell
+            .as_array()
+            .ok_or_else(|| invalid(f.to_string(), "expected a list of CPU numbers"))?;
+        ids.iter()
+            .map(|id| {
+                id.as_u64()
+                    .and_then(|v| u32::try_from(v).ok())
+                    .filter(|v| *v <= crate::nova_syntax::MAX_CPU_ID)
+                    .ok_or_else(|| invalid(f.to_string(), format!("{id} is not a CPU number")))
+            })
+            .collect::<Result<Vec<u32>, _>>()
+            .map(CpuSet::from_ids)
+    }
+
+    /// `hw_numa_mem`: the primitive's list, or a glance dict's numbered keys.
+    fn numa_mem(&self) -> Result<Option<Vec<i64>>, ClaimError> {
+        Ok(match self.data.get("hw_numa_mem") {
             Some(Value::Array(list)) => Some(
                 list.iter()
                     .enumerate()
-                    .map(|(i, v)| integer(&format!("hw_numa_mem[{i}]"), v))
+                    .map(|(i, v)| self.integer(&format!("hw_numa_mem[{i}]"), v))
                     .collect::<Result<Vec<_>, _>>()?,
             ),
-            Some(Value::Null) | None => numbered(data, "hw_numa_mem", |k, v| integer(k, v))?,
+            Some(Value::Null) | None => {
+                numbered(self.data, "hw_numa_mem", |k, v| self.integer(k, v))?
+            }
             Some(other) => {
                 return Err(invalid(
-                    field("hw_numa_mem"),
+                    self.field("hw_numa_mem"),
                     format!(
                         "expected a list of sizes, got {}",
                         quoted(&other.to_string())
                     ),
                 ))
             }
-        };
-        match data.get("traits_required") {
-            Some(Value::Array(list)) => {
-                props.traits_required = list
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_string)
-                    .collect();
-            }
-            _ => {
-                props.traits_required = data
-                    .iter()
-                    .filter(|(k, v)| k.starts_with("trait:") && v.as_str() == Some("required"))
-                    .map(|(k, _)| k["trait:".len()..].to_string())
-                    .collect();
-            }
+        })
+    }
+
+    /// `traits_required` as a list (the primitive), else a glance dict's `trait:X=required`.
+    fn traits_required(&self) -> Vec<String> {
+        match self.data.get("traits_required") {
+            Some(Value::Array(list)) => list
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect(),
+            _ => self
+                .data
+                .iter()
+                .filter(|(k, v)| k.starts_with("trait:") && v.as_str() == Some("required"))
+                .map(|(k, _)| k["trait:".len()..].to_string())
+                .collect(),
         }
-        Ok(props)
     }
 }
 
@@ -233,29 +280,6 @@ fn flexible(data: &Map<String, Value>, k: &str, path: &str) -> Result<Option<boo
             format!("{path}.properties.{k}"),
             format!("expected a boolean, got {}", quoted(&other.to_string())),
         )),
-    }
-}
-
-type Read<'a, T> = &'a dyn Fn(&str) -> Result<Option<T>, ClaimError>;
-type ReadEnum<'a> = &'a dyn Fn(&str, &[&str]) -> Result<Option<String>, ClaimError>;
-
-impl ImageProps {
-    /// The memory encryption properties and what the models demand of the image.
-    fn read_encryption(
-        &mut self,
-        data: &Map<String, Value>,
-        path: &str,
-        enumerated: ReadEnum<'_>,
-        string: Read<'_, String>,
-    ) -> Result<(), ClaimError> {
-        self.mem_encryption = flexible(data, "hw_mem_encryption", path)?;
-        self.firmware_stateless = flexible(data, "hw_firmware_stateless", path)?;
-        self.mem_encryption_model = enumerated("hw_mem_encryption_model", &ENCRYPTION_MODELS)?
-            .and_then(|m| crate::tracker::nested::EncryptionModel::from_name(&m));
-        self.firmware_type = enumerated("hw_firmware_type", &FIRMWARE_TYPES)?;
-        self.video_model = enumerated("hw_video_model", &VIDEO_MODELS)?;
-        self.machine_type = string("hw_machine_type")?;
-        Ok(())
     }
 }
 
