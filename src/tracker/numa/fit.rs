@@ -106,51 +106,7 @@ fn fit_cell(
     let policy = t.cpu_policy;
     let pins = policy.is_some_and(CpuPolicy::pins);
     let floats = !matches!(policy, Some(CpuPolicy::Dedicated));
-    let need_kb = mem_kb(guest);
-
-    let pagesize_kb = match t.pagesize {
-        Some(req) => {
-            let mut sizes: Vec<i64> = host.pages.iter().map(|p| p.size_kb).collect();
-            sizes.sort_unstable_by(|a, b| b.cmp(a));
-            let candidates: Vec<i64> = match req {
-                PageSize::Small => sizes.last().copied().into_iter().collect(),
-                PageSize::Large => sizes[..sizes.len().saturating_sub(1)].to_vec(),
-                PageSize::Any => sizes,
-                PageSize::Kb(kb) => vec![kb],
-            };
-            let mut why = Vec::new();
-            let mut chosen = None;
-            for size in candidates {
-                match pages_fit(host, &usage, size, need_kb, true) {
-                    Ok(()) => {
-                        chosen = Some(size);
-                        break;
-                    }
-                    Err(e) => why.push(e),
-                }
-            }
-            match chosen {
-                Some(s) => Some(s),
-                None if why.is_empty() => return Err("no hugepage sizes in this cell".into()),
-                None => return Err(why.join("; ")),
-            }
-        }
-        None => {
-            let smallest = host
-                .smallest_page_kb()
-                .ok_or_else(|| "no memory pages in this cell".to_string())?;
-            // Pinned guests never overcommit memory; floating ones do within the ratio below.
-            pages_fit(host, &usage, smallest, need_kb, pins).map_err(|e| {
-                if pins {
-                    format!("memory for pinned guests (no overcommit): {e}")
-                } else {
-                    format!("memory: {e}")
-                }
-            })?;
-            None
-        }
-    };
-
+    let pagesize_kb = choose_pagesize(t.pagesize, host, &usage, mem_kb(guest), pins)?;
     if pins {
         let need = guest.pcpuset.len() + reserve;
         if need > host.pcpuset.len() {
@@ -167,64 +123,13 @@ fn fit_cell(
             guest.cpuset.len()
         ));
     }
-    let mut cpu_pinning = BTreeMap::new();
-    let mut cpuset_reserved = None;
-    if pins {
-        let (taken, note) = match core_type_limit(input, host) {
-            Some((others, names)) => (
-                CpuSet::from_ids(usage.pinned.iter().chain(others.iter())),
-                format!(
-                    " (core types {}: the {} CPUs of other types are left out)",
-                    names.join(", "),
-                    others.len()
-                ),
-            ),
-            None => (usage.pinned.clone(), String::new()),
-        };
-        let free = host.pcpuset.difference(&taken).len();
-        let need = guest.pcpuset.len() + reserve;
-        if need > free {
-            return Err(format!(
-                "free dedicated CPUs: have {free}, need {need}{note}"
-            ));
-        }
-        let nova = pack_onto_cores(host, &taken, &guest.pcpuset, t.thread_policy, reserve)
-            .map_err(|e| format!("{e}{note}"))?;
-        // The policy only chooses among pinnings once Nova's rules found one: never whether.
-        let (p, r) = match input.policy.pin_alignment {
-            PinAlignment::L3 => {
-                aligned_pinning(host, &taken, &guest.pcpuset, t.thread_policy, reserve)
-                    .unwrap_or(nova)
-            }
-            PinAlignment::None => nova,
-        };
-        cpu_pinning = p;
-        cpuset_reserved = r;
-    }
+    let (cpu_pinning, cpuset_reserved) = if pins {
+        pin_cpus(input, host, &usage, guest, reserve)?
+    } else {
+        (BTreeMap::new(), None)
+    };
     if floats {
-        let cpu_limit = host.cpuset.len() as f64 * input.cpu_ratio;
-        let cpus = usage.cpu_usage + guest.cpuset.len() as i64;
-        if cpus as f64 > cpu_limit {
-            return Err(format!(
-                "shared CPU usage: {} in use + {} > limit {} ({} CPUs x ratio {})",
-                usage.cpu_usage,
-                guest.cpuset.len(),
-                cpu_limit.floor(),
-                host.cpuset.len(),
-                input.cpu_ratio
-            ));
-        }
-        let ram_limit = host.memory_mb as f64 * input.ram_ratio;
-        if (usage.memory_usage_mb + guest.memory_mb) as f64 > ram_limit {
-            return Err(format!(
-                "memory: {} MiB in use + {} MiB > limit {} MiB ({} MiB x ratio {})",
-                usage.memory_usage_mb,
-                guest.memory_mb,
-                ram_limit.floor(),
-                host.memory_mb,
-                input.ram_ratio
-            ));
-        }
+        check_floating_limits(input, host, &usage, guest)?;
     }
     Ok(FittedCell {
         guest_cell: guest.id,
@@ -238,6 +143,124 @@ fn fit_cell(
         cpu_policy: policy,
         thread_policy: t.thread_policy,
     })
+}
+
+/// The page size the guest cell's memory takes: with `hw:mem_page_size`, the first requested
+/// size (largest first) whose free pages hold it; without, none, once the smallest pages hold
+/// it (pinned guests never overcommit memory; floating ones do within the ratio, checked later).
+fn choose_pagesize(
+    requested: Option<PageSize>,
+    host: &HostCell,
+    usage: &CellUsage,
+    need_kb: i64,
+    pins: bool,
+) -> Result<Option<i64>, String> {
+    let Some(req) = requested else {
+        let smallest = host
+            .smallest_page_kb()
+            .ok_or_else(|| "no memory pages in this cell".to_string())?;
+        pages_fit(host, usage, smallest, need_kb, pins).map_err(|e| {
+            if pins {
+                format!("memory for pinned guests (no overcommit): {e}")
+            } else {
+                format!("memory: {e}")
+            }
+        })?;
+        return Ok(None);
+    };
+    let mut sizes: Vec<i64> = host.pages.iter().map(|p| p.size_kb).collect();
+    sizes.sort_unstable_by(|a, b| b.cmp(a));
+    let candidates: Vec<i64> = match req {
+        PageSize::Small => sizes.last().copied().into_iter().collect(),
+        PageSize::Large => sizes[..sizes.len().saturating_sub(1)].to_vec(),
+        PageSize::Any => sizes,
+        PageSize::Kb(kb) => vec![kb],
+    };
+    let mut why = Vec::new();
+    for size in candidates {
+        match pages_fit(host, usage, size, need_kb, true) {
+            Ok(()) => return Ok(Some(size)),
+            Err(e) => why.push(e),
+        }
+    }
+    if why.is_empty() {
+        Err("no hugepage sizes in this cell".into())
+    } else {
+        Err(why.join("; "))
+    }
+}
+
+/// The guest cell's dedicated CPUs pinned on free host CPUs (of the allowed core types), by
+/// Nova's rules; with `pin_alignment = l3` the aligned pinning when there is one (the policy
+/// only chooses among pinnings once Nova's rules found one: never whether).
+fn pin_cpus(
+    input: &FitInput<'_>,
+    host: &HostCell,
+    usage: &CellUsage,
+    guest: &GuestCell,
+    reserve: usize,
+) -> Result<(BTreeMap<u32, u32>, Option<CpuSet>), String> {
+    let thread_policy = input.guest.thread_policy;
+    let (taken, note) = match core_type_limit(input, host) {
+        Some((others, names)) => (
+            CpuSet::from_ids(usage.pinned.iter().chain(others.iter())),
+            format!(
+                " (core types {}: the {} CPUs of other types are left out)",
+                names.join(", "),
+                others.len()
+            ),
+        ),
+        None => (usage.pinned.clone(), String::new()),
+    };
+    let free = host.pcpuset.difference(&taken).len();
+    let need = guest.pcpuset.len() + reserve;
+    if need > free {
+        return Err(format!(
+            "free dedicated CPUs: have {free}, need {need}{note}"
+        ));
+    }
+    let nova = pack_onto_cores(host, &taken, &guest.pcpuset, thread_policy, reserve)
+        .map_err(|e| format!("{e}{note}"))?;
+    Ok(match input.policy.pin_alignment {
+        PinAlignment::L3 => {
+            aligned_pinning(host, &taken, &guest.pcpuset, thread_policy, reserve).unwrap_or(nova)
+        }
+        PinAlignment::None => nova,
+    })
+}
+
+/// Floating guest CPUs and memory within the cell's limits (CPUs and memory times their
+/// allocation ratios).
+fn check_floating_limits(
+    input: &FitInput<'_>,
+    host: &HostCell,
+    usage: &CellUsage,
+    guest: &GuestCell,
+) -> Result<(), String> {
+    let cpu_limit = host.cpuset.len() as f64 * input.cpu_ratio;
+    let cpus = usage.cpu_usage + guest.cpuset.len() as i64;
+    if cpus as f64 > cpu_limit {
+        return Err(format!(
+            "shared CPU usage: {} in use + {} > limit {} ({} CPUs x ratio {})",
+            usage.cpu_usage,
+            guest.cpuset.len(),
+            cpu_limit.floor(),
+            host.cpuset.len(),
+            input.cpu_ratio
+        ));
+    }
+    let ram_limit = host.memory_mb as f64 * input.ram_ratio;
+    if (usage.memory_usage_mb + guest.memory_mb) as f64 > ram_limit {
+        return Err(format!(
+            "memory: {} MiB in use + {} MiB > limit {} MiB ({} MiB x ratio {})",
+            usage.memory_usage_mb,
+            guest.memory_mb,
+            ram_limit.floor(),
+            host.memory_mb,
+            input.ram_ratio
+        ));
+    }
+    Ok(())
 }
 
 /// `rtrack:cpu_core_type`, else `dedicated_core_types`, on a cell with core types: the dedicated
