@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 use super::host::HostTopology;
 use super::usage::NumaUsage;
 use super::{
-    CpuPolicy, EmulatorPolicy, FittedCell, FittedTopology, GuestTopology, PageSize, ThreadPolicy,
+    CpuPolicy, EmulatorPolicy, FittedCell, FittedTopology, GuestCell, GuestTopology, PageSize,
+    ThreadPolicy,
 };
 use crate::objects::instance::{InstanceNUMACell, InstanceNUMATopology};
 use crate::objects::numa::{NUMACell, NUMAPagesTopology, NUMATopology, NetworkMetadata};
@@ -291,85 +292,7 @@ pub fn check_requested(
         ));
     }
     for (i, (c, o)) in cells.iter().zip(&ours.cells).enumerate() {
-        let c = &c.obj;
-        let p = format!("{path}.cells[{i}]");
-        let differs = |field: &str, theirs: String, ours: String| {
-            invalid(
-                format!("{p}.{field}"),
-                format!("is {theirs}; the flavor and image give {ours}"),
-            )
-        };
-        let their_cpus = cpu_set(
-            c.cpuset.get().map(Vec::as_slice).unwrap_or_default(),
-            &format!("{p}.cpuset"),
-        )?;
-        let their_pcpus = cpu_set(
-            c.pcpuset.get().map(Vec::as_slice).unwrap_or_default(),
-            &format!("{p}.pcpuset"),
-        )?;
-        if their_cpus != o.cpuset {
-            return Err(differs(
-                "cpuset",
-                format!("\"{their_cpus}\""),
-                format!("\"{}\"", o.cpuset),
-            ));
-        }
-        if c.pcpuset.is_set() && their_pcpus != o.pcpuset {
-            return Err(differs(
-                "pcpuset",
-                format!("\"{their_pcpus}\""),
-                format!("\"{}\"", o.pcpuset),
-            ));
-        }
-        let mem = c.memory.get().copied().unwrap_or(-1);
-        if mem != o.memory_mb {
-            return Err(differs("memory", mem.to_string(), o.memory_mb.to_string()));
-        }
-        let their_page = match &c.pagesize {
-            NField::Set(p) if *p != 0 => Some(PageSize::from(*p)),
-            _ => None,
-        };
-        // A topology already fitted somewhere carries the size chosen for small, large or any.
-        let fitted_size = matches!(
-            (their_page, ours.pagesize),
-            (
-                Some(PageSize::Kb(_)),
-                Some(PageSize::Small | PageSize::Large | PageSize::Any)
-            )
-        );
-        if their_page != ours.pagesize && !fitted_size {
-            return Err(differs(
-                "pagesize",
-                format!("{:?}", their_page.map(i64::from)),
-                format!("{:?}", ours.pagesize.map(i64::from)),
-            ));
-        }
-        let their_policy = policy_of(
-            &c.cpu_policy,
-            format!("{p}.cpu_policy"),
-            parse_cpu_policy,
-            "shared, dedicated, mixed",
-        )?;
-        if their_policy != ours.cpu_policy {
-            return Err(differs(
-                "cpu_policy",
-                format!("{:?}", their_policy.map(CpuPolicy::as_str)),
-                format!("{:?}", ours.cpu_policy.map(CpuPolicy::as_str)),
-            ));
-        }
-        let their_threads = policy_of(
-            &c.cpu_thread_policy,
-            format!("{p}.cpu_thread_policy"),
-            parse_thread_policy,
-            "prefer, isolate, require",
-        )?;
-        if their_threads != ours.thread_policy {
-            return Err(differs(
-                "cpu_thread_policy",
-                format!("{:?}", their_threads.map(ThreadPolicy::as_str)),
-                format!("{:?}", ours.thread_policy.map(ThreadPolicy::as_str)),
-            ));
-        }
+        check_requested_cell(&c.obj, o, ours, &format!("{path}.cells[{i}]"))?;
     }
     let their_emu = policy_of(
         &theirs.emulator_threads_policy,
@@ -385,6 +308,94 @@ pub fn check_requested(
                 their_emu.map(EmulatorPolicy::as_str),
                 ours.emulator_threads.map(EmulatorPolicy::as_str)
             ),
+        ));
+    }
+    Ok(())
+}
+
+/// One cell of [`check_requested`]: nova-api's cell `c` (at JSON path `p`) against our cell `o`
+/// of `ours`.
+fn check_requested_cell(
+    c: &InstanceNUMACell,
+    o: &GuestCell,
+    ours: &GuestTopology,
+    p: &str,
+) -> Result<(), ClaimError> {
+    let differs = |field: &str, theirs: String, ours: String| {
+        invalid(
+            format!("{p}.{field}"),
+            format!("is {theirs}; the flavor and image give {ours}"),
+        )
+    };
+    let their_cpus = cpu_set(
+        c.cpuset.get().map(Vec::as_slice).unwrap_or_default(),
+        &format!("{p}.cpuset"),
+    )?;
+    let their_pcpus = cpu_set(
+        c.pcpuset.get().map(Vec::as_slice).unwrap_or_default(),
+        &format!("{p}.pcpuset"),
+    )?;
+    if their_cpus != o.cpuset {
+        return Err(differs(
+            "cpuset",
+            format!("\"{their_cpus}\""),
+            format!("\"{}\"", o.cpuset),
+        ));
+    }
+    if c.pcpuset.is_set() && their_pcpus != o.pcpuset {
+        return Err(differs(
+            "pcpuset",
+            format!("\"{their_pcpus}\""),
+            format!("\"{}\"", o.pcpuset),
+        ));
+    }
+    let mem = c.memory.get().copied().unwrap_or(-1);
+    if mem != o.memory_mb {
+        return Err(differs("memory", mem.to_string(), o.memory_mb.to_string()));
+    }
+    let their_page = match &c.pagesize {
+        NField::Set(p) if *p != 0 => Some(PageSize::from(*p)),
+        _ => None,
+    };
+    // A topology already fitted somewhere carries the size chosen for small, large or any.
+    let fitted_size = matches!(
+        (their_page, ours.pagesize),
+        (
+            Some(PageSize::Kb(_)),
+            Some(PageSize::Small | PageSize::Large | PageSize::Any)
+        )
+    );
+    if their_page != ours.pagesize && !fitted_size {
+        return Err(differs(
+            "pagesize",
+            format!("{:?}", their_page.map(i64::from)),
+            format!("{:?}", ours.pagesize.map(i64::from)),
+        ));
+    }
+    let their_policy = policy_of(
+        &c.cpu_policy,
+        format!("{p}.cpu_policy"),
+        parse_cpu_policy,
+        "shared, dedicated, mixed",
+    )?;
+    if their_policy != ours.cpu_policy {
+        return Err(differs(
+            "cpu_policy",
+            format!("{:?}", their_policy.map(CpuPolicy::as_str)),
+            format!("{:?}", ours.cpu_policy.map(CpuPolicy::as_str)),
+        ));
+    }
+    let their_threads = policy_of(
+        &c.cpu_thread_policy,
+        format!("{p}.cpu_thread_policy"),
+        parse_thread_policy,
+        "prefer, isolate, require",
+    )?;
+    if their_threads != ours.thread_policy {
+        return Err(differs(
+            "cpu_thread_policy",
+            format!("{:?}", their_threads.map(ThreadPolicy::as_str)),
+            format!("{:?}", ours.thread_policy.map(ThreadPolicy::as_str)),
         ));
     }
     Ok(())
