@@ -5,22 +5,17 @@
 //! inventory and the ComputeNode, metrics, and reports to Placement (and the ComputeNode to
 //! `[upstream.http]`).
 //!
-//! Data flows one way: [`rtrack_probes`] reads the hardware, [`inventory`] turns it into the
-//! report `rtrackd --once` prints and the resource inventory, [`tracker`] accounts claims
-//! against it. [`config`] is the configuration file every part reads.
+//! Data flows one way: [`rtrack_probes`] reads the hardware; the accounting core
+//! ([`rtrack_core`]: [`inventory`], [`objects`], [`tracker`], [`config`]) turns it into the
+//! inventory and accounts claims against it, without I/O; this crate persists ([`store`],
+//! [`service`]), reports ([`upstream`]), serves ([`api`], [`daemon`]) and drives it ([`cli`]).
 
 pub mod api;
 pub mod cli;
-pub mod config;
 pub mod daemon;
-pub mod echo;
-pub mod inventory;
-pub mod nova_syntax;
-pub mod objects;
-pub mod pci_policy;
 pub mod service;
 pub mod store;
-pub mod tracker;
 pub mod upstream;
 
+pub use rtrack_core::{config, echo, inventory, nova_syntax, objects, pci_policy, tracker};
 pub use rtrack_probes as probes;

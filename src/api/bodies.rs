@@ -26,7 +26,7 @@ use crate::tracker::numa::nova::fitted_from_object;
 use crate::tracker::numa::FittedTopology;
 use crate::tracker::pci::AliasTable;
 use crate::tracker::request::from_request_spec;
-use crate::tracker::{InstanceInfo, MoveType};
+use crate::tracker::{InstanceInfo, InstanceUpdate, MoveType};
 use utoipa::ToSchema;
 
 /// The legacy dicts.
@@ -61,10 +61,10 @@ pub struct InstanceBody {
     #[schema(max_length = 255)]
     pub os_type: Option<String>,
     /// VM state (default `building`).
-    #[schema(schema_with = crate::tracker::nova_states::vm_state_schema)]
+    #[schema(schema_with = nova_enums::vm_state_schema)]
     pub vm_state: Option<String>,
     /// Task state.
-    #[schema(schema_with = crate::tracker::nova_states::task_state_schema)]
+    #[schema(schema_with = nova_enums::task_state_schema)]
     pub task_state: Option<String>,
     /// Host the instance is on now (for a move: the source).
     #[schema(max_length = 255)]
@@ -181,6 +181,7 @@ pub struct MigrationBody {
     pub current: Option<SpecBody>,
     /// `resize`, `migration`, `live-migration` or `evacuation` (default: resize when the flavor
     /// changes, else migration).
+    #[schema(value_type = Option<nova_enums::MoveTypeSchema>)]
     pub move_type: Option<MoveType>,
     /// Nova's migration id (default: rtrack assigns one).
     #[schema(minimum = 1)]
@@ -288,7 +289,7 @@ pub fn check_spec_strings(value: &Value, path: &str) -> Result<(), ApiError> {
 }
 
 /// Bounds the string fields of a state update.
-pub fn check_update(up: &crate::tracker::InstanceUpdate) -> Result<(), ApiError> {
+pub fn check_update(up: &InstanceUpdate) -> Result<(), ApiError> {
     for (name, value) in [
         ("vm_state", &up.vm_state),
         ("task_state", &up.task_state),
@@ -577,9 +578,13 @@ pub struct VersionQuery {
     pub version: Option<String>,
 }
 
+pub mod nova_enums;
 mod placed;
+mod state_update;
+
 use placed::instance_topology;
 pub use placed::{PlacedBody, PlacedDeviceBody};
+pub use state_update::InstanceUpdateBody;
 
 #[cfg(test)]
 mod tests;

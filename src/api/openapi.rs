@@ -10,12 +10,11 @@ use serde_json::{json, Value};
 mod answers;
 mod nova;
 
-use super::bodies::{ClaimBody, MigrationBody};
+use super::bodies::{ClaimBody, InstanceUpdateBody, MigrationBody};
 use super::error::ErrorCode;
 use super::routes::{AdoptBody, AttachBody, DeviceMapEntry, ReconcileBody, RefreshBody};
 use crate::objects::compute_node::ComputeNode;
 use crate::objects::NovaObject;
-use crate::tracker::InstanceUpdate;
 use answers::{inventory_report_schema, numa_cell_schema, numa_detail_schema};
 
 /// The ComputeNode versions `?version=` accepts: every minor of the current major up to it.
@@ -465,7 +464,7 @@ fn schemas_with_bodies(mut answers: Value) -> Value {
     #[openapi(components(schemas(
         ClaimBody,
         MigrationBody,
-        InstanceUpdate,
+        InstanceUpdateBody,
         AttachBody,
         ReconcileBody,
         AdoptBody,
@@ -632,7 +631,7 @@ mod tests {
             ("Instance", serde_json::to_value(InstanceBody::default())),
             (
                 "InstanceUpdate",
-                serde_json::to_value(InstanceUpdate::default()),
+                serde_json::to_value(InstanceUpdateBody::default()),
             ),
         ] {
             let fields = fields.unwrap();

@@ -17,7 +17,7 @@ import os
 import shutil
 from typing import Any, Optional
 
-# Trait -> /proc/cpuinfo flag, the inverse of rtrack's src/inventory/cpu_flag_traits.tsv (read
+# Trait -> /proc/cpuinfo flag, the inverse of rtrack's core/src/inventory/cpu_flag_traits.tsv (read
 # from the repository when the package runs from it).
 _TSV = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'src', 'inventory',
                     'cpu_flag_traits.tsv')

@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 use super::super::bodies::{ClaimBody, DryRunQuery, MigrationBody, ParsedClaim, ParsedMove};
 use super::super::error::{ApiError, ErrorCode};
 use super::*;
+use crate::api::bodies::InstanceUpdateBody;
 use crate::api::metrics::ClaimDecision;
 use crate::api::shared::DaemonState;
 use crate::service::{Granted, ServiceError, TrackerService};
@@ -345,7 +346,8 @@ pub async fn update_instance(
 ) -> ApiResult {
     let Path(uuid) = p.map_err(path_error)?;
     let uuid = check_uuid(&uuid, "uuid")?;
-    let update: InstanceUpdate = json_body(&state, &headers, body, "an instance state update")?;
+    let update: InstanceUpdateBody = json_body(&state, &headers, body, "an instance state update")?;
+    let update = InstanceUpdate::from(update);
     super::super::bodies::check_update(&update)?;
     let body = blocking(move || {
         state

@@ -109,7 +109,7 @@ impl ClaimOutcome {
 }
 
 /// The kind of move.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum MoveType {
     /// Resize (flavor changes).
@@ -123,6 +123,14 @@ pub enum MoveType {
 }
 
 impl MoveType {
+    /// Every kind, in the order the API lists them.
+    pub const ALL: [MoveType; 4] = [
+        MoveType::Resize,
+        MoveType::Migration,
+        MoveType::LiveMigration,
+        MoveType::Evacuation,
+    ];
+
     /// Nova's migration_type string.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -165,20 +173,16 @@ pub struct MoveRequest {
 }
 
 /// Changes to an instance's state (`update_usage`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InstanceUpdate {
     /// New VM state.
-    #[schema(schema_with = crate::tracker::nova_states::vm_state_schema)]
     pub vm_state: Option<String>,
     /// New task state (`""` clears it).
-    #[schema(schema_with = crate::tracker::nova_states::task_state_or_none_schema)]
     pub task_state: Option<String>,
     /// New host (e.g. the destination after finish_resize).
-    #[schema(max_length = 255)]
     pub host: Option<String>,
     /// New node.
-    #[schema(max_length = 255)]
     pub node: Option<String>,
     /// Switch the instance to its new flavor (finish_resize).
     #[serde(default)]

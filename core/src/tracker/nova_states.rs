@@ -139,41 +139,6 @@ pub fn move_is_counted(vm_state: &str, task_state: Option<&str>) -> bool {
     in_resize_state(vm_state, task_state) || live_migrating(vm_state, task_state)
 }
 
-/// The OpenAPI schema of a `vm_state` field: one of [`VM_STATES`].
-pub fn vm_state_schema() -> utoipa::openapi::Object {
-    state_schema(VM_STATES.iter().copied(), "Nova's vm_state")
-}
-
-/// The OpenAPI schema of a `task_state` field: one of [`TASK_STATES`].
-pub fn task_state_schema() -> utoipa::openapi::Object {
-    state_schema(TASK_STATES.iter().copied(), "Nova's task_state")
-}
-
-/// The OpenAPI schema of a `task_state` change: one of [`TASK_STATES`], or `""` to clear it.
-pub fn task_state_or_none_schema() -> utoipa::openapi::Object {
-    state_schema(
-        std::iter::once("").chain(TASK_STATES.iter().copied()),
-        "Nova's task_state; \"\" clears it",
-    )
-}
-
-fn state_schema<'a>(
-    values: impl Iterator<Item = &'a str>,
-    description: &str,
-) -> utoipa::openapi::Object {
-    use utoipa::openapi::schema::{SchemaType, Type};
-    // The fields are optional: null is taken as not given (and OpenAPI 3.0 wants it listed).
-    utoipa::openapi::ObjectBuilder::new()
-        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
-        .enum_values(Some(
-            values
-                .map(serde_json::Value::from)
-                .chain(std::iter::once(serde_json::Value::Null)),
-        ))
-        .description(Some(description))
-        .build()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use reqwest::Url;
+use url::Url;
 
 pub use super::placement::{
     validate_placement, AppCredential, AuthSettings, Domain, KeystoneAuth, KeystoneMethod, Named,

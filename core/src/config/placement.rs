@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use reqwest::Url;
+use url::Url;
 
 use super::placement_sources::{merge, Environment, Given, Merged, Origin, SECRET_FIELDS};
 use super::upstream::{parse_base_url, seconds, KeyError, Secret};
