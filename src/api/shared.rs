@@ -30,21 +30,39 @@ pub enum UpstreamCommand {
         fix: bool,
         /// Unclaimed consumers whose part on this host to remove (the operator named them).
         remove: Vec<uuid::Uuid>,
-        /// The answer (an error in words).
-        reply: tokio::sync::oneshot::Sender<Result<ReconcileAnswer, String>>,
+        /// The answer.
+        reply: tokio::sync::oneshot::Sender<Result<ReconcileAnswer, UpstreamCommandError>>,
     },
     /// Report to Placement now, even while backing off (`POST /v1/refresh`, after its audit).
     ReportNow {
-        /// What was written, or why not (an error in words).
-        reply: tokio::sync::oneshot::Sender<Result<ReportSummary, String>>,
+        /// What was written, or why not.
+        reply: tokio::sync::oneshot::Sender<Result<ReportSummary, UpstreamCommandError>>,
     },
     /// Read the provider tree and every allocation on it, with each consumer's owner (adoption).
     ReadAllocations {
-        /// The answer (an error in words).
+        /// The answer.
         reply: tokio::sync::oneshot::Sender<
-            Result<crate::upstream::reporter::holdings::HoldingsRead, String>,
+            Result<crate::upstream::reporter::holdings::HoldingsRead, UpstreamCommandError>,
         >,
     },
+}
+
+/// Why the report loop could not answer a command: the API tells these apart by kind (409 for
+/// no Placement configured, 503 for the rest).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UpstreamCommandError {
+    /// No `[placement]` endpoint, cloud or auth: there is nothing to ask.
+    #[error("Placement is not configured ([placement] endpoint, cloud or auth)")]
+    NotConfigured,
+    /// Configured, but the client could not be set up.
+    #[error("the Placement client could not be set up (see the log)")]
+    ClientUnavailable,
+    /// The desired state could not be built from the tracker.
+    #[error("{0}")]
+    Desired(String),
+    /// Placement did not answer, or refused.
+    #[error("{0}")]
+    Placement(String),
 }
 
 /// What a report asked for by `POST /v1/refresh` did.

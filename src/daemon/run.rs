@@ -357,7 +357,7 @@ async fn refresh_now(
                 .send(crate::api::shared::UpstreamCommand::ReportNow { reply })
                 .await;
             Some(match (sent, answer.await) {
-                (Ok(()), Ok(r)) => r,
+                (Ok(()), Ok(r)) => r.map_err(|e| e.to_string()),
                 _ => Err("the report loop stopped (shutting down)".to_string()),
             })
         }

@@ -3,11 +3,11 @@
 //! they never race the loop's own writes.
 //!
 //! In: an [`UpstreamCommand`] and the loop's reporter. Out: the answer on the command's reply
-//! channel (an error in words when Placement is not configured or does not answer).
+//! channel (an [`UpstreamCommandError`] when Placement is not configured or does not answer).
 
 use std::sync::Arc;
 
-use crate::api::shared::{DaemonState, ReconcileAnswer, UpstreamCommand};
+use crate::api::shared::{DaemonState, ReconcileAnswer, UpstreamCommand, UpstreamCommandError};
 use crate::upstream::{HttpPlacement, Reporter};
 
 /// Answers one command.
@@ -31,9 +31,9 @@ async fn answer(
 ) {
     let not_configured = || {
         if configured {
-            "the Placement client could not be set up (see the log)".to_string()
+            UpstreamCommandError::ClientUnavailable
         } else {
-            "Placement is not configured ([placement] endpoint, cloud or auth)".to_string()
+            UpstreamCommandError::NotConfigured
         }
     };
     let desired = {
@@ -42,8 +42,10 @@ async fn answer(
             .await
         {
             Ok(Ok(d)) => Ok(d),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(e) => Err(format!("building the desired state failed: {e}")),
+            Ok(Err(e)) => Err(UpstreamCommandError::Desired(e.to_string())),
+            Err(e) => Err(UpstreamCommandError::Desired(format!(
+                "building the desired state failed: {e}"
+            ))),
         }
     };
     match cmd {
@@ -57,20 +59,20 @@ async fn answer(
                             .inspect(&d)
                             .await
                             .map(|drift| ReconcileAnswer::Removed(report, drift))
-                            .map_err(|e| e.to_string()),
-                        Err(e) => Err(e.to_string()),
+                            .map_err(placement_error),
+                        Err(e) => Err(placement_error(e)),
                     }
                 }
                 (Some(r), Ok(d)) if fix => r
                     .fix(&d)
                     .await
                     .map(ReconcileAnswer::Fixed)
-                    .map_err(|e| e.to_string()),
+                    .map_err(placement_error),
                 (Some(r), Ok(d)) => r
                     .inspect(&d)
                     .await
                     .map(ReconcileAnswer::Inspected)
-                    .map_err(|e| e.to_string()),
+                    .map_err(placement_error),
             };
             let _ = reply.send(answer);
         }
@@ -104,7 +106,7 @@ async fn answer(
                                 .collect(),
                             pci_raised: d.pci_raised.clone(),
                         })
-                        .map_err(|e| e.to_string())
+                        .map_err(placement_error)
                 }
             };
             let _ = reply.send(answer);
@@ -113,9 +115,14 @@ async fn answer(
             let answer = match (reporter, desired) {
                 (None, _) => Err(not_configured()),
                 (_, Err(e)) => Err(e),
-                (Some(r), Ok(d)) => r.read_holdings(&d).await.map_err(|e| e.to_string()),
+                (Some(r), Ok(d)) => r.read_holdings(&d).await.map_err(placement_error),
             };
             let _ = reply.send(answer);
         }
     }
+}
+
+/// What Placement (or the client before it) said, for the API.
+fn placement_error(e: impl std::fmt::Display) -> UpstreamCommandError {
+    UpstreamCommandError::Placement(e.to_string())
 }

@@ -1345,6 +1345,29 @@ fn the_compute_node_is_posted_upstream_when_it_changes() {
     );
 }
 
+/// Without `[placement]`, what asks Placement is a conflict (409) naming it: the report loop
+/// (which runs in every daemon: a reload may configure Placement) answers with the kind
+/// `NotConfigured`, with or without `[upstream.http]`.
+#[test]
+fn placement_commands_without_placement_are_conflicts() {
+    let e = env();
+    let (url, _bodies) = recording_server();
+    for extra in [
+        String::new(),
+        format!("[upstream.http]\nurl = \"{url}\"\nobject_version = \"1.16\"\n"),
+    ] {
+        let d = start(&e, &extra);
+        let (status, v) = d.call("POST", "/v1/reconcile", Some(&serde_json::json!({})));
+        assert_eq!(status, 409, "{extra}: {v}");
+        assert_eq!(v["error"]["code"], "conflict", "{extra}: {v}");
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("Placement is not configured"),
+            "{extra}: {v}"
+        );
+    }
+}
+
 /// A probe that hangs (a FIFO standing in for a stuck filesystem) is reported after 10 s, is not
 /// started twice, and claims are served all along; when it ends, audits go on.
 #[test]

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::super::error::{ApiError, ErrorCode};
-use super::super::shared::{ReconcileAnswer, UpstreamCommand};
+use super::super::shared::{ReconcileAnswer, UpstreamCommand, UpstreamCommandError};
 use super::*;
 use crate::probes::pci::PciAddress;
 use crate::upstream::adoption::{adoptees, DeviceFacts};
@@ -102,12 +102,12 @@ fn address_list_schema() -> utoipa::openapi::schema::Array {
 /// Sends `make(reply)` to the report loop and waits for the answer.
 pub(super) async fn ask<T>(
     state: &crate::api::shared::DaemonState,
-    make: impl FnOnce(tokio::sync::oneshot::Sender<Result<T, String>>) -> UpstreamCommand,
+    make: impl FnOnce(tokio::sync::oneshot::Sender<Result<T, UpstreamCommandError>>) -> UpstreamCommand,
 ) -> Result<T, ApiError> {
     let not_configured = || {
         ApiError::new(
             ErrorCode::Conflict,
-            "Placement is not configured ([placement] endpoint, cloud or auth)",
+            UpstreamCommandError::NotConfigured.to_string(),
         )
     };
     let tx = state.upstream().ok_or_else(not_configured)?;
@@ -120,8 +120,8 @@ pub(super) async fn ask<T>(
     })?;
     match answer.await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) if e.starts_with("Placement is not configured") => {
-            Err(ApiError::new(ErrorCode::Conflict, e))
+        Ok(Err(e @ UpstreamCommandError::NotConfigured)) => {
+            Err(ApiError::new(ErrorCode::Conflict, e.to_string()))
         }
         Ok(Err(e)) => Err(ApiError::new(
             ErrorCode::NotReady,
