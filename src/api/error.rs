@@ -196,35 +196,33 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// The API's code for a tracker error: the one place a tracker error becomes an API code (the
+/// answer, the metrics' outcome label and the log's `code` all take it from here).
+pub fn claim_error_code(e: &ClaimError) -> ErrorCode {
+    match e {
+        ClaimError::Refused(_) => ErrorCode::ClaimRefused,
+        ClaimError::Conflict { .. } => ErrorCode::Conflict,
+        ClaimError::Invalid { .. } => ErrorCode::InvalidRequest,
+        ClaimError::NotFound { .. } => ErrorCode::NotFound,
+    }
+}
+
 impl From<ClaimError> for ApiError {
     fn from(e: ClaimError) -> ApiError {
         // Messages may quote request content (a RequestSpec's extra specs): bounded.
         let message = crate::echo::bounded_message(&e.to_string());
-        match e {
-            ClaimError::Refused(r) => ApiError {
-                status: ErrorCode::ClaimRefused.status(),
-                code: ErrorCode::ClaimRefused.as_str(),
-                message,
-                details: serde_json::to_value(&*r).unwrap_or(Value::Null),
-            },
-            ClaimError::Conflict { id, .. } => ApiError {
-                status: ErrorCode::Conflict.status(),
-                code: ErrorCode::Conflict.as_str(),
-                message,
-                details: json!({ "id": id }),
-            },
-            ClaimError::Invalid { field, .. } => ApiError {
-                status: ErrorCode::InvalidRequest.status(),
-                code: ErrorCode::InvalidRequest.as_str(),
-                message,
-                details: json!({ "field": field }),
-            },
-            ClaimError::NotFound { what, id } => ApiError {
-                status: ErrorCode::NotFound.status(),
-                code: ErrorCode::NotFound.as_str(),
-                message,
-                details: json!({ "kind": what, "id": id }),
-            },
+        let code = claim_error_code(&e);
+        let details = match e {
+            ClaimError::Refused(r) => serde_json::to_value(&*r).unwrap_or(Value::Null),
+            ClaimError::Conflict { id, .. } => json!({ "id": id }),
+            ClaimError::Invalid { field, .. } => json!({ "field": field }),
+            ClaimError::NotFound { what, id } => json!({ "kind": what, "id": id }),
+        };
+        ApiError {
+            status: code.status(),
+            code: code.as_str(),
+            message,
+            details,
         }
     }
 }

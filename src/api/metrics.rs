@@ -19,6 +19,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use crate::api::error::claim_error_code;
 use crate::service::TrackerService;
 use crate::tracker::ClaimError;
 
@@ -143,7 +144,7 @@ impl Metrics {
             Ok(ClaimDecision::Granted) => ("granted", String::new()),
             Ok(ClaimDecision::Existing) => ("existing", String::new()),
             Ok(ClaimDecision::DryRun) => ("dry_run_fits", String::new()),
-            Err(e) => (e.code(), refusal_reason(e)),
+            Err(e) => (claim_error_code(e).as_str(), refusal_reason(e)),
         };
         self.count_claim_outcome(operation, outcome, reason);
     }

@@ -150,15 +150,3 @@ pub enum ClaimError {
         id: String,
     },
 }
-
-impl ClaimError {
-    /// A short code for APIs and metrics.
-    pub fn code(&self) -> &'static str {
-        match self {
-            ClaimError::Refused(_) => "claim_refused",
-            ClaimError::Conflict { .. } => "conflict",
-            ClaimError::Invalid { .. } => "invalid_request",
-            ClaimError::NotFound { .. } => "not_found",
-        }
-    }
-}

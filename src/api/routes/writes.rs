@@ -18,7 +18,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::super::bodies::{ClaimBody, DryRunQuery, MigrationBody, ParsedClaim, ParsedMove};
-use super::super::error::{ApiError, ErrorCode};
+use super::super::error::{claim_error_code, ApiError, ErrorCode};
 use super::*;
 use crate::api::bodies::InstanceUpdateBody;
 use crate::api::metrics::ClaimDecision;
@@ -59,7 +59,7 @@ fn record_decision(
         }
         Err(ServiceError::Claim(e)) => {
             state.metrics.count_claim(operation, Err(e));
-            tracing::info!(target: "rtrack::claims", operation, instance = uuid, code = e.code(), reason = %e, "claim refused");
+            tracing::info!(target: "rtrack::claims", operation, instance = uuid, code = claim_error_code(e).as_str(), reason = %e, "claim refused");
         }
         Err(e) => {
             state.metrics.count_claim_error(operation);
