@@ -185,6 +185,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         start_empty: cli.start_empty,
     };
     run::run(opts, loaded, log)
+        .map_err(anyhow::Error::from)
         .inspect_err(|e| tracing::error!(error = %format!("{e:#}"), "rtrackd failed"))
 }
 

@@ -11,6 +11,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use super::error::DaemonError;
 use crate::config::ValidConfig;
 use crate::store::node_id::{self, NodeId};
 use crate::tracker::model::HostNames;
@@ -39,28 +40,24 @@ pub async fn resolve(
     state_dir: &Path,
     cfg: &ValidConfig,
     names: &HostNames,
-) -> anyhow::Result<(NodeId, Chosen)> {
-    let err = |e: node_id::NodeIdError| anyhow::anyhow!("compute node identity: {e}");
-    if let Some(id) = node_id::load(state_dir).map_err(err)? {
+) -> Result<(NodeId, Chosen), DaemonError> {
+    if let Some(id) = node_id::load(state_dir)? {
         if let Some(c) = &cfg.compute_node_uuid {
             if *c != id.uuid {
-                anyhow::bail!(
+                return Err(DaemonError::Refused(format!(
                     "{}: the state directory belongs to compute node {}, but [host] compute_node_uuid is {c}; a compute node's uuid never changes: remove the key, or use another state directory",
                     state_dir.join("compute_id").display(),
                     id.uuid
-                );
+                )));
             }
         }
         return Ok((id, Chosen::Stored));
     }
     if let Some(c) = &cfg.compute_node_uuid {
-        return Ok((
-            node_id::create(state_dir, c).map_err(err)?,
-            Chosen::Configured,
-        ));
+        return Ok((node_id::create(state_dir, c)?, Chosen::Configured));
     }
     let Some(settings) = &cfg.placement_settings else {
-        let id = node_id::load_or_create(state_dir).map_err(err)?;
+        let id = node_id::load_or_create(state_dir)?;
         return Ok((id, Chosen::New));
     };
     let patience = settings.timeout * 3;
@@ -78,23 +75,21 @@ pub async fn resolve(
                 tokio::time::sleep(wait).await;
                 wait *= 2;
             }
-            Err(e) if e.is_outage() => anyhow::bail!(
+            Err(e) if e.is_outage() => return Err(DaemonError::Refused(format!(
                 "the first start of {} must ask Placement whether nova-compute registered this host already (so as not to register it twice), and Placement did not answer within {} s: {e}; start again once it answers, or set [host] compute_node_uuid",
                 state_dir.display(),
                 patience.as_secs()
-            ),
-            Err(e) => anyhow::bail!("compute node identity: {e}"),
+            ))),
+            Err(e) => {
+                return Err(DaemonError::Refused(format!("compute node identity: {e}")))
+            }
         }
     };
     match found {
         Some(root) => {
-            let id =
-                node_id::create(state_dir, &root.uuid.hyphenated().to_string()).map_err(err)?;
+            let id = node_id::create(state_dir, &root.uuid.hyphenated().to_string())?;
             Ok((id, Chosen::Adopted { name: root.name }))
         }
-        None => Ok((
-            node_id::load_or_create(state_dir).map_err(err)?,
-            Chosen::New,
-        )),
+        None => Ok((node_id::load_or_create(state_dir)?, Chosen::New)),
     }
 }

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::audit;
+use super::error::DaemonError;
 use super::identity::Chosen;
 use super::{config_file, socket, systemd};
 use crate::api::disk_facts::DiskTotals;
@@ -53,21 +54,21 @@ pub(super) async fn first_probe(
     cfg: &ValidConfig,
     caller_disk: Option<DiskTotals>,
     signals: &mut Signals,
-) -> anyhow::Result<Option<HostInventory>> {
+) -> Result<Option<HostInventory>, DaemonError> {
     let probe_cfg = cfg.clone();
     let limit = audit::time_limit(cfg.audit_interval_s);
     let probe = tokio::task::spawn_blocking(move || {
-        audit::probe_with(&probe_cfg, caller_disk).map_err(|e| anyhow::anyhow!("{e}"))
+        audit::probe_with(&probe_cfg, caller_disk).map_err(|e| DaemonError::Refused(e.to_string()))
     });
     tokio::select! {
         r = tokio::time::timeout(limit, probe) => match r {
             Ok(joined) => Ok(Some(joined??)),
-            Err(_) => anyhow::bail!(
+            Err(_) => Err(DaemonError::Refused(format!(
                 "the first probe of {} and {} has not finished after {} s (a hung filesystem, or a file that never ends?); nothing was started",
                 cfg.probe_root.sys.display(),
                 cfg.probe_root.proc.display(),
                 limit.as_secs()
-            ),
+            ))),
         },
         _ = signals.term.recv() => {
             tracing::info!("SIGTERM during startup: exiting");
@@ -112,7 +113,7 @@ pub(super) async fn serve(
     state: &Arc<DaemonState>,
     access: &Access,
     stop: &watch::Receiver<bool>,
-) -> anyhow::Result<Servers> {
+) -> Result<Servers, DaemonError> {
     let socket_path = config_file::socket_path(cfg);
     let listener = socket::bind(
         &socket_path,
@@ -139,7 +140,7 @@ pub(super) async fn serve(
         None => None,
         Some(addr) => {
             let l = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-                anyhow::anyhow!("[metrics] listen = \"{addr}\": cannot listen: {e}")
+                DaemonError::Refused(format!("[metrics] listen = \"{addr}\": cannot listen: {e}"))
             })?;
             tracing::info!(%addr, "metrics listener up");
             Some(tokio::spawn(api::server::serve(
@@ -166,7 +167,7 @@ pub(super) async fn drain(
     stop: watch::Sender<bool>,
     servers: Servers,
     tasks: Vec<JoinHandle<()>>,
-) -> anyhow::Result<()> {
+) -> Result<(), DaemonError> {
     systemd::stopping();
     let drain_start = Instant::now();
     state.set_stopping();

@@ -8,6 +8,7 @@
 
 pub mod audit;
 pub mod config_file;
+pub mod error;
 pub mod identity;
 mod lifecycle;
 pub mod logging;

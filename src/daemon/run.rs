@@ -19,6 +19,7 @@ use tokio::sync::{watch, Notify};
 
 use super::audit::{self, Auditor};
 use super::config_file::{self, LoadedConfig, Overrides};
+use super::error::DaemonError;
 use super::lifecycle::{self, Signals};
 use super::logging::LogHandle;
 use super::{socket, systemd};
@@ -45,7 +46,7 @@ pub struct DaemonOptions {
 
 /// Runs the daemon until SIGTERM/SIGINT. `loaded` is the configuration already checked by the
 /// caller; `log` changes the log level on reload.
-pub fn run(opts: DaemonOptions, loaded: LoadedConfig, log: LogHandle) -> anyhow::Result<()> {
+pub fn run(opts: DaemonOptions, loaded: LoadedConfig, log: LogHandle) -> Result<(), DaemonError> {
     // Blocking-pool threads would each get a glibc arena holding its own free memory; two
     // arenas are plenty for a daemon whose work is mostly waiting for fsync.
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -89,7 +90,7 @@ async fn main_loop(
     opts: DaemonOptions,
     loaded: LoadedConfig,
     log: LogHandle,
-) -> anyhow::Result<()> {
+) -> Result<(), DaemonError> {
     let started = Instant::now();
     let cfg = loaded.valid.clone();
     // The lock is held until the daemon exits: a second daemon on this directory would hand
@@ -102,7 +103,7 @@ async fn main_loop(
     let Some(host) = lifecycle::first_probe(&cfg, caller_disk, &mut signals).await? else {
         return Ok(());
     };
-    for w in config_file::check_against_host(&loaded, &host).map_err(|e| anyhow::anyhow!("{e}"))? {
+    for w in config_file::check_against_host(&loaded, &host).map_err(DaemonError::Refused)? {
         tracing::warn!("{w}: nothing offered for it until the host has it");
     }
     let names = host_names(&cfg, &host);
@@ -202,13 +203,15 @@ async fn main_loop(
 }
 
 /// The state directory, created if need be, and its lock.
-fn lock_state_dir(cfg: &crate::config::ValidConfig) -> anyhow::Result<(PathBuf, StateDirLock)> {
+fn lock_state_dir(
+    cfg: &crate::config::ValidConfig,
+) -> Result<(PathBuf, StateDirLock), DaemonError> {
     let state_dir = config_file::state_dir(cfg);
     std::fs::create_dir_all(&state_dir).map_err(|e| {
-        anyhow::anyhow!(
+        DaemonError::Refused(format!(
             "{}: cannot create the state directory: {e}",
             state_dir.display()
-        )
+        ))
     })?;
     let lock = StateDirLock::acquire(&state_dir)?;
     Ok((state_dir, lock))
@@ -377,19 +380,19 @@ fn reload(
     state: &Arc<DaemonState>,
     log: &LogHandle,
     socket_path: &std::path::Path,
-) -> anyhow::Result<LoadedConfig> {
+) -> Result<LoadedConfig, DaemonError> {
     let next = config_file::load(opts.config_path.as_deref(), &opts.overrides)?;
     let host = state.service.read(|t| t.view().host.clone());
-    for w in config_file::check_against_host(&next, &host).map_err(|e| anyhow::anyhow!("{e}"))? {
+    for w in config_file::check_against_host(&next, &host).map_err(DaemonError::Refused)? {
         tracing::warn!("{w}: nothing offered for it until the host has it");
     }
     // Pins and pages the claims hold must still fit the new CPU sets and reserved pages.
     let held = state.service.read(|t| t.numa_problems_under(&next.valid));
     if !held.is_empty() {
-        anyhow::bail!(
+        return Err(DaemonError::Refused(format!(
             "the new [resources] would leave what instances hold outside the host's NUMA capacity: {}",
             held.join("; ")
-        );
+        )));
     }
     let changes = diff::diff(&current.raw, &next.raw);
     // A clouds.yaml or secure.yaml may have changed under an unchanged file.
@@ -412,7 +415,7 @@ fn reload(
     // Log level first: the lines below are then logged at the new level.
     if live.iter().any(|c| c.key == "log.level") {
         log.set_level(&next.valid.log_level)
-            .map_err(|e| anyhow::anyhow!("log.level: {e}"))?;
+            .map_err(|e| DaemonError::Refused(format!("log.level: {e}")))?;
     }
     if live.iter().any(|c| c.key == "api.socket_group") {
         let access = Access::for_group(&next.valid.socket_group);
@@ -448,7 +451,7 @@ fn reload(
 
 /// `--start-empty`: a database that cannot be opened as rtrack's is moved aside (never deleted)
 /// so the daemon starts with no claims; one that opens is kept, and the flag does nothing.
-fn start_empty(db: &std::path::Path) -> anyhow::Result<()> {
+fn start_empty(db: &std::path::Path) -> Result<(), DaemonError> {
     if !db.exists() {
         return Ok(());
     }
@@ -461,7 +464,9 @@ fn start_empty(db: &std::path::Path) -> anyhow::Result<()> {
             e @ (crate::store::StoreError::Sqlite { .. } | crate::store::StoreError::TooNew { .. }),
         ) => {
             // Locked, unreadable, or from a newer rtrack: not something to start over from.
-            Err(anyhow::anyhow!("--start-empty does not apply: {e}"))
+            Err(DaemonError::Refused(format!(
+                "--start-empty does not apply: {e}"
+            )))
         }
         Err(e) => {
             let stamp = time::OffsetDateTime::now_utc().unix_timestamp();
@@ -469,7 +474,10 @@ fn start_empty(db: &std::path::Path) -> anyhow::Result<()> {
             aside.push(format!(".bad-{stamp}"));
             let aside = PathBuf::from(aside);
             std::fs::rename(db, &aside).map_err(|r| {
-                anyhow::anyhow!("--start-empty: cannot move {} aside: {r}", db.display())
+                DaemonError::Refused(format!(
+                    "--start-empty: cannot move {} aside: {r}",
+                    db.display()
+                ))
             })?;
             for suffix in ["-wal", "-shm"] {
                 let mut side = db.as_os_str().to_owned();
