@@ -99,64 +99,15 @@ async fn main_loop(
     // Signals are ours from here on: SIGTERM during startup ends it cleanly, even while the
     // first probe hangs.
     let mut signals = Signals::take()?;
-    let caller_disk = caller_disk_at_start(&cfg, &state_dir);
-    let Some(host) = lifecycle::first_probe(&cfg, caller_disk, &mut signals).await? else {
+    let Some(Started {
+        service,
+        state,
+        auditor,
+        access,
+    }) = start(&opts, &loaded, &state_dir, &mut signals).await?
+    else {
         return Ok(());
     };
-    for w in config_file::check_against_host(&loaded, &host).map_err(DaemonError::Refused)? {
-        tracing::warn!("{w}: nothing offered for it until the host has it");
-    }
-    let names = host_names(&cfg, &host);
-    // At the first start of a state directory, nova-compute's provider for this host (if any)
-    // gives the uuid; SIGTERM meanwhile ends the start.
-    let (id, chosen) = tokio::select! {
-        r = super::identity::resolve(&state_dir, &cfg, &names) => r?,
-        _ = signals.term.recv() => return Ok(()),
-        _ = signals.int.recv() => return Ok(()),
-    };
-    lifecycle::log_identity(&id, &chosen);
-    let settings = settings_for(&cfg, &id, names);
-    tracing::info!(
-        version = env!("CARGO_PKG_VERSION"),
-        config = %loaded.path.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "(built-in defaults)".into()),
-        sysfs = %cfg.probe_root.sys.display(), procfs = %cfg.probe_root.proc.display(),
-        state_dir = %state_dir.display(), node = %settings.names.node, node_uuid = %settings.node_uuid,
-        "rtrackd starting"
-    );
-    let db = state_dir.join("rtrack.db");
-    if opts.start_empty {
-        start_empty(&db)?;
-    }
-    let service = {
-        let db = db.clone();
-        tokio::task::spawn_blocking(move || TrackerService::open(settings, host, &db)).await??
-    };
-    let service = Arc::new(service);
-    let metrics = Arc::new(Metrics::new());
-    service.observe_commits(metrics.commit_latency.clone());
-
-    let access = Access::for_group(&cfg.socket_group);
-    if access.group.is_none() {
-        tracing::warn!(group = %cfg.socket_group, "the socket group does not exist: only root and rtrackd's own user may use the API");
-    }
-    let state = Arc::new(DaemonState::new(
-        service.clone(),
-        metrics.clone(),
-        cfg.clone(),
-        access.clone(),
-    ));
-    state.init_caller_disk(caller_disk, state_dir.clone());
-    let auditor = Arc::new(Auditor::new(state.clone()));
-    // The probe above worked; an audit that cannot save what it found (a full disk, a locked
-    // store) does not keep rtrackd from serving what the store holds: it is logged, /healthz
-    // says degraded, and the next interval tries again.
-    if let Err(e) = auditor
-        .run_once(audit::time_limit(cfg.audit_interval_s))
-        .await
-    {
-        tracing::error!(error = %e, "the first audit failed; serving what the store holds and retrying every interval");
-    }
-
     audit::release_free_memory();
     let (stop_tx, stop_rx) = watch::channel(false);
     let servers = lifecycle::serve(&cfg, &state, &access, &stop_rx).await?;
@@ -200,6 +151,85 @@ async fn main_loop(
     };
     serve_until_stopped(&mut signals, loaded, &reloads).await;
     lifecycle::drain(&state, service, stop_tx, servers, tasks).await
+}
+
+/// What startup made: the service over the store, the state the API shares, the auditor.
+struct Started {
+    service: Arc<TrackerService>,
+    state: Arc<DaemonState>,
+    auditor: Arc<Auditor>,
+    access: Access,
+}
+
+/// Startup, up to serving: the first probe, the compute node's identity, the store, the shared
+/// state and the first audit. `None` when SIGTERM or SIGINT ended it.
+async fn start(
+    opts: &DaemonOptions,
+    loaded: &LoadedConfig,
+    state_dir: &std::path::Path,
+    signals: &mut Signals,
+) -> Result<Option<Started>, DaemonError> {
+    let cfg = &loaded.valid;
+    let caller_disk = caller_disk_at_start(cfg, state_dir);
+    let Some(host) = lifecycle::first_probe(cfg, caller_disk, signals).await? else {
+        return Ok(None);
+    };
+    for w in config_file::check_against_host(loaded, &host).map_err(DaemonError::Refused)? {
+        tracing::warn!("{w}: nothing offered for it until the host has it");
+    }
+    let names = host_names(cfg, &host);
+    // At the first start of a state directory, nova-compute's provider for this host (if any)
+    // gives the uuid; SIGTERM meanwhile ends the start.
+    let (id, chosen) = tokio::select! {
+        r = super::identity::resolve(state_dir, cfg, &names) => r?,
+        _ = signals.term.recv() => return Ok(None),
+        _ = signals.int.recv() => return Ok(None),
+    };
+    lifecycle::log_identity(&id, &chosen);
+    let settings = settings_for(cfg, &id, names);
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        config = %loaded.path.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "(built-in defaults)".into()),
+        sysfs = %cfg.probe_root.sys.display(), procfs = %cfg.probe_root.proc.display(),
+        state_dir = %state_dir.display(), node = %settings.names.node, node_uuid = %settings.node_uuid,
+        "rtrackd starting"
+    );
+    let db = state_dir.join("rtrack.db");
+    if opts.start_empty {
+        start_empty(&db)?;
+    }
+    let service = Arc::new(
+        tokio::task::spawn_blocking(move || TrackerService::open(settings, host, &db)).await??,
+    );
+    let metrics = Arc::new(Metrics::new());
+    service.observe_commits(metrics.commit_latency.clone());
+    let access = Access::for_group(&cfg.socket_group);
+    if access.group.is_none() {
+        tracing::warn!(group = %cfg.socket_group, "the socket group does not exist: only root and rtrackd's own user may use the API");
+    }
+    let state = Arc::new(DaemonState::new(
+        service.clone(),
+        metrics,
+        cfg.clone(),
+        access.clone(),
+    ));
+    state.init_caller_disk(caller_disk, state_dir.to_path_buf());
+    let auditor = Arc::new(Auditor::new(state.clone()));
+    // The probe above worked; an audit that cannot save what it found (a full disk, a locked
+    // store) does not keep rtrackd from serving what the store holds: it is logged, /healthz
+    // says degraded, and the next interval tries again.
+    if let Err(e) = auditor
+        .run_once(audit::time_limit(cfg.audit_interval_s))
+        .await
+    {
+        tracing::error!(error = %e, "the first audit failed; serving what the store holds and retrying every interval");
+    }
+    Ok(Some(Started {
+        service,
+        state,
+        auditor,
+        access,
+    }))
 }
 
 /// The state directory, created if need be, and its lock.
