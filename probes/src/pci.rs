@@ -29,8 +29,11 @@ use crate::read::{
     list_dir, parse_hex, parse_int, quoted, read_prefix, ReadFailure, SysDir, Warnings,
 };
 use crate::HostRoot;
+use sriov::{sriov_role, SriovRole};
 
 pub use crate::pci_uevent::{parse_uevent, PciUevent};
+
+mod sriov;
 
 /// A PCI function address `domain:bus:device.function`. The domain can be wider than 16 bits
 /// (Intel VMD uses `10000`).
@@ -335,35 +338,12 @@ fn probe_function(
         .read_optional("uevent", w)
         .map(|text| parse_uevent(&text, &dir.join("uevent"), w))
         .unwrap_or_default();
-    let from_ue = |v: Option<u32>, digits: usize| v.map(|v| format!("{v:0digits$x}"));
 
-    let mut missing = Vec::new();
-    let vendor_id = from_ue(ue.vendor, 4).or_else(|| hex_attr(&sysdir, dir, "vendor", 4, w));
-    let product_id = from_ue(ue.device, 4).or_else(|| hex_attr(&sysdir, dir, "device", 4, w));
-    let class = from_ue(ue.class, 6).or_else(|| hex_attr(&sysdir, dir, "class", 6, w));
-    for (name, v) in [
-        ("vendor", &vendor_id),
-        ("device", &product_id),
-        ("class", &class),
-    ] {
-        if v.is_none() {
-            missing.push(name);
-        }
-    }
-    let (Some(vendor_id), Some(product_id), Some(class)) = (vendor_id, product_id, class) else {
-        w.push(
-            dir,
-            format!(
-                "mandatory attribute(s) {} missing or unreadable: device skipped",
-                missing.join(", ")
-            ),
-        );
-        return None;
-    };
+    let (vendor_id, product_id, class) = mandatory_ids(&sysdir, dir, &ue, w)?;
 
-    let subsystem_vendor_id = from_ue(ue.subsystem_vendor, 4)
+    let subsystem_vendor_id = uevent_hex(ue.subsystem_vendor, 4)
         .or_else(|| hex_attr(&sysdir, dir, "subsystem_vendor", 4, w));
-    let subsystem_product_id = from_ue(ue.subsystem_device, 4)
+    let subsystem_product_id = uevent_hex(ue.subsystem_device, 4)
         .or_else(|| hex_attr(&sysdir, dir, "subsystem_device", 4, w));
     let revision = revision_of(&sysdir, dir, w);
 
@@ -379,35 +359,12 @@ fn probe_function(
         .link_basename("iommu_group", w)
         .and_then(|g| parse_int(&g, &dir.join("iommu_group"), "an IOMMU group number", w));
 
-    // A VF has a `physfn` link to its PF; only other functions can carry `sriov_*`.
-    let physfn = sysdir.link_basename("physfn", w);
-    let is_vf = physfn.is_some();
-    let parent_addr = physfn.and_then(|base| {
-        let parsed = PciAddress::parse(&base);
-        if parsed.is_none() {
-            w.push(
-                &dir.join("physfn"),
-                format!("link target {base:?} is not a PCI address: VF whose PF is unknown"),
-            );
-        }
-        parsed
-    });
-    let (sriov_totalvfs, sriov_numvfs) = if is_vf {
-        (None, None)
-    } else {
-        let count = |name: &str, w: &mut Warnings| -> Option<u32> {
-            let raw = sysdir.read_optional(name, w)?;
-            parse_int(&raw, &dir.join(name), "a VF count", w)
-        };
-        (count("sriov_totalvfs", w), count("sriov_numvfs", w))
-    };
-    let dev_type = if is_vf {
-        PciDevType::Vf
-    } else if sriov_totalvfs.is_some_and(|n| n > 0) {
-        PciDevType::Pf
-    } else {
-        PciDevType::Pci
-    };
+    let SriovRole {
+        dev_type,
+        parent_addr,
+        sriov_totalvfs,
+        sriov_numvfs,
+    } = sriov_role(&sysdir, dir, w);
 
     // Listing the directory is needed only for a PF's `virtfn<N>` links, and for `net/` and
     // `virtio<N>/net/` when the tree has no `sys/class/net`.
@@ -446,6 +403,45 @@ fn probe_function(
         class_name,
         card_serial_number: None,
     })
+}
+
+/// An id from `uevent` as the attribute file writes it: `digits` lowercase hex digits.
+fn uevent_hex(v: Option<u32>, digits: usize) -> Option<String> {
+    v.map(|v| format!("{v:0digits$x}"))
+}
+
+/// The ids every function has: vendor, device (product) and class, from `uevent` or else the
+/// attribute files. `None`, with a warning naming those missing, when any is.
+fn mandatory_ids(
+    sysdir: &SysDir,
+    dir: &Path,
+    ue: &PciUevent,
+    w: &mut Warnings,
+) -> Option<(String, String, String)> {
+    let mut missing = Vec::new();
+    let vendor_id = uevent_hex(ue.vendor, 4).or_else(|| hex_attr(sysdir, dir, "vendor", 4, w));
+    let product_id = uevent_hex(ue.device, 4).or_else(|| hex_attr(sysdir, dir, "device", 4, w));
+    let class = uevent_hex(ue.class, 6).or_else(|| hex_attr(sysdir, dir, "class", 6, w));
+    for (name, v) in [
+        ("vendor", &vendor_id),
+        ("device", &product_id),
+        ("class", &class),
+    ] {
+        if v.is_none() {
+            missing.push(name);
+        }
+    }
+    let (Some(vendor_id), Some(product_id), Some(class)) = (vendor_id, product_id, class) else {
+        w.push(
+            dir,
+            format!(
+                "mandatory attribute(s) {} missing or unreadable: device skipped",
+                missing.join(", ")
+            ),
+        );
+        return None;
+    };
+    Some((vendor_id, product_id, class))
 }
 
 /// A hex id attribute (`vendor`, `class`, ...) of `digits` hex digits, as the kernel writes it.

@@ -304,68 +304,14 @@ pub async fn run(state: Arc<DaemonState>, kick: Arc<Notify>, mut stop: watch::Re
         // One span per cycle: every line the report logs says which cycle it belongs to.
         let span = tracing::info_span!("report", cycle);
         let wait = async {
-            let st = state.clone();
-            let snap =
-                match tokio::task::spawn_blocking(move || snapshot(&st, with_consumers, push_version))
-                    .await
-                {
-                    Ok(s) => s,
-                    Err(e) => {
-                        tracing::error!(error = %e, "building the upstream snapshot failed");
-                        return None;
-                    }
-                };
+            let snap = snapshot_off_thread(&state, with_consumers, push_version).await?;
             let mut wait = interval;
             if let Some(r) = reporter.as_mut() {
-                let outcome = match snap.desired {
-                    Ok(desired) => r.report(&desired).await,
-                    Err(e) => Err(e),
-                };
-                record(&state, &outcome);
-                forget_released(&state, Some(r.take_released_done())).await;
-                if let Some(d) = outcome.as_ref().ok().and_then(|o| o.drift.as_ref()) {
-                    note_drift(&state, d, &mut logged_drift);
-                }
-                if let Ok(o) = &outcome {
-                    note_one_time_use(&state, &o.one_time_use_reserved).await;
-                    state
-                        .service
-                        .adopt_nested_providers(&o.adopted_nested_providers);
-                    if !o.adopted_pci_providers.is_empty() {
-                        // Kept, so that claims follow allocations made against these providers
-                        // and the next report names them without looking them up.
-                        let st = state.clone();
-                        let adopted = o.adopted_pci_providers.clone();
-                        let kept = tokio::task::spawn_blocking(move || {
-                            st.service.adopt_pci_providers(&adopted)
-                        })
-                        .await;
-                        if !matches!(kept, Ok(Ok(()))) {
-                            tracing::warn!(target: "rtrack::upstream", "cannot store the uuids of the PCI providers taken over from nova-compute; they are looked up again at the next report");
-                        }
-                    }
-                }
-                wait = match &outcome {
-                    Ok(o) => match o.backing_off {
-                        Some(b) => b.min(interval),
-                        None => crate::upstream::backoff::cycle_wait(interval),
-                    },
-                    Err(_) => r
-                        .backoff_remaining()
-                        .max(Duration::from_secs(1))
-                        .min(interval),
-                };
+                wait =
+                    report_to_placement(&state, r, snap.desired, interval, &mut logged_drift).await;
             }
             if let Some(p) = push.as_mut() {
-                let cmp = without_volatile_fields(&snap.compute_node);
-                if last_pushed.as_ref() != Some(&cmp) {
-                    match p.push(&snap.compute_node).await {
-                        Ok(_) => last_pushed = Some(cmp),
-                        Err(e) => {
-                            tracing::warn!(target: "rtrack::upstream", error = %e, "POST of the ComputeNode failed; retrying next cycle")
-                        }
-                    }
-                }
+                push_if_changed(p, &snap.compute_node, &mut last_pushed).await;
             }
             Some(wait)
         }
@@ -384,6 +330,85 @@ pub async fn run(state: Arc<DaemonState>, kick: Arc<Notify>, mut stop: watch::Re
         }
         if *stop.borrow() {
             return;
+        }
+    }
+}
+
+/// [`snapshot`], taken on a blocking thread (it waits for the tracker lock); `None`, logged,
+/// when that task failed.
+async fn snapshot_off_thread(
+    state: &Arc<DaemonState>,
+    with_consumers: bool,
+    push_version: Option<crate::objects::ObjVersion>,
+) -> Option<Snapshot> {
+    let st = state.clone();
+    match tokio::task::spawn_blocking(move || snapshot(&st, with_consumers, push_version)).await {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::error!(error = %e, "building the upstream snapshot failed");
+            None
+        }
+    }
+}
+
+/// One report to Placement, and what its outcome says to the rest of the daemon (metrics,
+/// released claims, drift, one-time-use readings, providers taken over from nova-compute).
+/// Returns how long to wait before the next report.
+async fn report_to_placement(
+    state: &Arc<DaemonState>,
+    r: &mut Reporter<HttpPlacement>,
+    desired: Result<DesiredState, UpstreamError>,
+    interval: Duration,
+    logged_drift: &mut std::collections::BTreeSet<String>,
+) -> Duration {
+    let outcome = match desired {
+        Ok(desired) => r.report(&desired).await,
+        Err(e) => Err(e),
+    };
+    record(state, &outcome);
+    forget_released(state, Some(r.take_released_done())).await;
+    if let Some(d) = outcome.as_ref().ok().and_then(|o| o.drift.as_ref()) {
+        note_drift(state, d, logged_drift);
+    }
+    if let Ok(o) = &outcome {
+        note_one_time_use(state, &o.one_time_use_reserved).await;
+        state
+            .service
+            .adopt_nested_providers(&o.adopted_nested_providers);
+        if !o.adopted_pci_providers.is_empty() {
+            // Kept, so that claims follow allocations made against these providers
+            // and the next report names them without looking them up.
+            let st = state.clone();
+            let adopted = o.adopted_pci_providers.clone();
+            let kept =
+                tokio::task::spawn_blocking(move || st.service.adopt_pci_providers(&adopted)).await;
+            if !matches!(kept, Ok(Ok(()))) {
+                tracing::warn!(target: "rtrack::upstream", "cannot store the uuids of the PCI providers taken over from nova-compute; they are looked up again at the next report");
+            }
+        }
+    }
+    match &outcome {
+        Ok(o) => match o.backing_off {
+            Some(b) => b.min(interval),
+            None => crate::upstream::backoff::cycle_wait(interval),
+        },
+        Err(_) => r
+            .backoff_remaining()
+            .max(Duration::from_secs(1))
+            .min(interval),
+    }
+}
+
+/// POSTs the ComputeNode to `[upstream.http]` when it differs (volatile fields aside) from the
+/// last one that went through.
+async fn push_if_changed(p: &mut HttpPush, compute_node: &Value, last_pushed: &mut Option<Value>) {
+    let cmp = without_volatile_fields(compute_node);
+    if last_pushed.as_ref() != Some(&cmp) {
+        match p.push(compute_node).await {
+            Ok(_) => *last_pushed = Some(cmp),
+            Err(e) => {
+                tracing::warn!(target: "rtrack::upstream", error = %e, "POST of the ComputeNode failed; retrying next cycle")
+            }
         }
     }
 }

@@ -235,8 +235,26 @@ fn same_inventories(
 /// The actions that make Placement (as cached) equal to `desired`. Empty when nothing changed.
 pub fn plan(desired: &DesiredState, cache: &ProviderCache) -> Vec<Action> {
     let mut actions = Vec::new();
+    ensure_custom_classes_and_traits(desired, cache, &mut actions);
+    create_and_rename_providers(desired, cache, &mut actions);
+    // No allocation is removed here: a consumer rtrack does not hold is not its to touch
+    // (the reporter removes rtrack's part of the consumers released here, see `release`).
+    delete_stale_providers(desired, cache, &mut actions);
+    let reserve_after_allocations =
+        update_inventories_traits_aggregates(desired, cache, &mut actions);
 
-    // Custom classes and traits must exist before anything uses them.
+    // Allocations that are new or changed, once the inventory is there.
+    actions.extend(allocation_writes(desired, cache));
+    actions.extend(reserve_after_allocations);
+    actions
+}
+
+/// Custom classes and traits must exist before anything uses them.
+fn ensure_custom_classes_and_traits(
+    desired: &DesiredState,
+    cache: &ProviderCache,
+    actions: &mut Vec<Action>,
+) {
     let mut classes = BTreeSet::new();
     let mut custom_traits = BTreeSet::new();
     for p in &desired.providers {
@@ -259,10 +277,16 @@ pub fn plan(desired: &DesiredState, cache: &ProviderCache) -> Vec<Action> {
     for t in custom_traits.difference(&cache.custom_traits) {
         actions.push(Action::EnsureTrait(t.clone()));
     }
+}
 
-    // New providers, parents first (desired.providers is in that order); renames of the
-    // children rtrack names. The compute node and the sharing provider keep the names they
-    // have: rtrack may have taken them over by uuid, and a name is how others find them.
+/// New providers, parents first (desired.providers is in that order); renames of the
+/// children rtrack names. The compute node and the sharing provider keep the names they
+/// have: rtrack may have taken them over by uuid, and a name is how others find them.
+fn create_and_rename_providers(
+    desired: &DesiredState,
+    cache: &ProviderCache,
+    actions: &mut Vec<Action>,
+) {
     for p in &desired.providers {
         match cache.providers.get(&p.uuid) {
             None => actions.push(Action::CreateProvider {
@@ -282,13 +306,16 @@ pub fn plan(desired: &DesiredState, cache: &ProviderCache) -> Vec<Action> {
             Some(_) => {}
         }
     }
+}
 
-    // No allocation is removed here: a consumer rtrack does not hold is not its to touch
-    // (the reporter removes rtrack's part of the consumers released here, see `release`).
-
-    // PCI children rtrack made, and vGPU parents' and encryption models' children, that are no
-    // longer wanted, deepest first (Nova deletes those whose total went to 0), but for the
-    // parents no enabled type applies to, which Nova leaves as they are.
+/// PCI children rtrack made, and vGPU parents' and encryption models' children, that are no
+/// longer wanted, deepest first (Nova deletes those whose total went to 0), but for the
+/// parents no enabled type applies to, which Nova leaves as they are.
+fn delete_stale_providers(
+    desired: &DesiredState,
+    cache: &ProviderCache,
+    actions: &mut Vec<Action>,
+) {
     let wanted: BTreeSet<Uuid> = desired.providers.iter().map(|p| p.uuid).collect();
     let root_name = desired.provider(desired.root).map(|p| p.name.as_str());
     let mut stale: Vec<&CachedProvider> = cache
@@ -307,14 +334,22 @@ pub fn plan(desired: &DesiredState, cache: &ProviderCache) -> Vec<Action> {
     for c in stale {
         actions.push(Action::DeleteProvider { uuid: c.uuid });
     }
+}
 
-    // Inventories, traits, aggregates: children first, as Nova flushes (a parent's traits or
-    // inventory never depend on a child's, and the order keeps PCI capacity in place before
-    // the root changes).
-    // A reservation that would leave no room for an allocation about to be written (a
-    // one-time-use device's, reserved from its first use) is written after that allocation, as
-    // in Nova, where the scheduler allocates before the compute reserves: Placement refuses an
-    // allocation beyond (total - reserved) but keeps one made before.
+/// Inventories, traits, aggregates: children first, as Nova flushes (a parent's traits or
+/// inventory never depend on a child's, and the order keeps PCI capacity in place before
+/// the root changes).
+///
+/// A reservation that would leave no room for an allocation about to be written (a
+/// one-time-use device's, reserved from its first use) is written after that allocation, as
+/// in Nova, where the scheduler allocates before the compute reserves: Placement refuses an
+/// allocation beyond (total - reserved) but keeps one made before. Returns those later
+/// inventory writes.
+fn update_inventories_traits_aggregates(
+    desired: &DesiredState,
+    cache: &ProviderCache,
+    actions: &mut Vec<Action>,
+) -> Vec<Action> {
     let mut reserve_after_allocations = Vec::new();
     for p in desired.providers.iter().rev() {
         let cached = cache.providers.get(&p.uuid);
@@ -380,11 +415,7 @@ pub fn plan(desired: &DesiredState, cache: &ProviderCache) -> Vec<Action> {
             });
         }
     }
-
-    // Allocations that are new or changed, once the inventory is there.
-    actions.extend(allocation_writes(desired, cache));
-    actions.extend(reserve_after_allocations);
-    actions
+    reserve_after_allocations
 }
 
 /// The allocations of the local claims that Placement does not hold as they are: rtrack's parts

@@ -356,6 +356,19 @@ fn used_by(kind: &str) -> &'static [&'static str] {
 
 fn auth_settings(c: &PlacementConfig, m: &Merged) -> Result<AuthSettings, KeyError> {
     let kind = auth_kind(m)?;
+    reject_unused_keys(c, m, kind)?;
+    let f = AuthFields { m, kind };
+    match kind {
+        "noauth" => noauth_settings(c, &f),
+        "token" => Ok(AuthSettings::Token(Secret::new(
+            f.required("token")?.value.clone(),
+        ))),
+        _ => keystone_settings(&f),
+    }
+}
+
+/// A TOML key the auth method does not use, or `roles` outside noauth, is an error.
+fn reject_unused_keys(c: &PlacementConfig, m: &Merged, kind: &str) -> Result<(), KeyError> {
     for (field, g) in &m.values {
         if matches!(g.origin, Origin::Toml(_)) && !used_by(kind).contains(field) {
             return Err(g.origin.error(
@@ -371,8 +384,20 @@ fn auth_settings(c: &PlacementConfig, m: &Merged) -> Result<AuthSettings, KeyErr
             &format!("is not used with auth = \"{kind}\"; remove it or change placement.auth"),
         ));
     }
-    let required = |field: &'static str| -> Result<&Given, KeyError> {
-        let g = m.get(field).ok_or_else(|| {
+    Ok(())
+}
+
+/// The merged values as auth method `kind` reads them: each one it uses is checked (set when
+/// required, not empty, one line) whichever source gave it.
+struct AuthFields<'a> {
+    m: &'a Merged,
+    kind: &'a str,
+}
+
+impl<'a> AuthFields<'a> {
+    fn required(&self, field: &'static str) -> Result<&'a Given, KeyError> {
+        let kind = self.kind;
+        let g = self.m.get(field).ok_or_else(|| {
             bad_toml(
                 field,
                 "(unset)",
@@ -396,89 +421,91 @@ fn auth_settings(c: &PlacementConfig, m: &Merged) -> Result<AuthSettings, KeyErr
             return Err(g.origin.error(shown(field, g), "must be one line"));
         }
         Ok(g)
-    };
-    let optional = |field: &'static str| -> Result<Option<String>, KeyError> {
-        match m.get(field) {
+    }
+
+    fn optional(&self, field: &'static str) -> Result<Option<String>, KeyError> {
+        match self.m.get(field) {
             None => Ok(None),
-            Some(_) => required(field).map(|g| Some(g.value.clone())),
-        }
-    };
-    let domain = |id: &'static str, name: &'static str| -> Result<Domain, KeyError> {
-        Ok(match optional(id)? {
-            Some(i) => Domain::Id(i),
-            None => Domain::Name(optional(name)?.unwrap_or_else(|| "Default".into())),
-        })
-    };
-    let user = || -> Result<Named, KeyError> {
-        Ok(match optional("user_id")? {
-            Some(id) => Named::Id(id),
-            None => Named::Name {
-                name: required("username")?.value.clone(),
-                domain: domain("user_domain_id", "user_domain_name")?,
-            },
-        })
-    };
-    match kind {
-        "noauth" => {
-            // Only rtrack's own file names the noauth user: an OS_TOKEN is a Keystone token,
-            // not to be sent as a user name.
-            let user = match m.get("token") {
-                Some(g) if matches!(g.origin, Origin::Toml(_)) => required("token")?.value.clone(),
-                _ => "admin".into(),
-            };
-            if let Some(r) = &c.roles {
-                if r.trim().is_empty() || r.contains(['\r', '\n']) {
-                    return Err(bad_toml(
-                        "roles",
-                        &crate::echo::quoted(r),
-                        "must be a comma-separated role list like \"service\"",
-                    ));
-                }
-            }
-            Ok(AuthSettings::NoAuth {
-                user: Secret::new(user),
-                roles: c.roles.clone(),
-            })
-        }
-        "token" => Ok(AuthSettings::Token(Secret::new(
-            required("token")?.value.clone(),
-        ))),
-        _ => {
-            let auth_url = url(required("auth_url")?)?;
-            let method = if kind == "password" {
-                let project = match optional("project_id")? {
-                    Some(id) => Named::Id(id),
-                    None => Named::Name {
-                        name: required("project_name")?.value.clone(),
-                        domain: domain("project_domain_id", "project_domain_name")?,
-                    },
-                };
-                KeystoneMethod::Password {
-                    user: user()?,
-                    password: Secret::new(required("password")?.value.clone()),
-                    project,
-                }
-            } else {
-                let credential = match optional("application_credential_id")? {
-                    Some(id) => AppCredential::Id(id),
-                    None => AppCredential::Name {
-                        name: required("application_credential_name")?.value.clone(),
-                        user: user()?,
-                    },
-                };
-                KeystoneMethod::ApplicationCredential {
-                    credential,
-                    secret: Secret::new(required("application_credential_secret")?.value.clone()),
-                }
-            };
-            Ok(AuthSettings::Keystone(Box::new(KeystoneAuth {
-                auth_url,
-                method,
-                interfaces: interfaces(m.get("interface"))?,
-                region: optional("region_name")?,
-            })))
+            Some(_) => self.required(field).map(|g| Some(g.value.clone())),
         }
     }
+
+    fn domain(&self, id: &'static str, name: &'static str) -> Result<Domain, KeyError> {
+        Ok(match self.optional(id)? {
+            Some(i) => Domain::Id(i),
+            None => Domain::Name(self.optional(name)?.unwrap_or_else(|| "Default".into())),
+        })
+    }
+
+    fn user(&self) -> Result<Named, KeyError> {
+        Ok(match self.optional("user_id")? {
+            Some(id) => Named::Id(id),
+            None => Named::Name {
+                name: self.required("username")?.value.clone(),
+                domain: self.domain("user_domain_id", "user_domain_name")?,
+            },
+        })
+    }
+}
+
+/// No Keystone: the user rtrack's file names as `token` (else `admin`), and the roles sent.
+fn noauth_settings(c: &PlacementConfig, f: &AuthFields) -> Result<AuthSettings, KeyError> {
+    // Only rtrack's own file names the noauth user: an OS_TOKEN is a Keystone token,
+    // not to be sent as a user name.
+    let user = match f.m.get("token") {
+        Some(g) if matches!(g.origin, Origin::Toml(_)) => f.required("token")?.value.clone(),
+        _ => "admin".into(),
+    };
+    if let Some(r) = &c.roles {
+        if r.trim().is_empty() || r.contains(['\r', '\n']) {
+            return Err(bad_toml(
+                "roles",
+                &crate::echo::quoted(r),
+                "must be a comma-separated role list like \"service\"",
+            ));
+        }
+    }
+    Ok(AuthSettings::NoAuth {
+        user: Secret::new(user),
+        roles: c.roles.clone(),
+    })
+}
+
+/// Password or application credential (`f.kind`) authentication through Keystone.
+fn keystone_settings(f: &AuthFields) -> Result<AuthSettings, KeyError> {
+    let auth_url = url(f.required("auth_url")?)?;
+    let method = if f.kind == "password" {
+        let project = match f.optional("project_id")? {
+            Some(id) => Named::Id(id),
+            None => Named::Name {
+                name: f.required("project_name")?.value.clone(),
+                domain: f.domain("project_domain_id", "project_domain_name")?,
+            },
+        };
+        KeystoneMethod::Password {
+            user: f.user()?,
+            password: Secret::new(f.required("password")?.value.clone()),
+            project,
+        }
+    } else {
+        let credential = match f.optional("application_credential_id")? {
+            Some(id) => AppCredential::Id(id),
+            None => AppCredential::Name {
+                name: f.required("application_credential_name")?.value.clone(),
+                user: f.user()?,
+            },
+        };
+        KeystoneMethod::ApplicationCredential {
+            credential,
+            secret: Secret::new(f.required("application_credential_secret")?.value.clone()),
+        }
+    };
+    Ok(AuthSettings::Keystone(Box::new(KeystoneAuth {
+        auth_url,
+        method,
+        interfaces: interfaces(f.m.get("interface"))?,
+        region: f.optional("region_name")?,
+    })))
 }
 
 #[cfg(test)]

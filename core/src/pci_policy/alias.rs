@@ -113,11 +113,86 @@ pub fn add_alias(
     table: &mut AliasTable,
     mut values: BTreeMap<String, String>,
 ) -> Result<(), SpecError> {
-    let err = |key: &str, value: &str, expected: &str| SpecError {
+    reject_unknown_keys(&values)?;
+    let name = values
+        .remove("name")
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty() && n.len() <= 256)
+        .ok_or_else(|| {
+            alias_err(
+                "name",
+                "",
+                "every alias needs a name of 1 to 256 characters",
+            )
+        })?;
+    for key in ["vendor_id", "product_id"] {
+        if let Some(v) = values.get(key) {
+            if v.len() != 4 || !v.chars().all(|c| c.is_ascii_hexdigit()) {
+                return Err(alias_err(
+                    key,
+                    v,
+                    "must be exactly 4 hex digits, like \"8086\"",
+                ));
+            }
+            let lower = v.to_ascii_lowercase();
+            values.insert(key.to_string(), lower);
+        }
+    }
+    if let Some(c) = values.get("capability_type") {
+        if c != "pci" {
+            return Err(alias_err("capability_type", c, "must be \"pci\""));
+        }
+    }
+    let numa_policy = match values.remove("numa_policy") {
+        None => NumaPolicy::Legacy,
+        Some(p) if p.is_empty() => NumaPolicy::Legacy,
+        Some(p) => NumaPolicy::parse(&p).ok_or_else(|| {
+            alias_err(
+                "numa_policy",
+                &p,
+                "must be one of legacy, preferred, required, socket",
+            )
+        })?,
+    };
+    // Nova normalizes an alias's live_migratable (strictly) and no other key.
+    if let Some(v) = values.get("live_migratable") {
+        let normalized = match v.trim().to_ascii_lowercase().as_str() {
+            "true" | "yes" | "on" | "1" | "y" | "t" => "true",
+            "false" | "no" | "off" | "0" | "n" | "f" => "false",
+            _ => {
+                return Err(alias_err(
+                    "live_migratable",
+                    v,
+                    "must be a boolean (true or false)",
+                ))
+            }
+        };
+        values.insert("live_migratable".to_string(), normalized.to_string());
+    }
+    if let Some(t) = values.remove("device_type") {
+        if !DEVICE_TYPES.contains(&t.as_str()) {
+            return Err(alias_err(
+                "device_type",
+                &t,
+                "must be one of type-PCI, type-PF, type-VF (vDPA devices are requested by vnic_type=vdpa ports, as in Nova)",
+            ));
+        }
+        values.insert("dev_type".to_string(), t);
+    }
+    add_spec(table, name, numa_policy, values)
+}
+
+/// The [`SpecError`] for `key`'s `value` (shown quoted).
+fn alias_err(key: &str, value: &str, expected: &str) -> SpecError {
+    SpecError {
         key: key.to_string(),
         value: format!("{value:?}"),
         expected: expected.to_string(),
-    };
+    }
+}
+
+/// Every key of an alias entry is one Nova's alias schema knows.
+fn reject_unknown_keys(values: &BTreeMap<String, String>) -> Result<(), SpecError> {
     for key in values.keys() {
         if ![
             "name",
@@ -132,74 +207,24 @@ pub fn add_alias(
         ]
         .contains(&key.as_str())
         {
-            return Err(err(
+            return Err(alias_err(
                 key,
                 &values[key],
                 "unknown alias key; expected name, vendor_id, product_id, device_type, numa_policy, resource_class, traits or live_migratable",
             ));
         }
     }
-    let name = values
-        .remove("name")
-        .map(|n| n.trim().to_string())
-        .filter(|n| !n.is_empty() && n.len() <= 256)
-        .ok_or_else(|| {
-            err(
-                "name",
-                "",
-                "every alias needs a name of 1 to 256 characters",
-            )
-        })?;
-    for key in ["vendor_id", "product_id"] {
-        if let Some(v) = values.get(key) {
-            if v.len() != 4 || !v.chars().all(|c| c.is_ascii_hexdigit()) {
-                return Err(err(key, v, "must be exactly 4 hex digits, like \"8086\""));
-            }
-            let lower = v.to_ascii_lowercase();
-            values.insert(key.to_string(), lower);
-        }
-    }
-    if let Some(c) = values.get("capability_type") {
-        if c != "pci" {
-            return Err(err("capability_type", c, "must be \"pci\""));
-        }
-    }
-    let numa_policy = match values.remove("numa_policy") {
-        None => NumaPolicy::Legacy,
-        Some(p) if p.is_empty() => NumaPolicy::Legacy,
-        Some(p) => NumaPolicy::parse(&p).ok_or_else(|| {
-            err(
-                "numa_policy",
-                &p,
-                "must be one of legacy, preferred, required, socket",
-            )
-        })?,
-    };
-    // Nova normalizes an alias's live_migratable (strictly) and no other key.
-    if let Some(v) = values.get("live_migratable") {
-        let normalized = match v.trim().to_ascii_lowercase().as_str() {
-            "true" | "yes" | "on" | "1" | "y" | "t" => "true",
-            "false" | "no" | "off" | "0" | "n" | "f" => "false",
-            _ => {
-                return Err(err(
-                    "live_migratable",
-                    v,
-                    "must be a boolean (true or false)",
-                ))
-            }
-        };
-        values.insert("live_migratable".to_string(), normalized.to_string());
-    }
-    if let Some(t) = values.remove("device_type") {
-        if !DEVICE_TYPES.contains(&t.as_str()) {
-            return Err(err(
-                "device_type",
-                &t,
-                "must be one of type-PCI, type-PF, type-VF (vDPA devices are requested by vnic_type=vdpa ports, as in Nova)",
-            ));
-        }
-        values.insert("dev_type".to_string(), t);
-    }
+    Ok(())
+}
+
+/// Adds `values` as a spec of alias `name`: a new alias, or one more spec of an alias defined
+/// before, which must agree with it on NUMA policy and device type.
+fn add_spec(
+    table: &mut AliasTable,
+    name: String,
+    numa_policy: NumaPolicy,
+    values: BTreeMap<String, String>,
+) -> Result<(), SpecError> {
     match table.get_mut(&name) {
         None => {
             table.insert(
@@ -213,7 +238,7 @@ pub fn add_alias(
         }
         Some(existing) => {
             if existing.numa_policy != numa_policy {
-                return Err(err(
+                return Err(alias_err(
                     "numa_policy",
                     numa_policy.as_str(),
                     &format!(
@@ -225,7 +250,7 @@ pub fn add_alias(
             }
             let first_type = existing.specs[0].get("dev_type");
             if first_type != values.get("dev_type") {
-                return Err(err(
+                return Err(alias_err(
                     "device_type",
                     values.get("dev_type").map(String::as_str).unwrap_or("(none)"),
                     &format!(

@@ -23,6 +23,7 @@ use uuid::Uuid;
 mod adopt;
 pub mod drift;
 pub mod holdings;
+mod providers;
 mod refresh;
 mod release;
 pub mod reshape;
@@ -176,6 +177,11 @@ enum Stop {
 enum Target {
     Provider(Uuid),
     Consumer(Uuid),
+}
+
+/// A generation conflict on `t` when `e` is one (Placement's `placement.concurrent_update`).
+fn conflict_on(e: &UpstreamError, t: Target) -> Option<Stop> {
+    e.is_concurrent_update().then_some(Stop::Conflict(t))
 }
 
 impl From<UpstreamError> for Stop {
@@ -410,9 +416,6 @@ impl<P: PlacementApi> Reporter<P> {
         actions: Vec<Action>,
         outcome: &mut ReportOutcome,
     ) -> Result<(), Stop> {
-        let conflict_on = |e: &UpstreamError, t: Target| -> Option<Stop> {
-            e.is_concurrent_update().then_some(Stop::Conflict(t))
-        };
         for action in actions {
             match action {
                 Action::EnsureResourceClass(name) => {
@@ -424,39 +427,7 @@ impl<P: PlacementApi> Reporter<P> {
                     self.cache.custom_traits.insert(name);
                 }
                 Action::CreateProvider { uuid, name, parent } => {
-                    match self.api.create_provider(uuid, &name, parent).await {
-                        Ok(info) => {
-                            self.cache.providers.insert(
-                                uuid,
-                                CachedProvider {
-                                    uuid,
-                                    name: info.name,
-                                    parent: info.parent_provider_uuid,
-                                    generation: info.generation,
-                                    ..Default::default()
-                                },
-                            );
-                        }
-                        Err(e)
-                            if e.status() == Some(409)
-                                && e.code() == Some("placement.duplicate_name") =>
-                        {
-                            // Our uuid exists (created concurrently, or the cache missed it):
-                            // adopt it. Otherwise another provider has our name.
-                            if self.api.get_provider(uuid).await?.is_some() {
-                                return Err(Stop::Conflict(Target::Provider(uuid)));
-                            }
-                            return Err(match self.api.provider_by_name(&name).await? {
-                                Some(theirs) => Stop::Fatal(UpstreamError::NameClash {
-                                    name,
-                                    ours: uuid,
-                                    theirs: theirs.uuid,
-                                }),
-                                None => Stop::Fatal(e),
-                            });
-                        }
-                        Err(e) => return Err(e.into()),
-                    }
+                    self.create_provider(uuid, name, parent).await?;
                 }
                 Action::RenameProvider { uuid, name } => {
                     let parent = self.cache.providers.get(&uuid).and_then(|p| p.parent);
@@ -476,47 +447,7 @@ impl<P: PlacementApi> Reporter<P> {
                     Err(e) => return Err(e.into()),
                 },
                 Action::PutInventories { uuid, inventories } => {
-                    let g = self.current_generation(uuid).await?;
-                    match self.api.put_inventories(uuid, g, &inventories).await {
-                        Ok(ng) => {
-                            let p = self.provider_mut(uuid);
-                            p.generation = ng;
-                            p.inventories = inventories;
-                        }
-                        Err(e) if e.is_inventory_in_use() => {
-                            // Keep the records of the classes that were to go; write the rest.
-                            let mut kept = inventories.clone();
-                            if let Some(c) = self.cache.providers.get(&uuid) {
-                                for (class, rec) in &c.inventories {
-                                    kept.entry(class.clone()).or_insert_with(|| rec.clone());
-                                }
-                            }
-                            outcome.inventory_in_use += 1;
-                            if outcome.inventory_in_use_details.len() < 16 {
-                                let detail = e.detail().unwrap_or_default();
-                                outcome
-                                    .inventory_in_use_details
-                                    .push((uuid, detail.chars().take(1000).collect()));
-                            }
-                            tracing::warn!(provider = %uuid, error = %e, "inventory in use: keeping the old records of the classes to remove; retrying next cycle");
-                            match self.api.put_inventories(uuid, g, &kept).await {
-                                Ok(ng) => {
-                                    let p = self.provider_mut(uuid);
-                                    p.generation = ng;
-                                    p.inventories = kept;
-                                }
-                                Err(e) => {
-                                    return Err(conflict_on(&e, Target::Provider(uuid))
-                                        .unwrap_or(Stop::Fatal(e)))
-                                }
-                            }
-                        }
-                        Err(e) => {
-                            return Err(
-                                conflict_on(&e, Target::Provider(uuid)).unwrap_or(Stop::Fatal(e))
-                            )
-                        }
-                    }
+                    self.write_inventories(uuid, inventories, outcome).await?;
                 }
                 Action::PutTraits { uuid, traits } => {
                     let g = self.current_generation(uuid).await?;

@@ -57,6 +57,43 @@ impl<P: PlacementApi> Reporter<P> {
         old: Option<&ProviderCache>,
     ) -> Result<(), UpstreamError> {
         let mut cache = ProviderCache::default();
+        self.read_providers(desired, old, &mut cache).await?;
+        self.read_tree_allocations(desired, &mut cache).await?;
+        if desired.allocations.is_some() {
+            self.read_consumers(old, &mut cache).await?;
+        }
+        // Custom classes and traits in use on our providers exist: no need to PUT them again.
+        for p in cache.providers.values() {
+            let classes: Vec<String> = p
+                .inventories
+                .keys()
+                .filter(|c| c.starts_with("CUSTOM_"))
+                .cloned()
+                .collect();
+            let traits: Vec<String> = p
+                .traits
+                .iter()
+                .filter(|t| t.starts_with("CUSTOM_"))
+                .cloned()
+                .collect();
+            cache.classes.extend(classes);
+            cache.custom_traits.extend(traits);
+        }
+        self.cache = cache;
+        self.cache_valid = true;
+        self.cache_known = true;
+        self.refreshed_at = Some(Instant::now());
+        Ok(())
+    }
+
+    /// Our tree's providers and the sharing provider into `cache`: those whose generation is
+    /// unchanged since `old` (and not marked to read) as they were, the others read again.
+    async fn read_providers(
+        &mut self,
+        desired: &DesiredState,
+        old: Option<&ProviderCache>,
+        cache: &mut ProviderCache,
+    ) -> Result<(), UpstreamError> {
         let mut infos = self.api.providers_in_tree(desired.root).await?;
         for p in desired
             .providers
@@ -112,8 +149,17 @@ impl<P: PlacementApi> Reporter<P> {
             }
             cache.providers.insert(p.uuid, p);
         }
-        // Allocations on our tree only: the sharing provider also carries other hosts'. Read
-        // at every refresh: reconciliation compares them with the local claims.
+        Ok(())
+    }
+
+    /// Placement's allocations on our tree, and the usages summed from them where rtrack uses
+    /// them. Allocations on our tree only: the sharing provider also carries other hosts'. Read
+    /// at every refresh: reconciliation compares them with the local claims.
+    async fn read_tree_allocations(
+        &mut self,
+        desired: &DesiredState,
+        cache: &mut ProviderCache,
+    ) -> Result<(), UpstreamError> {
         let tree: Vec<Uuid> = cache
             .providers
             .values()
@@ -155,51 +201,38 @@ impl<P: PlacementApi> Reporter<P> {
                 }
             }
         }
-        if desired.allocations.is_some() {
-            let consumers: BTreeSet<Uuid> = cache.placement_allocations.keys().copied().collect();
-            for c in consumers {
-                // Known, with the same allocations on our tree as when it was read: its
-                // generation is the same too.
-                let known = old.and_then(|o| o.consumers.get(&c)).filter(|_| {
-                    old.and_then(|o| o.placement_allocations.get(&c))
-                        == cache.placement_allocations.get(&c)
-                });
-                if let Some(k) = known {
-                    cache.consumers.insert(c, k.clone());
-                    continue;
-                }
-                let a = self.api.get_consumer(c).await?;
-                cache.consumers.insert(
-                    c,
-                    CachedConsumer {
-                        generation: a.generation,
-                        resources: a.resources,
-                        owner: a.owner,
-                    },
-                );
+        Ok(())
+    }
+
+    /// The consumers holding allocations on our tree: those known in `old` with the same
+    /// allocations on our tree as they were, the others read.
+    async fn read_consumers(
+        &mut self,
+        old: Option<&ProviderCache>,
+        cache: &mut ProviderCache,
+    ) -> Result<(), UpstreamError> {
+        let consumers: BTreeSet<Uuid> = cache.placement_allocations.keys().copied().collect();
+        for c in consumers {
+            // Known, with the same allocations on our tree as when it was read: its
+            // generation is the same too.
+            let known = old.and_then(|o| o.consumers.get(&c)).filter(|_| {
+                old.and_then(|o| o.placement_allocations.get(&c))
+                    == cache.placement_allocations.get(&c)
+            });
+            if let Some(k) = known {
+                cache.consumers.insert(c, k.clone());
+                continue;
             }
+            let a = self.api.get_consumer(c).await?;
+            cache.consumers.insert(
+                c,
+                CachedConsumer {
+                    generation: a.generation,
+                    resources: a.resources,
+                    owner: a.owner,
+                },
+            );
         }
-        // Custom classes and traits in use on our providers exist: no need to PUT them again.
-        for p in cache.providers.values() {
-            let classes: Vec<String> = p
-                .inventories
-                .keys()
-                .filter(|c| c.starts_with("CUSTOM_"))
-                .cloned()
-                .collect();
-            let traits: Vec<String> = p
-                .traits
-                .iter()
-                .filter(|t| t.starts_with("CUSTOM_"))
-                .cloned()
-                .collect();
-            cache.classes.extend(classes);
-            cache.custom_traits.extend(traits);
-        }
-        self.cache = cache;
-        self.cache_valid = true;
-        self.cache_known = true;
-        self.refreshed_at = Some(Instant::now());
         Ok(())
     }
 

@@ -84,55 +84,8 @@ impl RequestSpec {
             Some(v) => NField::Set(image_meta(v, "request_spec.image")?),
         };
 
-        // instance_properties: numa_topology, pci_requests, uuid, project_id, user_id,
-        // availability_zone.
         if let Some(inst) = get(rs, "instance_properties") {
-            let path = "request_spec.instance_properties";
-            let inst = inst.as_object().ok_or_else(|| {
-                legacy_err(path, format!("expected an object, got {}", describe(inst)))
-            })?;
-            let s = |k: &str| -> Result<NField<String>, ObjectError> {
-                match inst.get(k) {
-                    None | Some(Value::Null) => Ok(NField::Null),
-                    Some(v) => Str::decode(v, &format!("{path}.{k}"), 0).map(NField::Set),
-                }
-            };
-            spec.numa_topology = match get(inst, "numa_topology") {
-                None => NField::Null,
-                Some(Value::String(text)) => {
-                    let v: Value = serde_json::from_str(text).map_err(|e| {
-                        legacy_err(
-                            &format!("{path}.numa_topology"),
-                            format!("not JSON of an InstanceNUMATopology: {e}"),
-                        )
-                    })?;
-                    NField::Set(Versioned::from_primitive_at(
-                        &v,
-                        &format!("{path}.numa_topology"),
-                        1,
-                    )?)
-                }
-                Some(v) => NField::Set(Versioned::from_primitive_at(
-                    v,
-                    &format!("{path}.numa_topology"),
-                    1,
-                )?),
-            };
-            spec.pci_requests = match get(inst, "pci_requests") {
-                None => NField::Null,
-                Some(v) => NField::Set(Versioned::from_primitive_at(
-                    v,
-                    &format!("{path}.pci_requests"),
-                    1,
-                )?),
-            };
-            spec.instance_uuid = match get(inst, "uuid") {
-                None => Field::Unset,
-                Some(v) => Field::Set(Uuid::decode(v, &format!("{path}.uuid"), 0)?),
-            };
-            spec.project_id = s("project_id")?;
-            spec.user_id = s("user_id")?;
-            spec.availability_zone = s("availability_zone")?;
+            set_from_instance_properties(&mut spec, inst)?;
         }
 
         if let Some(f) = get(rs, "instance_type") {
@@ -170,30 +123,7 @@ impl RequestSpec {
 
         spec.instance_group = group_from_filter_properties(fp)?;
 
-        // scheduler_hints: every value becomes a list.
-        spec.scheduler_hints = match fp.get("scheduler_hints") {
-            Some(Value::Null) => NField::Null,
-            None => NField::Set(BTreeMap::new()),
-            Some(Value::Object(h)) => {
-                let mut hints = BTreeMap::new();
-                for (k, v) in h {
-                    let path = format!("filter_properties.scheduler_hints.{k}");
-                    let values = match v {
-                        Value::Array(_) => string_list(v, &path)?,
-                        Value::String(s) => vec![s.clone()],
-                        other => vec![scalar_to_string(other, &path)?],
-                    };
-                    hints.insert(k.clone(), values);
-                }
-                NField::Set(hints)
-            }
-            Some(other) => {
-                return Err(legacy_err(
-                    "filter_properties.scheduler_hints",
-                    format!("expected an object, got {}", describe(other)),
-                ))
-            }
-        };
+        spec.scheduler_hints = scheduler_hints_from_filter_properties(fp)?;
 
         spec.requested_destination = match get(fp, "requested_destination") {
             None => NField::Null,
@@ -362,6 +292,87 @@ impl RequestSpec {
         }
         Value::Object(fp)
     }
+}
+
+/// What `request_spec.instance_properties` gives the spec: numa_topology, pci_requests, uuid,
+/// project_id, user_id, availability_zone.
+fn set_from_instance_properties(spec: &mut RequestSpec, inst: &Value) -> Result<(), ObjectError> {
+    let path = "request_spec.instance_properties";
+    let inst = inst
+        .as_object()
+        .ok_or_else(|| legacy_err(path, format!("expected an object, got {}", describe(inst))))?;
+    let s = |k: &str| -> Result<NField<String>, ObjectError> {
+        match inst.get(k) {
+            None | Some(Value::Null) => Ok(NField::Null),
+            Some(v) => Str::decode(v, &format!("{path}.{k}"), 0).map(NField::Set),
+        }
+    };
+    spec.numa_topology = match get(inst, "numa_topology") {
+        None => NField::Null,
+        Some(Value::String(text)) => {
+            let v: Value = serde_json::from_str(text).map_err(|e| {
+                legacy_err(
+                    &format!("{path}.numa_topology"),
+                    format!("not JSON of an InstanceNUMATopology: {e}"),
+                )
+            })?;
+            NField::Set(Versioned::from_primitive_at(
+                &v,
+                &format!("{path}.numa_topology"),
+                1,
+            )?)
+        }
+        Some(v) => NField::Set(Versioned::from_primitive_at(
+            v,
+            &format!("{path}.numa_topology"),
+            1,
+        )?),
+    };
+    spec.pci_requests = match get(inst, "pci_requests") {
+        None => NField::Null,
+        Some(v) => NField::Set(Versioned::from_primitive_at(
+            v,
+            &format!("{path}.pci_requests"),
+            1,
+        )?),
+    };
+    spec.instance_uuid = match get(inst, "uuid") {
+        None => Field::Unset,
+        Some(v) => Field::Set(Uuid::decode(v, &format!("{path}.uuid"), 0)?),
+    };
+    spec.project_id = s("project_id")?;
+    spec.user_id = s("user_id")?;
+    spec.availability_zone = s("availability_zone")?;
+    Ok(())
+}
+
+/// `filter_properties.scheduler_hints`: every value becomes a list.
+fn scheduler_hints_from_filter_properties(
+    fp: &Map<String, Value>,
+) -> Result<NField<BTreeMap<String, Vec<String>>>, ObjectError> {
+    Ok(match fp.get("scheduler_hints") {
+        Some(Value::Null) => NField::Null,
+        None => NField::Set(BTreeMap::new()),
+        Some(Value::Object(h)) => {
+            let mut hints = BTreeMap::new();
+            for (k, v) in h {
+                let path = format!("filter_properties.scheduler_hints.{k}");
+                let values = match v {
+                    Value::Array(_) => string_list(v, &path)?,
+                    Value::String(s) => vec![s.clone()],
+                    other => vec![scalar_to_string(other, &path)?],
+                };
+                hints.insert(k.clone(), values);
+            }
+            NField::Set(hints)
+        }
+        Some(other) => {
+            return Err(legacy_err(
+                "filter_properties.scheduler_hints",
+                format!("expected an object, got {}", describe(other)),
+            ))
+        }
+    })
 }
 
 fn scalar_to_string(v: &Value, path: &str) -> Result<String, ObjectError> {
