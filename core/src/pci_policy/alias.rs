@@ -210,7 +210,7 @@ fn reject_unknown_keys(values: &BTreeMap<String, String>) -> Result<(), SpecErro
             return Err(alias_err(
                 key,
                 &values[key],
-                "unknown alias key; expected name, vendor_id, product_id, device_type, numa_policy, resource_class, traits or live_migratable",
+                "unknown alias key; expected name, capability_type, vendor_id, product_id, device_type, numa_policy, resource_class, traits or live_migratable",
             ));
         }
     }
@@ -248,7 +248,7 @@ fn add_spec(
                     ),
                 ));
             }
-            let first_type = existing.specs[0].get("dev_type");
+            let first_type = existing.specs.first().and_then(|s| s.get("dev_type"));
             if first_type != values.get("dev_type") {
                 return Err(alias_err(
                     "device_type",
@@ -426,5 +426,15 @@ mod tests {
         assert!(e.to_string().contains("needs a name"), "{e}");
         let e = add_alias(&mut t, entry(&[("name", "c"), ("vendorid", "8086")])).unwrap_err();
         assert!(e.to_string().contains("unknown alias key"), "{e}");
+        // The message lists every key the alias takes.
+        for key in [
+            "name",
+            "capability_type",
+            "vendor_id",
+            "product_id",
+            "device_type",
+        ] {
+            assert!(e.to_string().contains(key), "{key}: {e}");
+        }
     }
 }
