@@ -894,8 +894,10 @@ async fn keystone_token_is_cached_renewed_and_never_shown() {
         format!("auth = \"password\"\nauth_url = \"{url}\"\nusername = \"rtrack\"\npassword = \"{secret}\"\nproject_name = \"service\"\n")
     };
 
-    // A token valid for 61 s is renewed 60 s before it expires, i.e. after about 1 s.
-    let (url, issued) = fake_keystone(61, false).await;
+    // A token valid for 66 s is renewed 60 s before it expires, i.e. after about 6 s: long
+    // enough for the first two reports on a loaded machine (with 1 s, CI's load once made the
+    // second report ask for a new token), short enough to wait for.
+    let (url, issued) = fake_keystone(66, false).await;
     let cfg = config(&srv.url, &auth(&url));
     let mut r = reporter(&cfg);
     let d = DesiredState::build(
@@ -925,7 +927,7 @@ async fn keystone_token_is_cached_renewed_and_never_shown() {
     .unwrap();
     r.report(&d).await.unwrap();
     assert_eq!(issued.load(Ordering::SeqCst), 1, "cached");
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    tokio::time::sleep(Duration::from_millis(6200)).await;
     host.memory_mb_per_node = 14336;
     let d = DesiredState::build(
         &view(&probe(&host, &tmp.path().join("c")), &cfg),
