@@ -162,7 +162,7 @@ fn state_schema<'a>(
     description: &str,
 ) -> utoipa::openapi::Object {
     use utoipa::openapi::schema::{SchemaType, Type};
-    // The fields are optional: null is taken as not given (and OpenAPI 3.0 wants it listed).
+    // The fields are optional: null is taken as not given (so the type and the values list it).
     utoipa::openapi::ObjectBuilder::new()
         .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
         .enum_values(Some(
