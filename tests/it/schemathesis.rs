@@ -4,7 +4,7 @@
 //! requests, valid and invalid, with every check on (status codes, content types, headers and
 //! bodies as documented, no 5xx, invalid data refused, valid data accepted, allowed methods...),
 //! and follows the document's links (claim -> show/abort, migration -> show/confirm/revert) in
-//! stateful sequences. A fixed seed and a bounded number of examples keep a run reproducible and
+//! stateful sequences. No hooks: the document (OpenAPI 3.1) alone says what is valid. A fixed seed and a bounded number of examples keep a run reproducible and
 //! within about two minutes on two cores; any failure fails the test with schemathesis's report.
 //!
 //! The daemon listens on its Unix socket only: the test process itself forwards a loopback TCP
