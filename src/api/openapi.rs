@@ -150,7 +150,7 @@ fn dry_run_param() -> Value {
 pub fn document() -> Value {
     let s = Shared::new();
     json!({
-        "openapi": "3.0.3",
+        "openapi": "3.1.0",
         "info": {
             "title": "rtrackd local API",
             "version": env!("CARGO_PKG_VERSION"),
@@ -177,13 +177,14 @@ struct Shared {
 
 impl Shared {
     fn new() -> Shared {
-        let uuid = json!({"type": "string", "format": "uuid"});
+        let uuid =
+            json!({"type": "string", "format": "uuid", "pattern": super::bodies::uuid_pattern()});
         let id = json!({"type": "integer", "format": "int64", "minimum": 1});
         let std_errors: &'static [u16] = &[403, 503];
         let error_codes: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
         // A claim's fields, as every answer that shows one has them (`claim_view`).
         let claim = json!({
-            "instance_uuid": {"type": "string", "format": "uuid"}, "migration_id": {"type": "integer", "minimum": 1, "nullable": true},
+            "instance_uuid": {"type": "string", "format": "uuid"}, "migration_id": {"type": ["integer", "null"], "minimum": 1},
             "resources": {"type": "object", "additionalProperties": {"type": "integer"}},
             "pci_devices": {"type": "array", "items": {"type": "object", "properties": {"address": {"type": "string"}, "request_id": {"type": "string"}}}},
             "flavor": {"type": "object"}, "is_bfv": {"type": "boolean"}, "mdevs": {"type": "array", "description": "mediated devices given, one per vGPU", "items": {"type": "object", "properties": {
@@ -195,11 +196,11 @@ impl Shared {
             "nested": {"type": "array", "description": "units held below (vPMEM: on) the compute node", "items": {"type": "object", "properties": {
                 "provider": {"type": "object", "description": "{\"mdev\": parent}, {\"mem_encryption\": model}, {\"operator\": {provider, class}} or {\"pmem\": class}"}, "class": {"type": "string"}, "amount": {"type": "integer"}}}},
             "numa_cells": {"type": "array", "items": {"type": "integer"}, "description": "host NUMA cells the guest's cells are on, in guest order"},
-            "numa_topology": {"type": "object", "nullable": true, "description": "the fitted InstanceNUMATopology primitive (Nova's): per guest cell the host cell (id), cpuset, pcpuset, cpu_pinning_raw, cpuset_reserved, memory, pagesize, policies"},
+            "numa_topology": {"type": ["object", "null"], "description": "the fitted InstanceNUMATopology primitive (Nova's): per guest cell the host cell (id), cpuset, pcpuset, cpu_pinning_raw, cpuset_reserved, memory, pagesize, policies"},
             "claimed_at": {"type": "string"}});
         let refreshed = json!({"type": "object", "required": ["audited", "placement"], "properties": {
             "audited": {"type": "boolean"},
-            "placement": {"type": "object", "nullable": true, "description": "null without Placement",
+            "placement": {"type": ["object", "null"], "description": "null without Placement",
                 "properties": {"changes": {"type": "integer"}, "requests": {"type": "integer"}, "conflicts": {"type": "integer"},
                     "inventory_in_use": {"type": "array", "description": "inventory changes Placement refused because the classes they remove are in use (the old records kept)",
                         "items": {"type": "object", "required": ["provider", "pci", "detail"], "properties": {
@@ -221,7 +222,7 @@ impl Shared {
                 "local": {"type": "object", "description": "provider uuid -> class -> amount"}, "placement": {"type": "object", "description": "provider uuid -> class -> amount"}}}},
             "inventories": {"type": "array", "items": {"type": "object", "properties": {
                 "provider": {"type": "string"}, "provider_name": {"type": "string"}, "class": {"type": "string"},
-                "placement_total": {"type": "integer"}, "host_total": {"type": "integer"}, "used": {"type": "integer", "nullable": true}}}}}});
+                "placement_total": {"type": "integer"}, "host_total": {"type": "integer"}, "used": {"type": ["integer", "null"]}}}}}});
         let adoption_plan = json!({"type": "object", "required": ["applied", "claims", "existing", "problems", "notes"], "properties": {
             "applied": {"type": "boolean"}, "claims": {"type": "array", "items": schema_ref("Claim")},
             "existing": {"type": "array", "items": {"type": "string"}},
@@ -272,7 +273,7 @@ fn read_paths(s: &Shared) -> Value {
                 "cells": {"type": "array", "items": schema_ref("NumaDetail")},
                 "legacy_cpus": {"type": "boolean", "description": "no CPU sets configured: every CPU is shared and dedicated"},
                 "base_page_kb": {"type": "integer"},
-                "cpu_power_management": {"type": "object", "nullable": true, "description": "[resources] cpu_power_management; null when off", "properties": {
+                "cpu_power_management": {"type": ["object", "null"], "description": "[resources] cpu_power_management; null when off", "properties": {
                     "strategy": {"type": "string", "enum": ["cpu_state", "governor"]},
                     "governor_low": {"type": "string"}, "governor_high": {"type": "string"}}},
                 "offline_pinned": {"type": "array", "description": "host CPUs pinned by counted placements that are offline", "items": {"type": "object", "properties": {
@@ -332,7 +333,7 @@ fn write_paths(s: &Shared) -> Value {
             "parameters": [path_param("uuid", uuid.clone(), "Instance")],
             "post": {"operationId": "updateInstance", "summary": "Change an instance's vm/task state or host (Nova's update_usage)",
                 "requestBody": body("InstanceUpdate"),
-                "responses": responses(&[("200", ok("updated", json!({"type": "object", "required": ["instance"], "properties": {"instance": {"type": "object", "nullable": true,
+                "responses": responses(&[("200", ok("updated", json!({"type": "object", "required": ["instance"], "properties": {"instance": {"type": ["object", "null"],
                     "description": "the instance as now tracked; null when the change leaves it no longer tracked here"}}})))], &[400, 403, 404, 409, 413, 415, 500, 503])}},
         "/v1/instances/{uuid}/pci-requests": {
             "parameters": [path_param("uuid", uuid.clone(), "Instance (running here, holding a claim)")],
@@ -350,6 +351,11 @@ fn write_paths(s: &Shared) -> Value {
                 "responses": responses(&[("200", ok("detached", json!({"type": "object", "properties": {
                     "instance_uuid": {"type": "string"}, "request_id": {"type": "string"}, "detached": {"type": "boolean"}}})))], &[400, 403, 404, 409, 500, 503])}},
         "/v1/pci-devices": {"get": {"operationId": "listPciDevices", "summary": "Every tracked PCI device: state (available, claimed, allocated, unavailable, unclaimable, reserved), holder, one-time use, Placement provider",
+            // No links from here. To an instance's operations: a device's `instance_uuid` is null
+            // while it is free, and a runtime expression cannot pick a held device, so such a
+            // link would give null (sent as the text "None") for a uuid. To a device's release:
+            // the first device listed is seldom one to release (409), and a read that never fails
+            // as the start of sequences leaves the claims' and moves' links untried.
             "responses": responses(&[("200", ok("devices", json!({"type": "object", "properties": {"pci_devices": {"type": "array", "items": schema_ref("PciDevice")}}})))], std_errors)}},
         "/v1/pci-devices/{address}/release": {
             "parameters": [path_param("address", json!({"type": "string", "pattern": crate::probes::pci::PciAddress::PATTERN}), "PCI address")],
@@ -387,34 +393,34 @@ fn components(s: &Shared) -> Value {
         "Drift": drift_schema,
         "AdoptionPlan": adoption_plan,
         "Health": {"type": "object", "properties": {"status": {"type": "string", "enum": ["ok", "degraded", "stopping"]}, "version": {"type": "string"},
-            "audits_succeeded": {"type": "integer"}, "audits_failing_in_a_row": {"type": "integer"}, "last_audit_at": {"type": "string", "nullable": true},
-            "last_audit_seconds": {"type": "number", "nullable": true}, "last_audit_error": {"type": "string", "nullable": true},
-            "placement_drift": {"type": "object", "nullable": true, "description": "the last reconciliation's drift counts by kind (unclaimed, missing, different, inventory_gone) and when (at); null before the first or without Placement"},
-            "store_unavailable": {"type": "string", "nullable": true, "description": "why changes are refused (503 store_unavailable), while they are"}}},
+            "audits_succeeded": {"type": "integer"}, "audits_failing_in_a_row": {"type": "integer"}, "last_audit_at": {"type": ["string", "null"]},
+            "last_audit_seconds": {"type": ["number", "null"]}, "last_audit_error": {"type": ["string", "null"]},
+            "placement_drift": {"type": ["object", "null"], "description": "the last reconciliation's drift counts by kind (unclaimed, missing, different, inventory_gone) and when (at); null before the first or without Placement"},
+            "store_unavailable": {"type": ["string", "null"], "description": "why changes are refused (503 store_unavailable), while they are"}}},
         "Claim": {"type": "object", "description": "A claim held", "properties": claim.clone()},
         "ClaimAnswer": exact(json!({"type": "object", "description": "A claim as a claim request is answered",
             "properties": with_properties(claim, json!({"existing": {"type": "boolean", "description": "already held: this answer is a retry's"}, "dry_run": {"type": "boolean"}}))})),
         "ClaimShown": {"type": "object", "description": "A claim with its instance's state",
-            "properties": with_properties(claim, json!({"instance": {"type": "object", "nullable": true, "properties": {
-                "vm_state": {"type": "string"}, "task_state": {"type": "string", "nullable": true},
-                "host": {"type": "string", "nullable": true}, "node": {"type": "string", "nullable": true}}}}))},
+            "properties": with_properties(claim, json!({"instance": {"type": ["object", "null"], "properties": {
+                "vm_state": {"type": "string"}, "task_state": {"type": ["string", "null"]},
+                "host": {"type": ["string", "null"]}, "node": {"type": ["string", "null"]}}}}))},
         "DryRun": exact(json!({"type": "object", "properties": {"fits": {"type": "boolean"}, "claim": schema_ref("ClaimAnswer")}})),
         "MoveClaim": exact(json!({"type": "object", "properties": {"migration": schema_ref("Migration"), "claim": schema_ref("ClaimAnswer")}})),
-        "MoveDryRun": exact(json!({"type": "object", "properties": {"migration": {"allOf": [schema_ref("Migration")], "nullable": true, "description": "null: a dry run records no migration"},
+        "MoveDryRun": exact(json!({"type": "object", "properties": {"migration": {"oneOf": [schema_ref("Migration"), {"type": "null"}], "description": "null: a dry run records no migration"},
             "claim": schema_ref("ClaimAnswer"), "fits": {"type": "boolean"}}})),
         "Migration": {"type": "object", "properties": {
             "id": {"type": "integer"}, "uuid": {"type": "string"}, "instance_uuid": {"type": "string"},
-            "source_compute": {"type": "string", "nullable": true}, "source_node": {"type": "string", "nullable": true},
-            "dest_compute": {"type": "string", "nullable": true}, "dest_node": {"type": "string", "nullable": true},
+            "source_compute": {"type": ["string", "null"]}, "source_node": {"type": ["string", "null"]},
+            "dest_compute": {"type": ["string", "null"]}, "dest_node": {"type": ["string", "null"]},
             "status": {"type": "string"}, "migration_type": {"type": "string"},
-            "old_instance_type_id": {"type": "integer", "nullable": true}, "new_instance_type_id": {"type": "integer", "nullable": true},
+            "old_instance_type_id": {"type": ["integer", "null"]}, "new_instance_type_id": {"type": ["integer", "null"]},
             "created_at": {"type": "integer"}, "updated_at": {"type": "integer"}}},
         "Usage": {"type": "object", "properties": {
             "resources": {"type": "object", "additionalProperties": {"type": "object", "properties": {
                 "total": {"type": "integer"}, "reserved": {"type": "integer"}, "allocation_ratio": {"type": "number"},
                 "capacity": {"type": "integer"}, "used": {"type": "integer"}, "free": {"type": "integer"}, "max_unit": {"type": "integer"}}}},
             "pci_pools": {"type": "array", "items": {"type": "object", "properties": {
-                "vendor_id": {"type": "string"}, "product_id": {"type": "string"}, "numa_node": {"type": "integer", "nullable": true},
+                "vendor_id": {"type": "string"}, "product_id": {"type": "string"}, "numa_node": {"type": ["integer", "null"]},
                 "tags": {"type": "object"}, "total": {"type": "integer"}, "free": {"type": "integer"}}}},
             "numa_cells": {"type": "array", "items": schema_ref("NumaCell")},
             "instances": {"type": "integer"}, "claims": {"type": "integer"}, "migrations_in_progress": {"type": "integer"}}},
@@ -423,12 +429,12 @@ fn components(s: &Shared) -> Value {
             "existing": {"type": "boolean"}}},
         "PciDevice": {"type": "object", "properties": {
             "address": {"type": "string"}, "vendor_id": {"type": "string"}, "product_id": {"type": "string"},
-            "dev_type": {"type": "string", "enum": ["type-PCI", "type-PF", "type-VF", "vdpa"]}, "numa_node": {"type": "integer", "nullable": true},
-            "parent_addr": {"type": "string", "nullable": true},
+            "dev_type": {"type": "string", "enum": ["type-PCI", "type-PF", "type-VF", "vdpa"]}, "numa_node": {"type": ["integer", "null"]},
+            "parent_addr": {"type": ["string", "null"]},
             "status": {"type": "string", "enum": ["available", "claimed", "allocated", "unclaimable", "unavailable", "reserved"]},
-            "instance_uuid": {"type": "string", "nullable": true}, "request_id": {"type": "string", "nullable": true},
+            "instance_uuid": {"type": ["string", "null"]}, "request_id": {"type": ["string", "null"]},
             "one_time_use": {"type": "boolean"},
-            "resource_provider_uuid": {"type": "string", "nullable": true, "description": "with [pci] report_in_placement: the provider holding it"}}},
+            "resource_provider_uuid": {"type": ["string", "null"], "description": "with [pci] report_in_placement: the provider holding it"}}},
         "InventoryReport": inventory_report_schema(),
         "NumaCell": numa_cell_schema(),
         "NumaDetail": numa_detail_schema(),
@@ -477,47 +483,12 @@ fn schemas_with_bodies(mut answers: Value) -> Value {
     let mut bodies = components
         .and_then(|c| serde_json::to_value(c.schemas).ok())
         .unwrap_or_else(|| json!({}));
-    to_openapi_30(&mut bodies);
     nova::describe_bodies(&mut bodies);
+    nova::uuid_patterns(&mut bodies);
     if let (Some(all), Some(bodies)) = (answers.as_object_mut(), bodies.as_object()) {
         all.extend(bodies.iter().map(|(k, v)| (k.clone(), v.clone())));
     }
     answers
-}
-
-/// utoipa writes OpenAPI 3.1 schemas; the document is 3.0.3 (what most clients and fuzzers
-/// read): `"type": [T, "null"]` becomes `"type": T, "nullable": true`, and a reference that may
-/// be null (`oneOf` of null and a `$ref`) becomes `allOf` of the reference, nullable.
-fn to_openapi_30(v: &mut Value) {
-    match v {
-        Value::Object(m) => {
-            if let Some(Value::Array(types)) = m.get("type") {
-                let non_null: Vec<Value> = types
-                    .iter()
-                    .filter(|t| t.as_str() != Some("null"))
-                    .cloned()
-                    .collect();
-                if non_null.len() == 1 && types.len() == 2 {
-                    m.insert("type".into(), non_null[0].clone());
-                    m.insert("nullable".into(), Value::Bool(true));
-                }
-            }
-            if let Some(Value::Array(alts)) = m.get("oneOf") {
-                let is_null = |a: &Value| a.get("type").and_then(Value::as_str) == Some("null");
-                let others: Vec<Value> = alts.iter().filter(|a| !is_null(a)).cloned().collect();
-                if others.len() == 1 && alts.len() == 2 {
-                    m.remove("oneOf");
-                    m.insert("allOf".into(), Value::Array(others));
-                    m.insert("nullable".into(), Value::Bool(true));
-                }
-            }
-            for child in m.values_mut() {
-                to_openapi_30(child);
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(to_openapi_30),
-        _ => {}
-    }
 }
 
 #[cfg(test)]
@@ -642,10 +613,258 @@ mod tests {
             schemas["MoveType"]["enum"],
             json!(["resize", "migration", "live-migration", "evacuation"])
         );
-        // The document stays OpenAPI 3.0: no 3.1 type arrays.
-        assert!(
-            !doc.to_string().contains(r#""type":["#),
-            "a 3.1 type array is left"
+    }
+
+    /// Every `(path, value)` in `v`, depth first, with JSON pointers as paths.
+    fn walk<'a>(v: &'a Value, at: String, out: &mut Vec<(String, &'a Value)>) {
+        out.push((at.clone(), v));
+        let escape = |k: &str| k.replace('~', "~0").replace('/', "~1");
+        match v {
+            Value::Object(m) => {
+                for (k, child) in m {
+                    walk(child, format!("{at}/{}", escape(k)), out);
+                }
+            }
+            Value::Array(items) => {
+                for (i, child) in items.iter().enumerate() {
+                    walk(child, format!("{at}/{i}"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// What makes a document OpenAPI 3.1 (JSON Schema 2020-12) and not 3.0 in `doc`, as messages.
+    fn not_openapi_31(doc: &Value) -> Vec<String> {
+        let mut problems = Vec::new();
+        if doc["openapi"] != "3.1.0" {
+            problems.push(format!("openapi is {}", doc["openapi"]));
+        }
+        let mut all = Vec::new();
+        walk(doc, String::new(), &mut all);
+        // The schemas: the components' and every `schema` of a parameter, body or answer.
+        let mut schemas = Vec::new();
+        for (at, v) in &all {
+            if at.starts_with("/components/schemas/") || at.contains("/schema") {
+                schemas.push((at, *v));
+            }
+        }
+        const TYPES: [&str; 7] = [
+            "null", "boolean", "object", "array", "number", "string", "integer",
+        ];
+        for (at, v) in schemas {
+            let Some(m) = v.as_object() else { continue };
+            // Examples are `examples` lists in 2020-12 (`example` only at the media types).
+            for key in ["nullable", "example", "x-nullable"] {
+                if m.contains_key(key) && !at.ends_with("/properties") {
+                    problems.push(format!("{at}: 3.0 keyword {key}"));
+                }
+            }
+            for key in ["exclusiveMinimum", "exclusiveMaximum"] {
+                if m.get(key).is_some_and(|b| !b.is_number()) && !at.ends_with("/properties") {
+                    problems.push(format!("{at}: {key} is not a number"));
+                }
+            }
+            if let Some(t) = m.get("type").filter(|_| !at.ends_with("/properties")) {
+                let listed: Vec<&Value> = match t {
+                    Value::Array(ts) => ts.iter().collect(),
+                    one => vec![one],
+                };
+                let names: std::collections::BTreeSet<&str> =
+                    listed.iter().filter_map(|t| t.as_str()).collect();
+                if listed.is_empty()
+                    || names.len() != listed.len()
+                    || !names.iter().all(|n| TYPES.contains(n))
+                {
+                    problems.push(format!("{at}: type {t}"));
+                }
+            }
+        }
+        // Every reference resolves (JSON pointers into this document).
+        for (at, v) in &all {
+            if at.ends_with("/$ref") {
+                let target = v.as_str().and_then(|r| r.strip_prefix('#'));
+                if target.and_then(|p| doc.pointer(p)).is_none() {
+                    problems.push(format!("{at}: {v} does not resolve"));
+                }
+            }
+        }
+        problems
+    }
+
+    #[test]
+    fn the_document_is_openapi_3_1() {
+        let doc = document();
+        assert_eq!(not_openapi_31(&doc), Vec::<String>::new());
+        let schemas = &doc["components"]["schemas"];
+        // What may be null says so with the type "null" (or a null alternative): the hand-written
+        // answers, the derived bodies (an Option) and the Nova parts set over them.
+        assert_eq!(
+            schemas["Health"]["properties"]["last_audit_at"]["type"],
+            json!(["string", "null"])
+        );
+        assert_eq!(
+            schemas["MoveDryRun"]["properties"]["migration"]["oneOf"],
+            json!([schema_ref("Migration"), {"type": "null"}])
+        );
+        let task_state = &schemas["InstanceUpdate"]["properties"]["task_state"];
+        assert!(nova::accepts_null(task_state), "{task_state}");
+        assert!(task_state["enum"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::Null));
+        for body in ["ClaimRequest", "MigrationRequest"] {
+            let allocations = &schemas[body]["properties"]["allocations"];
+            assert!(
+                allocations["propertyNames"]["pattern"].is_string(),
+                "{body}"
+            );
+        }
+        // And the check finds what 3.0 writes.
+        for (part, value) in [
+            ("/openapi", json!("3.0.3")),
+            (
+                "/components/schemas/Health/properties/version/nullable",
+                json!(true),
+            ),
+            (
+                "/components/schemas/Health/properties/version/example",
+                json!("1"),
+            ),
+            (
+                "/components/schemas/Health/properties/version/type",
+                json!(["string", "nil"]),
+            ),
+            (
+                "/components/schemas/Usage/properties/instances/exclusiveMinimum",
+                json!(true),
+            ),
+            (
+                "/components/schemas/Claim/properties/resources/$ref",
+                json!("#/components/schemas/Nothing"),
+            ),
+        ] {
+            let mut wrong = doc.clone();
+            let (parent, key) = part.rsplit_once('/').unwrap();
+            wrong.pointer_mut(parent).unwrap()[key] = value;
+            assert_eq!(not_openapi_31(&wrong).len(), 1, "{part}");
+        }
+    }
+
+    /// The schema at `pointer` (`/a/0/b`) inside values of `schema`: references resolved,
+    /// properties and array items followed (`allOf` parts searched); None when it names no
+    /// documented place.
+    fn schema_at<'a>(doc: &'a Value, schema: &'a Value, pointer: &str) -> Option<&'a Value> {
+        let resolve = |mut s: &'a Value| {
+            while let Some(r) = s.get("$ref").and_then(Value::as_str) {
+                s = doc.pointer(r.strip_prefix('#')?)?;
+            }
+            Some(s)
+        };
+        let mut at = resolve(schema)?;
+        for segment in pointer.split('/').skip(1) {
+            let step = |s: &'a Value| -> Option<&'a Value> {
+                if segment.parse::<usize>().is_ok() {
+                    s.get("items")
+                } else {
+                    s.get("properties")?.get(segment)
+                }
+            };
+            let parts = at.get("allOf").and_then(Value::as_array);
+            let found = step(at).or_else(|| parts?.iter().find_map(|p| resolve(p).and_then(&step)));
+            at = resolve(found?)?;
+        }
+        Some(at)
+    }
+
+    /// Every link of the document takes its values where its answer always has one: a link's
+    /// runtime expression names a documented field that cannot be null (a null would be sent
+    /// as a uuid or an id), and the link names an operation and its parameters.
+    #[test]
+    fn no_link_takes_a_value_that_may_be_null() {
+        let doc = document();
+        let operations: Vec<&Value> = doc["paths"]
+            .as_object()
+            .unwrap()
+            .values()
+            .flat_map(|item| item.as_object().unwrap().values())
+            .filter(|op| op.get("operationId").is_some())
+            .collect();
+        let parameters_of = |id: &str| -> Vec<String> {
+            let (path, _) = doc["paths"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .find(|(_, item)| {
+                    item.as_object()
+                        .unwrap()
+                        .values()
+                        .any(|op| op["operationId"] == id)
+                })
+                .unwrap_or_else(|| panic!("no operation {id}"));
+            path.split('{')
+                .skip(1)
+                .filter_map(|p| p.split('}').next())
+                .map(str::to_string)
+                .collect()
+        };
+        let mut links = 0;
+        for op in operations {
+            for (status, response) in op["responses"].as_object().unwrap() {
+                let Some(declared) = response.get("links").and_then(Value::as_object) else {
+                    continue;
+                };
+                let schema = &response["content"]["application/json"]["schema"];
+                for (name, link) in declared {
+                    let target = link["operationId"].as_str().unwrap();
+                    let wanted = parameters_of(target);
+                    let given = link["parameters"].as_object().unwrap();
+                    let mut names: Vec<&String> = given.keys().collect();
+                    names.sort();
+                    let mut wanted_sorted: Vec<&String> = wanted.iter().collect();
+                    wanted_sorted.sort();
+                    assert_eq!(names, wanted_sorted, "{name}: {target}'s path parameters");
+                    for (parameter, expression) in given {
+                        let at = format!("{} {status} {name}.{parameter}", op["operationId"]);
+                        let pointer = expression
+                            .as_str()
+                            .and_then(|e| e.strip_prefix("$response.body#"))
+                            .unwrap_or_else(|| panic!("{at}: {expression}"));
+                        let field = schema_at(&doc, schema, pointer)
+                            .unwrap_or_else(|| panic!("{at}: {pointer} is not documented"));
+                        assert!(!nova::accepts_null(field), "{at}: {pointer} may be null");
+                        links += 1;
+                    }
+                }
+            }
+        }
+        assert!(links >= 10, "{links}");
+        // And the check sees a nullable field: a free device's instance.
+        let devices = &doc["paths"]["/v1/pci-devices"]["get"]["responses"]["200"]["content"]
+            ["application/json"]["schema"];
+        let instance = schema_at(&doc, devices, "/pci_devices/0/instance_uuid").unwrap();
+        assert!(nova::accepts_null(instance));
+        let claims = &doc["paths"]["/v1/claims"]["get"]["responses"]["200"]["content"]
+            ["application/json"]["schema"];
+        let migration = schema_at(&doc, claims, "/0/migration_id").unwrap();
+        assert!(nova::accepts_null(migration));
+        assert!(schema_at(&doc, devices, "/pci_devices/0/nothing").is_none());
+    }
+
+    #[test]
+    fn null_is_added_as_2020_12_says() {
+        use nova::or_null;
+        assert_eq!(
+            or_null(json!({"type": "string", "enum": ["a"]})),
+            json!({"type": ["string", "null"], "enum": ["a", null]})
+        );
+        assert_eq!(
+            or_null(json!({"type": ["integer", "null"]})),
+            json!({"type": ["integer", "null"]})
+        );
+        assert_eq!(
+            or_null(schema_ref("X")),
+            json!({"oneOf": [schema_ref("X"), {"type": "null"}]})
         );
     }
 
@@ -707,6 +926,54 @@ mod tests {
             "+000:00:00.0",
         ] {
             assert_eq!(address.is_match(a), PciAddress::parse(a).is_some(), "{a}");
+        }
+        let uuid = regex::Regex::new(&crate::api::bodies::uuid_pattern()).unwrap();
+        let h = "6f8b1f5e-3c6a-4e0b-9a57-2b1f1d0c0a11";
+        for u in [
+            h.to_string(),
+            h.to_uppercase(),
+            h.replace('-', ""),
+            format!("{{{h}}}"),
+            format!("urn:uuid:{h}"),
+            format!("URN:UUID:{h}"),
+            format!("uRn:uUiD:{h}"),
+            format!("urn:uuid:{{{h}}}"),
+            format!("urn-uuid:{h}"),
+            format!("{{{}}}", h.replace('-', "")),
+            format!("urn:uuid:{}", h.replace('-', "")),
+            format!("{h} "),
+            format!("{{{h}"),
+            h.replacen('-', "", 1),
+            h.replace('a', "g"),
+            h[1..].to_string(),
+            format!("{h}0"),
+            String::new(),
+            "None".to_string(),
+        ] {
+            assert_eq!(uuid.is_match(&u), uuid::Uuid::parse_str(&u).is_ok(), "{u}");
+        }
+        // Every uuid an input takes says so with the pattern, not the format alone.
+        let doc = document();
+        for (at, v) in {
+            let mut all = Vec::new();
+            walk(&doc, String::new(), &mut all);
+            all
+        } {
+            let request = at.contains("/parameters/")
+                || at.contains("/propertyNames")
+                || [
+                    "ClaimRequest",
+                    "MigrationRequest",
+                    "AttachRequest",
+                    "AdoptRequest",
+                    "Instance",
+                    "LegacyRequest",
+                ]
+                .iter()
+                .any(|b| at.starts_with(&format!("/components/schemas/{b}/")));
+            if request && v.get("format").and_then(Value::as_str) == Some("uuid") {
+                assert_eq!(v["pattern"], uuid.as_str(), "{at}");
+            }
         }
         let spec = nova::primitive_schema::<RequestSpec>("", json!({}));
         let version = regex::Regex::new(

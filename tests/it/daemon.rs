@@ -319,7 +319,7 @@ fn every_documented_operation_is_routed() {
     let d = start(&e, "");
     let (s, doc) = d.call("GET", "/v1/openapi.json", None);
     assert_eq!(s, 200);
-    assert_eq!(doc["openapi"], "3.0.3");
+    assert_eq!(doc["openapi"], "3.1.0");
     let mut ids = BTreeSet::new();
     let mut count = 0;
     for (path, item) in doc["paths"].as_object().unwrap() {

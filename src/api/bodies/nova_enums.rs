@@ -28,7 +28,7 @@ pub fn task_state_or_none_schema() -> Object {
 }
 
 fn state_schema<'a>(values: impl Iterator<Item = &'a str>, description: &str) -> Object {
-    // The fields are optional: null is taken as not given.
+    // The fields are optional: null is taken as not given (so the type and the values list it).
     ObjectBuilder::new()
         .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
         .enum_values(Some(

@@ -158,3 +158,70 @@ fn dry_run_flags_are_checked() {
     assert!(!q(Some("false")).flag().unwrap());
     assert!(q(Some("yes please")).flag().is_err());
 }
+
+/// JSON and the document's JSON Schema do not tell 2 from 2.0: an integral number written
+/// with a fraction is the integer wherever one is expected; any other fraction is refused.
+#[test]
+fn integral_numbers_are_integers_however_written() {
+    let mut s = spec(U);
+    s["nova_object.data"]["flavor"]["nova_object.data"]["vcpus"] = json!(2.0);
+    s["nova_object.data"]["num_instances"] = json!(1.0);
+    let written = json!({"request_spec": s, "migration_id": 7.0,
+        "allocations": {U: {"resources": {"VCPU": 2.0}}}});
+    let body: MigrationBody = parse_body(written.to_string().as_bytes(), "move").unwrap();
+    assert_eq!(body.migration_id, Some(7));
+    let allocations = body.allocations.clone().unwrap();
+    assert_eq!(allocations[U].resources["VCPU"], 2);
+    let as_integers: MigrationBody = parse_body(
+        json!({"request_spec": spec(U), "migration_id": 7,
+            "allocations": {U: {"resources": {"VCPU": 2}}}})
+        .to_string()
+        .as_bytes(),
+        "move",
+    )
+    .unwrap();
+    assert_eq!(
+        serde_json::to_value(&body).unwrap(),
+        serde_json::to_value(&as_integers).unwrap()
+    );
+    let totals: crate::api::disk_facts::DiskTotals =
+        parse_body(br#"{"total": 229, "used": 484.0, "free": 1e6}"#, "refresh").unwrap();
+    assert_eq!((totals.used, totals.free), (484, 1_000_000));
+    // Not integers: still refused, naming the field.
+    let e = parse_body::<MigrationBody>(br#"{"migration_id": 7.5}"#, "move").unwrap_err();
+    assert_eq!(e.details["field"], "migration_id", "{e}");
+    for used in [
+        "1e300",
+        "9007199254740992.0",
+        "-9223372036854775809",
+        "18446744073709551616",
+    ] {
+        let e = parse_body::<crate::api::disk_facts::DiskTotals>(
+            format!(r#"{{"total": 229, "used": {used}, "free": 0}}"#).as_bytes(),
+            "refresh",
+        )
+        .unwrap_err();
+        assert_eq!(e.details["field"], "used", "{used}: {e}");
+    }
+    // An integer past i64's range (parsed as a float that rounds to i64::MIN) is not i64::MIN.
+    let mut s = spec(U);
+    s["nova_object.data"]["num_instances"] = json!(1);
+    let text = json!({"request_spec": s}).to_string().replace(
+        r#""num_instances":1"#,
+        r#""num_instances":-9223372036854775809"#,
+    );
+    let body: ClaimBody = parse_body(text.as_bytes(), "claim").unwrap();
+    let e = body.parse(&AliasTable::new()).err().unwrap();
+    assert!(e.message.contains("num_instances"), "{e}");
+    let mut s = spec(U);
+    s["nova_object.data"]["flavor"]["nova_object.data"]["vcpus"] = json!(2.5);
+    let body = ClaimBody {
+        request_spec: Some(s),
+        ..ClaimBody::default()
+    };
+    let e = body.parse(&AliasTable::new()).err().unwrap();
+    assert!(
+        e.message.contains("expected integer, got number 2.5"),
+        "{e}"
+    );
+}

@@ -1,7 +1,7 @@
 //! The answer schemas of the reads that describe the host: the `--once` inventory report
 //! (`GET /v1/inventory`) and the NUMA cells of `GET /v1/usage` and `GET /v1/numa`.
 //!
-//! In: nothing. Out: their JSON schemas (OpenAPI 3.0), referenced from the document's
+//! In: nothing. Out: their JSON schemas (OpenAPI 3.1: JSON Schema 2020-12), referenced from the document's
 //! components.
 
 use serde_json::{json, Value};
@@ -15,30 +15,30 @@ pub fn inventory_report_schema() -> Value {
                 "host": {"type": "object"}, "cpu": {"type": "object"}, "numa_nodes": {"type": "array", "items": {"type": "object"}},
                 "memory": {"type": "object"}, "disks": {"type": "object"}, "pci_devices": {"type": "array", "items": {"type": "object"}},
                 "vdpa_devices": {"type": "array", "description": "absent when there are none", "items": {"type": "object", "properties": {
-                    "name": {"type": "string"}, "pci_parent": {"type": "string", "nullable": true},
-                    "driver": {"type": "string", "nullable": true}, "chardev": {"type": "string", "nullable": true}}}},
+                    "name": {"type": "string"}, "pci_parent": {"type": ["string", "null"]},
+                    "driver": {"type": ["string", "null"]}, "chardev": {"type": ["string", "null"]}}}},
                 "dedicated_cpus": {"type": "object", "description": "absent without cpu_dedicated_set", "properties": {
-                    "power_management": {"type": "object", "nullable": true},
+                    "power_management": {"type": ["object", "null"]},
                     "cpus": {"type": "array", "items": {"type": "object", "properties": {
-                        "cpu": {"type": "integer"}, "numa_node": {"type": "integer", "nullable": true},
+                        "cpu": {"type": "integer"}, "numa_node": {"type": ["integer", "null"]},
                         "state": {"type": "string", "enum": ["online", "offline", "absent"]},
-                        "governor": {"type": "string", "nullable": true}, "counted": {"type": "boolean"}}}}}},
+                        "governor": {"type": ["string", "null"]}, "counted": {"type": "boolean"}}}}}},
                 "mediated_devices": {"type": "object", "properties": {
                     "parents": {"type": "array", "items": {"type": "object", "properties": {
                         "address": {"type": "string"},
                         "types": {"type": "array", "items": {"type": "object", "properties": {
-                            "type": {"type": "string"}, "name": {"type": "string", "nullable": true},
-                            "device_api": {"type": "string", "nullable": true},
-                            "available_instances": {"type": "integer", "nullable": true},
-                            "description": {"type": "string", "nullable": true}}}}}}},
+                            "type": {"type": "string"}, "name": {"type": ["string", "null"]},
+                            "device_api": {"type": ["string", "null"]},
+                            "available_instances": {"type": ["integer", "null"]},
+                            "description": {"type": ["string", "null"]}}}}}}},
                     "devices": {"type": "array", "items": {"type": "object", "properties": {
-                        "uuid": {"type": "string"}, "parent": {"type": "string", "nullable": true}, "type": {"type": "string", "nullable": true}}}}}},
+                        "uuid": {"type": "string"}, "parent": {"type": ["string", "null"]}, "type": {"type": ["string", "null"]}}}}}},
                 "memory_encryption": {"type": "object", "properties": {
-                    "sev": {"type": "boolean", "nullable": true}, "sev_es": {"type": "boolean", "nullable": true},
-                    "sev_snp": {"type": "boolean", "nullable": true}, "sev_firmware": {"type": "boolean", "nullable": true},
-                    "sev_guests": {"type": "integer", "nullable": true}, "sev_es_guests": {"type": "integer", "nullable": true},
-                    "tdx": {"type": "boolean", "nullable": true}, "tdx_guests": {"type": "integer", "nullable": true},
-                    "tdx_host_platform": {"type": "boolean", "nullable": true}}},
+                    "sev": {"type": ["boolean", "null"]}, "sev_es": {"type": ["boolean", "null"]},
+                    "sev_snp": {"type": ["boolean", "null"]}, "sev_firmware": {"type": ["boolean", "null"]},
+                    "sev_guests": {"type": ["integer", "null"]}, "sev_es_guests": {"type": ["integer", "null"]},
+                    "tdx": {"type": ["boolean", "null"]}, "tdx_guests": {"type": ["integer", "null"]},
+                    "tdx_host_platform": {"type": ["boolean", "null"]}}},
                 "warnings": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "message": {"type": "string"}}}},
                 "compute_node": {"type": "object"}}});
     v["properties"]["caches"] = caches_schema();
@@ -46,8 +46,8 @@ pub fn inventory_report_schema() -> Value {
     v["properties"]["pmem_namespaces"] = pmem_namespaces_schema();
     v["properties"]["offered"] = offered_schema();
     v["properties"]["uptime"] = json!({"type": "object", "properties": {
-        "seconds": {"type": "integer", "nullable": true},
-        "load_average": {"type": "array", "nullable": true, "items": {"type": "number"}}}});
+        "seconds": {"type": ["integer", "null"]},
+        "load_average": {"type": ["array", "null"], "items": {"type": "number"}}}});
     // Every key but the ones a host may not have.
     let required: Vec<Value> = v["properties"]
         .as_object()
@@ -65,11 +65,11 @@ pub fn inventory_report_schema() -> Value {
 /// The probe's persistent memory namespaces.
 fn pmem_namespaces_schema() -> Value {
     json!({"type": "array", "items": {"type": "object", "properties": {
-        "dev": {"type": "string"}, "name": {"type": "string", "nullable": true}, "mode": {"type": "string", "nullable": true},
-        "enabled": {"type": "boolean"}, "size": {"type": "integer", "format": "int64", "nullable": true},
-        "align": {"type": "integer", "format": "int64", "nullable": true}, "devpath": {"type": "string", "nullable": true},
-        "dax_driver": {"type": "string", "nullable": true}, "numa_node": {"type": "integer", "nullable": true},
-        "uuid": {"type": "string", "nullable": true}}}})
+        "dev": {"type": "string"}, "name": {"type": ["string", "null"]}, "mode": {"type": ["string", "null"]},
+        "enabled": {"type": "boolean"}, "size": {"type": ["integer", "null"], "format": "int64"},
+        "align": {"type": ["integer", "null"], "format": "int64"}, "devpath": {"type": ["string", "null"]},
+        "dax_driver": {"type": ["string", "null"]}, "numa_node": {"type": ["integer", "null"]},
+        "uuid": {"type": ["string", "null"]}}}})
 }
 
 /// What the host offers guests under the configuration.
@@ -77,8 +77,8 @@ fn offered_schema() -> Value {
     json!({"type": "object", "description": "what the host offers guests under the configuration: memory encryption contexts per model, the Intel TDX decision, vPMEM namespaces", "properties": {
         "memory_encryption": {"type": "object", "additionalProperties": {"type": "integer"}},
         "intel_tdx": {"type": "object", "properties": {
-            "supported": {"type": "boolean"}, "why_not": {"type": "string", "nullable": true},
-            "cgroup_capacity": {"type": "integer", "nullable": true}, "configured": {"type": "integer", "nullable": true},
+            "supported": {"type": "boolean"}, "why_not": {"type": ["string", "null"]},
+            "cgroup_capacity": {"type": ["integer", "null"]}, "configured": {"type": ["integer", "null"]},
             "slots": {"type": "integer"}}},
         "pmem_namespaces": {"type": "array", "items": {"type": "object", "properties": {
             "name": {"type": "string"}, "label": {"type": "string"}, "resource_class": {"type": "string"},
@@ -95,13 +95,13 @@ pub fn numa_cell_schema() -> Value {
                 "pinned_cpus": {"type": "string"}, "memory_mb": {"type": "integer"}, "memory_usage_mb": {"type": "integer"},
                 "mempages": {"type": "array", "items": {"type": "object", "properties": {
                     "size_kb": {"type": "integer"}, "total": {"type": "integer"}, "used": {"type": "integer"},
-                    "reserved": {"type": "integer"}, "kernel_free": {"type": "integer", "nullable": true, "description": "hugepage pools only"}}}}}})
+                    "reserved": {"type": "integer"}, "kernel_free": {"type": ["integer", "null"], "description": "hugepage pools only"}}}}}})
 }
 
 /// One NUMA cell in `GET /v1/numa` (`tracker::numa::report::CellDetail`).
 pub fn numa_detail_schema() -> Value {
     json!({"allOf": [schema_ref("NumaCell"), {"type": "object", "properties": {
-                "socket": {"type": "integer", "nullable": true},
+                "socket": {"type": ["integer", "null"]},
                 "cores": {"type": "array", "items": {"type": "array", "items": {"type": "object", "properties": {
                     "cpu": {"type": "integer"},
                     "state": {"type": "string", "enum": ["free", "shared", "pinned", "emulator", "isolated", "unused"]},
@@ -118,7 +118,7 @@ pub fn numa_detail_schema() -> Value {
 fn caches_schema() -> Value {
     json!({"type": "array", "description": "one per cache instance of level 2 and above", "items": {"type": "object", "properties": {
         "level": {"type": "integer"}, "type": {"type": "string", "enum": ["Unified", "Data", "Instruction"]},
-        "size_kb": {"type": "integer", "nullable": true}, "cpus": {"type": "string", "description": "cpulist"}}}})
+        "size_kb": {"type": ["integer", "null"]}, "cpus": {"type": "string", "description": "cpulist"}}}})
 }
 
 /// Core types of hybrid parts (empty with one kind of core).

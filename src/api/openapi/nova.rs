@@ -9,7 +9,7 @@
 
 use serde_json::{json, Value};
 
-use crate::api::bodies::{MAX_NAME, MAX_SPEC_STRING};
+use crate::api::bodies::{uuid_pattern, MAX_NAME, MAX_SPEC_STRING};
 use crate::objects::flavor::Flavor;
 use crate::objects::instance::InstanceNUMATopology;
 use crate::objects::pci_request::{InstancePCIRequest, InstancePCIRequests};
@@ -34,14 +34,19 @@ pub fn primitive_schema<T: NovaObject>(description: &str, data: Value) -> Value 
         "properties": {
             "nova_object.name": {"type": "string", "enum": [T::NAME]},
             "nova_object.namespace": {"type": "string", "enum": [crate::objects::base::NAMESPACE]},
-            "nova_object.version": {"type": "string", "pattern": version, "example": v.to_string()},
+            "nova_object.version": {"type": "string", "pattern": version, "examples": [v.to_string()]},
             "nova_object.data": data,
             "nova_object.changes": {"type": "array", "items": {"type": "string"}}}})
 }
 
 /// A string inside a RequestSpec or the legacy dicts.
 fn spec_string(nullable: bool) -> Value {
-    json!({"type": "string", "maxLength": MAX_SPEC_STRING, "nullable": nullable})
+    let kind = if nullable {
+        json!(["string", "null"])
+    } else {
+        json!("string")
+    };
+    json!({"type": kind, "maxLength": MAX_SPEC_STRING})
 }
 
 fn size(min: i64, max: i64) -> Value {
@@ -92,13 +97,12 @@ fn request_spec(uuid: bool) -> Value {
 /// The legacy `request_spec` dict (`RequestSpec.from_primitives`); `uuid` as for
 /// [`request_spec`]. A null value counts as not given.
 fn legacy_spec(uuid: bool) -> Value {
-    let mut instance = json!({"type": "object", "nullable": true, "properties": {
+    let mut instance = json!({"type": ["object", "null"], "properties": {
         "project_id": spec_string(true),
         "user_id": spec_string(true),
         "availability_zone": spec_string(true)}});
     if uuid {
-        instance["properties"]["uuid"] =
-            json!({"type": "string", "format": "uuid", "nullable": true});
+        instance["properties"]["uuid"] = json!({"type": ["string", "null"], "format": "uuid"});
     }
     json!({"type": "object", "required": ["instance_type"],
         "description": "The legacy request_spec dict: instance_type (a Flavor primitive or a flavor dict), instance_properties, num_instances",
@@ -106,7 +110,7 @@ fn legacy_spec(uuid: bool) -> Value {
             "instance_type": {"oneOf": [flavor_primitive(), {"allOf": [flavor_fields(),
                 {"not": {"required": ["nova_object.name"]}}]}]},
             "instance_properties": instance,
-            "num_instances": {"type": "integer", "format": "int64", "nullable": true}}})
+            "num_instances": {"type": ["integer", "null"], "format": "int64"}}})
 }
 
 /// Exactly one of the body's places names the instance: the spec (its `instance_uuid`, or the
@@ -141,17 +145,76 @@ fn port_requests() -> Value {
         json!({"type": "object", "required": ["count", "spec", "requester_id"], "properties": {
             "count": size(1, MAX_PCI_COUNT.into()),
             "spec": {"type": "array", "minItems": 1, "items": {"type": "object",
-                "additionalProperties": {"type": "string", "nullable": true}}},
+                "additionalProperties": {"type": ["string", "null"]}}},
             "requester_id": spec_string(false),
-            "request_id": {"type": "string", "format": "uuid", "nullable": true},
+            "request_id": {"type": ["string", "null"], "format": "uuid"},
             "is_new": {"type": "boolean"},
-            "numa_policy": {"type": "string", "nullable": true, "enum": policies}}}),
+            "numa_policy": {"type": ["string", "null"], "enum": policies}}}),
     );
     primitive_schema::<InstancePCIRequests>(
         "An InstancePCIRequests primitive holding the ports' requests (its instance_uuid, if given, is the path's)",
         json!({"type": "object", "required": ["requests"], "properties": {
             "requests": {"type": "array", "minItems": 1, "items": request}}}),
     )
+}
+
+/// Whether `schema` (as utoipa writes an `Option`) takes null: a type list with `"null"`, or
+/// one of its `oneOf`/`anyOf` alternatives is `{"type": "null"}`.
+pub fn accepts_null(schema: &Value) -> bool {
+    let null_type = |s: &Value| match s.get("type") {
+        Some(Value::String(t)) => t == "null",
+        Some(Value::Array(types)) => types.iter().any(|t| t == "null"),
+        _ => false,
+    };
+    null_type(schema)
+        || ["oneOf", "anyOf"].iter().any(|k| {
+            schema
+                .get(*k)
+                .and_then(Value::as_array)
+                .is_some_and(|alts| alts.iter().any(null_type))
+        })
+}
+
+/// `schema`, or null (JSON Schema 2020-12): `"null"` added to its type (and to its `enum`, if it
+/// has one), or, for a schema without a type (a reference, alternatives), one of it and null.
+pub fn or_null(mut schema: Value) -> Value {
+    if accepts_null(&schema) {
+        return schema;
+    }
+    let Some(object) = schema.as_object_mut() else {
+        return schema;
+    };
+    match object.get_mut("type") {
+        Some(Value::String(t)) => {
+            let t = Value::String(std::mem::take(t));
+            object.insert("type".into(), json!([t, "null"]));
+        }
+        Some(Value::Array(types)) => types.push(Value::from("null")),
+        _ => return json!({"oneOf": [schema, {"type": "null"}]}),
+    }
+    if let Some(Value::Array(values)) = object.get_mut("enum") {
+        if !values.contains(&Value::Null) {
+            values.push(Value::Null);
+        }
+    }
+    schema
+}
+
+/// States the uuid rule where `v` names it only by `"format": "uuid"` (an annotation in
+/// OpenAPI 3.1, which a reader need not check): every such string schema gets the pattern of
+/// what the server parses as a uuid.
+pub fn uuid_patterns(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            if m.get("format").and_then(Value::as_str) == Some("uuid") && !m.contains_key("pattern")
+            {
+                m.insert("pattern".into(), Value::String(uuid_pattern()));
+            }
+            m.values_mut().for_each(uuid_patterns);
+        }
+        Value::Array(items) => items.iter_mut().for_each(uuid_patterns),
+        _ => {}
+    }
 }
 
 /// Sets the Nova parts and the rules across fields in the body schemas.
@@ -172,12 +235,9 @@ pub fn describe_bodies(bodies: &mut Value) {
     }
     let set = |bodies: &mut Value, at: &str, schema: Value| {
         if let Some(property) = bodies.pointer_mut(at) {
-            let nullable = property.get("nullable").cloned();
+            let nullable = accepts_null(property);
             let described = property.get("description").cloned();
-            *property = schema;
-            if let Some(n) = nullable {
-                property["nullable"] = n;
-            }
+            *property = if nullable { or_null(schema) } else { schema };
             if let Some(d) = described {
                 property["description"] = d;
             }
@@ -225,8 +285,7 @@ pub fn describe_bodies(bodies: &mut Value) {
         port_requests(),
     );
     // Placement's allocations: provider uuids to amounts per class (`bodies::parse_allocations`).
-    let uuid_key = json!({"type": "string", "pattern":
-        "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"});
+    let uuid_key = json!({"type": "string", "format": "uuid", "pattern": uuid_pattern()});
     for body in ["ClaimRequest", "MigrationRequest"] {
         if let Some(a) = bodies.pointer_mut(&format!("/{body}/properties/allocations")) {
             a["propertyNames"] = uuid_key.clone();

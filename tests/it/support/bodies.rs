@@ -117,6 +117,14 @@ pub fn check_shape(doc: &Value, schema: &Value, answer: &Value, at: &str) {
         return;
     }
     if let Some(alternatives) = schema.get("oneOf").and_then(Value::as_array) {
+        if answer.is_null() {
+            // A value that may be null (JSON Schema 2020-12): one of it and {"type": "null"}.
+            assert!(
+                alternatives.iter().any(|s| s["type"] == "null"),
+                "{at}: null, not one of {alternatives:?}"
+            );
+            return;
+        }
         if schema.get("properties").is_none() {
             // One of several shapes: the answer must match one of them.
             let names: BTreeSet<String> = answer
