@@ -2,12 +2,14 @@
 //! (from the tracker's lists, [`VM_STATES`] and [`TASK_STATES`]) and the kinds of move. The
 //! tracker holds the rules; the API describes them (the accounting core knows no OpenAPI).
 
-use serde::Serialize;
+use std::borrow::Cow;
+
 use utoipa::openapi::schema::{SchemaType, Type};
-use utoipa::openapi::{Object, ObjectBuilder};
+use utoipa::openapi::{Object, ObjectBuilder, RefOr, Schema};
 use utoipa::ToSchema;
 
 use crate::tracker::nova_states::{TASK_STATES, VM_STATES};
+use crate::tracker::MoveType;
 
 /// The schema of a `vm_state` field: one of [`VM_STATES`].
 pub fn vm_state_schema() -> Object {
@@ -40,44 +42,41 @@ fn state_schema<'a>(values: impl Iterator<Item = &'a str>, description: &str) ->
         .build()
 }
 
-/// The kinds of move a migration request names, as [`crate::tracker::MoveType`] reads them
-/// (the test below holds the two lists equal).
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "kebab-case")]
-#[schema(as = MoveType)]
-pub enum MoveTypeSchema {
-    /// Resize (flavor changes).
-    Resize,
-    /// Cold migration.
-    Migration,
-    /// Live migration.
-    LiveMigration,
-    /// Evacuation (rebuild on another host).
-    Evacuation,
+/// The schema component `MoveType`: the kinds of move a migration request names, listed from
+/// the tracker's own [`MoveType::ALL`] (no second list to keep equal).
+pub struct MoveTypeSchema;
+
+impl utoipa::PartialSchema for MoveTypeSchema {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(SchemaType::Type(Type::String))
+            .enum_values(Some(MoveType::ALL.iter().map(|m| m.as_str())))
+            .description(Some("The kind of move"))
+            .build()
+            .into()
+    }
+}
+
+impl ToSchema for MoveTypeSchema {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("MoveType")
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tracker::MoveType;
 
     #[test]
     fn the_move_type_schema_names_every_move_type_the_tracker_reads() {
-        let described: Vec<String> = [
-            MoveTypeSchema::Resize,
-            MoveTypeSchema::Migration,
-            MoveTypeSchema::LiveMigration,
-            MoveTypeSchema::Evacuation,
-        ]
-        .iter()
-        .map(|m| {
-            serde_json::to_value(m)
-                .unwrap()
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
-        .collect();
+        let schema =
+            serde_json::to_value(<MoveTypeSchema as utoipa::PartialSchema>::schema()).unwrap();
+        let described: Vec<String> = schema["enum"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m.as_str().unwrap().to_string())
+            .collect();
         let read: Vec<&str> = MoveType::ALL.iter().map(|m| m.as_str()).collect();
         assert_eq!(described, read);
         for name in &described {
