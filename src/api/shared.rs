@@ -66,7 +66,7 @@ pub enum UpstreamCommandError {
 }
 
 /// What a report asked for by `POST /v1/refresh` did.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, utoipa::ToSchema)]
 pub struct ReportSummary {
     /// Writes Placement accepted.
     pub changes: u32,
@@ -85,7 +85,7 @@ pub struct ReportSummary {
 }
 
 /// An inventory change Placement refused because allocations use the classes it removes.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct InventoryInUse {
     /// The provider.
     pub provider: uuid::Uuid,

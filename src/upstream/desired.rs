@@ -198,7 +198,7 @@ pub struct DesiredState {
 }
 
 /// A PCI provider's total raised to what is held on it (see [`DesiredState::pci_raised`]).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct PciRaised {
     /// The provider's name.
     pub provider: String,

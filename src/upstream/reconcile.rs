@@ -24,7 +24,7 @@ use super::traits::COMPUTE_MANAGED_PCI_DEVICE;
 pub use super::allocations::Amounts;
 
 /// How a consumer's allocation differs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DriftKind {
     /// Placement holds an allocation on this host's providers for a consumer with no local
@@ -52,15 +52,17 @@ impl DriftKind {
 pub const DRIFT_KINDS: [&str; 4] = ["unclaimed", "missing", "different", "inventory_gone"];
 
 /// One consumer's drift.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct ConsumerDrift {
     /// Instance or migration uuid.
     pub consumer: Uuid,
     /// How it differs.
     pub kind: DriftKind,
-    /// What the local claims hold, on rtrack's providers.
+    /// What the local claims hold, on rtrack's providers: provider uuid -> class -> amount.
+    #[schema(value_type = BTreeMap<String, BTreeMap<String, u64>>)]
     pub local: Amounts,
-    /// What Placement holds, on rtrack's providers.
+    /// What Placement holds, on rtrack's providers: provider uuid -> class -> amount.
+    #[schema(value_type = BTreeMap<String, BTreeMap<String, u64>>)]
     pub placement: Amounts,
 }
 
@@ -72,7 +74,7 @@ impl ConsumerDrift {
 }
 
 /// Inventory Placement holds that the host no longer has.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct InventoryDrift {
     /// The provider.
     pub provider: Uuid,
@@ -85,6 +87,7 @@ pub struct InventoryDrift {
     /// The host's (0 when the class or the provider is gone).
     pub host_total: i64,
     /// Placement's usage of the class there, when read.
+    #[schema(required)]
     pub used: Option<u64>,
 }
 
@@ -96,7 +99,7 @@ impl InventoryDrift {
 }
 
 /// What differs between the three.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Drift {
     /// Consumers, by uuid.
     pub consumers: Vec<ConsumerDrift>,

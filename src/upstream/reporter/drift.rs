@@ -44,7 +44,7 @@ pub struct RemovalReport {
 }
 
 /// A consumer `--remove-unclaimed` left alone.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct RemovalRefused {
     /// The consumer.
     pub consumer: Uuid,
