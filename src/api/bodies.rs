@@ -1,5 +1,6 @@
-//! Request bodies of the local API and their translation into tracker requests. Unknown fields
-//! are errors (a misspelt `dry_run` must not claim for real); every message names the field.
+//! Request bodies of the local API (every one of them: here and in the files below) and their
+//! translation into tracker requests. Unknown fields are errors (a misspelt `dry_run` must not
+//! claim for real); every message names the field.
 //!
 //! In: request bodies as JSON. Out: [`ParsedClaim`] and [`ParsedMove`] (the tracker's requests)
 //! or an error naming the field.
@@ -113,6 +114,10 @@ pub struct ClaimBody {
     pub as_placed: Option<PlacedBody>,
 }
 
+impl crate::api::extract::JsonBody for ClaimBody {
+    const WHAT: &'static str = "a claim";
+}
+
 /// One provider's part of an allocation, in Placement's form.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -203,6 +208,10 @@ pub struct MigrationBody {
     pub dest_node: Option<String>,
     /// Placement's allocation for the instance at the destination, by provider uuid.
     pub allocations: Option<std::collections::BTreeMap<String, AllocationBody>>,
+}
+
+impl crate::api::extract::JsonBody for MigrationBody {
+    const WHAT: &'static str = "a migration";
 }
 
 /// Longest name, id or state accepted in a body's own string fields (Nova's columns for
@@ -548,44 +557,20 @@ impl MigrationBody {
     }
 }
 
-/// `?dry_run=...`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DryRunQuery {
-    /// Answer whether it fits, claim nothing.
-    #[serde(default)]
-    pub dry_run: Option<String>,
-}
-
-impl DryRunQuery {
-    /// The flag, checked.
-    pub fn flag(&self) -> Result<bool, ApiError> {
-        match self.dry_run.as_deref() {
-            None | Some("false") | Some("0") => Ok(false),
-            Some("true") | Some("1") | Some("") => Ok(true),
-            Some(other) => Err(ApiError::invalid(
-                "dry_run",
-                format!("{} is not a boolean; expected true or false", quoted(other)),
-            )),
-        }
-    }
-}
-
-/// `?version=X.Y`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct VersionQuery {
-    /// ComputeNode version to backport to.
-    pub version: Option<String>,
-}
-
+mod attach;
 pub mod nova_enums;
 mod placed;
+mod placement;
+mod queries;
 mod state_update;
 mod values;
 
+pub use attach::AttachBody;
+
 use placed::instance_topology;
 pub use placed::{PlacedBody, PlacedDeviceBody};
+pub use placement::{AdoptBody, DeviceMapEntry, ReconcileBody, RefreshBody};
+pub use queries::{DryRunQuery, VersionQuery};
 pub use state_update::InstanceUpdateBody;
 use values::integral_numbers;
 pub use values::uuid_pattern;

@@ -13,12 +13,14 @@
 pub mod bodies;
 pub mod disk_facts;
 pub mod error;
+pub mod extract;
 pub mod metrics;
 pub mod openapi;
 pub mod peer;
 pub mod routes;
 pub mod server;
 pub mod shared;
+pub mod views;
 
 use std::sync::Arc;
 use std::time::Duration;

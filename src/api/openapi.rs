@@ -1,18 +1,22 @@
 //! The OpenAPI 3 description of the local API, served at `/v1/openapi.json`.
 //!
 //! In: [`ROUTES`] (declared once in `api/mod.rs`, where the router is built from the same list),
-//! the error table, and the request body types, whose schemas are derived from their definitions.
-//! Out: the document. Tests check that it lists exactly [`ROUTES`], and the end-to-end tests call
-//! every documented operation on a live daemon.
+//! the error table, the request body types and the answer types ([`super::views`]), whose
+//! schemas are derived from their definitions; the host reports' schemas are written in
+//! `answers.rs`. Out: the document. Tests check that it lists exactly [`ROUTES`], and the
+//! end-to-end tests call every documented operation on a live daemon.
 
 use serde_json::{json, Value};
 
 mod answers;
+mod derived;
 mod nova;
 
-use super::bodies::{ClaimBody, InstanceUpdateBody, MigrationBody};
+use super::bodies::{
+    AdoptBody, AttachBody, ClaimBody, DeviceMapEntry, InstanceUpdateBody, MigrationBody,
+    ReconcileBody, RefreshBody,
+};
 use super::error::ErrorCode;
-use super::routes::{AdoptBody, AttachBody, DeviceMapEntry, ReconcileBody, RefreshBody};
 use crate::objects::compute_node::ComputeNode;
 use crate::objects::NovaObject;
 use answers::{inventory_report_schema, numa_cell_schema, numa_detail_schema};
@@ -168,76 +172,15 @@ struct Shared {
     id: Value,
     std_errors: &'static [u16],
     error_codes: Vec<&'static str>,
-    claim: Value,
-    refreshed: Value,
-    reconciled: Value,
-    drift_schema: Value,
-    adoption_plan: Value,
 }
 
 impl Shared {
     fn new() -> Shared {
-        let uuid =
-            json!({"type": "string", "format": "uuid", "pattern": super::bodies::uuid_pattern()});
-        let id = json!({"type": "integer", "format": "int64", "minimum": 1});
-        let std_errors: &'static [u16] = &[403, 503];
-        let error_codes: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
-        // A claim's fields, as every answer that shows one has them (`claim_view`).
-        let claim = json!({
-            "instance_uuid": {"type": "string", "format": "uuid"}, "migration_id": {"type": ["integer", "null"], "minimum": 1},
-            "resources": {"type": "object", "additionalProperties": {"type": "integer"}},
-            "pci_devices": {"type": "array", "items": {"type": "object", "properties": {"address": {"type": "string"}, "request_id": {"type": "string"}}}},
-            "flavor": {"type": "object"}, "is_bfv": {"type": "boolean"}, "mdevs": {"type": "array", "description": "mediated devices given, one per vGPU", "items": {"type": "object", "properties": {
-                "uuid": {"type": "string"}, "parent": {"type": "string"}, "type": {"type": "string"},
-                "existing": {"type": "boolean", "description": "it existed when given; else the hypervisor side creates it with this uuid"}}}},
-            "pmem_namespaces": {"type": "array", "description": "persistent memory namespaces given (vPMEM), one per unit of a CUSTOM_PMEM_NAMESPACE_ class (Nova's LibvirtVPMEMDevice)", "items": {"type": "object", "properties": {
-                "name": {"type": "string"}, "label": {"type": "string"}, "resource_class": {"type": "string"}, "devpath": {"type": "string"},
-                "size": {"type": "integer", "format": "int64"}, "align": {"type": "integer", "format": "int64"}}}},
-            "nested": {"type": "array", "description": "units held below (vPMEM: on) the compute node", "items": {"type": "object", "properties": {
-                "provider": {"type": "object", "description": "{\"mdev\": parent}, {\"mem_encryption\": model}, {\"operator\": {provider, class}} or {\"pmem\": class}"}, "class": {"type": "string"}, "amount": {"type": "integer"}}}},
-            "numa_cells": {"type": "array", "items": {"type": "integer"}, "description": "host NUMA cells the guest's cells are on, in guest order"},
-            "numa_topology": {"type": ["object", "null"], "description": "the fitted InstanceNUMATopology primitive (Nova's): per guest cell the host cell (id), cpuset, pcpuset, cpu_pinning_raw, cpuset_reserved, memory, pagesize, policies"},
-            "claimed_at": {"type": "string"}});
-        let refreshed = json!({"type": "object", "required": ["audited", "placement"], "properties": {
-            "audited": {"type": "boolean"},
-            "placement": {"type": ["object", "null"], "description": "null without Placement",
-                "properties": {"changes": {"type": "integer"}, "requests": {"type": "integer"}, "conflicts": {"type": "integer"},
-                    "inventory_in_use": {"type": "array", "description": "inventory changes Placement refused because the classes they remove are in use (the old records kept)",
-                        "items": {"type": "object", "required": ["provider", "pci", "detail"], "properties": {
-                            "provider": {"type": "string", "format": "uuid"}, "pci": {"type": "boolean"}, "detail": {"type": "string"}}}},
-                    "pci_raised": {"type": "array", "description": "PCI providers whose total is kept above what the device specs report, at what instances still hold there",
-                        "items": {"type": "object", "required": ["provider", "class", "reported", "total"], "properties": {
-                            "provider": {"type": "string", "description": "the provider's name"}, "class": {"type": "string"},
-                            "reported": {"type": "integer"}, "total": {"type": "integer"}}}}}}}});
-        let reconciled = json!({"type": "object", "required": ["drift", "counts", "fixed"], "properties": {
-            "drift": schema_ref("Drift"), "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
-            "fixed": {"type": "boolean"}, "found": schema_ref("Drift"), "found_counts": {"type": "object", "additionalProperties": {"type": "integer"}},
-            "report_allocations": {"type": "boolean"},
-            "removed": {"type": "array", "items": {"type": "string"}},
-            "refused": {"type": "array", "items": {"type": "object", "properties": {"consumer": {"type": "string"}, "why": {"type": "string"}}}},
-            "not_touched": {"type": "array", "items": {"type": "object", "properties": {"consumer": {"type": "string"}, "provider": {"type": "string"}, "kind": {"type": "string"}, "class": {"type": "string"}, "why": {"type": "string"}}}}}});
-        let drift_schema = json!({"type": "object", "required": ["consumers", "inventories"], "properties": {
-            "consumers": {"type": "array", "items": {"type": "object", "required": ["consumer", "kind", "local", "placement"], "properties": {
-                "consumer": {"type": "string"}, "kind": {"type": "string", "enum": ["unclaimed", "missing", "different"]},
-                "local": {"type": "object", "description": "provider uuid -> class -> amount"}, "placement": {"type": "object", "description": "provider uuid -> class -> amount"}}}},
-            "inventories": {"type": "array", "items": {"type": "object", "properties": {
-                "provider": {"type": "string"}, "provider_name": {"type": "string"}, "class": {"type": "string"},
-                "placement_total": {"type": "integer"}, "host_total": {"type": "integer"}, "used": {"type": ["integer", "null"]}}}}}});
-        let adoption_plan = json!({"type": "object", "required": ["applied", "claims", "existing", "problems", "notes"], "properties": {
-            "applied": {"type": "boolean"}, "claims": {"type": "array", "items": schema_ref("Claim")},
-            "existing": {"type": "array", "items": {"type": "string"}},
-            "problems": {"type": "array", "items": {"type": "object", "properties": {"consumer": {"type": "string"}, "reason": {"type": "string"}}}},
-            "notes": {"type": "array", "items": {"type": "object", "properties": {"consumer": {"type": "string"}, "note": {"type": "string"}}}}}});
         Shared {
-            uuid,
-            id,
-            std_errors,
-            error_codes,
-            claim,
-            refreshed,
-            reconciled,
-            drift_schema,
-            adoption_plan,
+            uuid: json!({"type": "string", "format": "uuid", "pattern": super::bodies::uuid_pattern()}),
+            id: json!({"type": "integer", "format": "int64", "minimum": 1}),
+            std_errors: &[403, 503],
+            error_codes: ErrorCode::ALL.iter().map(|c| c.as_str()).collect(),
         }
     }
 }
@@ -269,17 +212,7 @@ fn read_paths(s: &Shared) -> Value {
         "/v1/usage": {"get": {"operationId": "getUsage", "summary": "Per resource class: total, reserved, capacity, used, free; PCI pools; NUMA cells",
             "responses": responses(&[("200", ok("usage", schema_ref("Usage")))], std_errors)}},
         "/v1/numa": {"get": {"operationId": "getNuma", "summary": "Every NUMA cell: each core's CPUs with what holds them, memory and pages, local PCI devices",
-            "responses": responses(&[("200", ok("cells", json!({"type": "object", "properties": {
-                "cells": {"type": "array", "items": schema_ref("NumaDetail")},
-                "legacy_cpus": {"type": "boolean", "description": "no CPU sets configured: every CPU is shared and dedicated"},
-                "base_page_kb": {"type": "integer"},
-                "cpu_power_management": {"type": ["object", "null"], "description": "[resources] cpu_power_management; null when off", "properties": {
-                    "strategy": {"type": "string", "enum": ["cpu_state", "governor"]},
-                    "governor_low": {"type": "string"}, "governor_high": {"type": "string"}}},
-                "offline_pinned": {"type": "array", "description": "host CPUs pinned by counted placements that are offline", "items": {"type": "object", "properties": {
-                    "cpu": {"type": "integer"}, "instance": {"type": "string", "format": "uuid"},
-                    "running": {"type": "boolean", "description": "the instance's guest runs"},
-                    "powered_down": {"type": "boolean", "description": "offline on purpose: power management on, guest not running"}}}}}})))], std_errors)}},
+            "responses": responses(&[("200", ok("cells", schema_ref("Numa")))], std_errors)}},
     })
 }
 
@@ -289,8 +222,6 @@ fn write_paths(s: &Shared) -> Value {
         uuid,
         id,
         std_errors,
-        refreshed,
-        reconciled,
         ..
     } = s;
     json!({
@@ -307,7 +238,7 @@ fn write_paths(s: &Shared) -> Value {
             "get": {"operationId": "getClaim", "summary": "The instance's claim (or its move claim here)",
                 "responses": responses(&[("200", ok("claim", schema_ref("ClaimShown")))], &[400, 403, 404, 503])},
             "delete": {"operationId": "abortClaim", "summary": "Abort the claim (Nova's abort_instance_claim); frees its devices",
-                "responses": responses(&[("200", ok("aborted", json!({"type": "object", "properties": {"instance_uuid": uuid, "aborted": {"type": "boolean"}}})))], &[400, 403, 404, 500, 503, 507])}},
+                "responses": responses(&[("200", ok("aborted", schema_ref("Aborted")))], &[400, 403, 404, 500, 503, 507])}},
         "/v1/migrations": {
             "get": {"operationId": "listMigrations", "summary": "Migrations known to this host",
                 "responses": responses(&[("200", ok("migrations", json!({"type": "array", "items": schema_ref("Migration")})))], std_errors)},
@@ -324,17 +255,16 @@ fn write_paths(s: &Shared) -> Value {
         "/v1/migrations/{id}/confirm": {
             "parameters": [path_param("id", id.clone(), "Migration id")],
             "post": {"operationId": "confirmMigration", "summary": "Confirm: the source frees the old side",
-                "responses": responses(&[("200", ok("confirmed", json!({"type": "object", "properties": {"migration": schema_ref("Migration")}})))], &[400, 403, 404, 409, 500, 503])}},
+                "responses": responses(&[("200", ok("confirmed", schema_ref("MigrationFinished")))], &[400, 403, 404, 409, 500, 503])}},
         "/v1/migrations/{id}/revert": {
             "parameters": [path_param("id", id.clone(), "Migration id")],
             "post": {"operationId": "revertMigration", "summary": "Revert: the destination frees the new side",
-                "responses": responses(&[("200", ok("reverted", json!({"type": "object", "properties": {"migration": schema_ref("Migration")}})))], &[400, 403, 404, 409, 500, 503])}},
+                "responses": responses(&[("200", ok("reverted", schema_ref("MigrationFinished")))], &[400, 403, 404, 409, 500, 503])}},
         "/v1/instances/{uuid}/state": {
             "parameters": [path_param("uuid", uuid.clone(), "Instance")],
             "post": {"operationId": "updateInstance", "summary": "Change an instance's vm/task state or host (Nova's update_usage)",
                 "requestBody": body("InstanceUpdate"),
-                "responses": responses(&[("200", ok("updated", json!({"type": "object", "required": ["instance"], "properties": {"instance": {"type": ["object", "null"],
-                    "description": "the instance as now tracked; null when the change leaves it no longer tracked here"}}})))], &[400, 403, 404, 409, 413, 415, 500, 503])}},
+                "responses": responses(&[("200", ok("updated", schema_ref("InstanceUpdated")))], &[400, 403, 404, 409, 413, 415, 500, 503])}},
         "/v1/instances/{uuid}/pci-requests": {
             "parameters": [path_param("uuid", uuid.clone(), "Instance (running here, holding a claim)")],
             "post": {"operationId": "attachPci", "summary": "Devices for ports attached to a running instance (Nova's interface attach): the port's requests are claimed on the instance's NUMA cells and added to the instance; the same requests again answer what they hold",
@@ -348,26 +278,25 @@ fn write_paths(s: &Shared) -> Value {
         "/v1/instances/{uuid}/pci-requests/{request_id}": {
             "parameters": [path_param("uuid", uuid.clone(), "Instance"), path_param("request_id", json!({"type": "string", "maxLength": 255}), "The port's InstancePCIRequest request_id")],
             "delete": {"operationId": "detachPci", "summary": "Frees a port's devices and removes its request (Nova's interface detach); a flavor's requests are not detached",
-                "responses": responses(&[("200", ok("detached", json!({"type": "object", "properties": {
-                    "instance_uuid": {"type": "string"}, "request_id": {"type": "string"}, "detached": {"type": "boolean"}}})))], &[400, 403, 404, 409, 500, 503])}},
+                "responses": responses(&[("200", ok("detached", schema_ref("Detached")))], &[400, 403, 404, 409, 500, 503])}},
         "/v1/pci-devices": {"get": {"operationId": "listPciDevices", "summary": "Every tracked PCI device: state (available, claimed, allocated, unavailable, unclaimable, reserved), holder, one-time use, Placement provider",
             // No links from here. To an instance's operations: a device's `instance_uuid` is null
             // while it is free, and a runtime expression cannot pick a held device, so such a
             // link would give null (sent as the text "None") for a uuid. To a device's release:
             // the first device listed is seldom one to release (409), and a read that never fails
             // as the start of sequences leaves the claims' and moves' links untried.
-            "responses": responses(&[("200", ok("devices", json!({"type": "object", "properties": {"pci_devices": {"type": "array", "items": schema_ref("PciDevice")}}})))], std_errors)}},
+            "responses": responses(&[("200", ok("devices", schema_ref("PciDevices")))], std_errors)}},
         "/v1/pci-devices/{address}/release": {
             "parameters": [path_param("address", json!({"type": "string", "pattern": crate::probes::pci::PciAddress::PATTERN}), "PCI address")],
             "post": {"operationId": "releasePciDevice", "summary": "Releases a one-time-use device reserved after use: available again, its provider's inventory unreserved",
-                "responses": responses(&[("200", ok("released", json!({"type": "object", "properties": {"address": {"type": "string"}, "status": {"type": "string"}}})))], &[400, 403, 404, 409, 500, 503])}},
+                "responses": responses(&[("200", ok("released", schema_ref("Released")))], &[400, 403, 404, 409, 500, 503])}},
         "/v1/reconcile": {"post": {"operationId": "reconcile", "summary": "Reads Placement now and compares the local claims, Placement's allocations on this host's tree and the host's inventory (unclaimed, missing, different, inventory_gone); with fix, writes what rtrack owns and reads again; with remove_unclaimed, removes this host's part of the consumers named that hold no claim here",
             "requestBody": {"required": false, "content": {"application/json": {"schema": schema_ref("ReconcileRequest")}}},
-            "responses": responses(&[("200", ok("the drift", reconciled.clone()))],
+            "responses": responses(&[("200", ok("the drift", schema_ref("Reconciled")))],
                 &[400, 403, 409, 413, 415, 500, 503])}},
         "/v1/refresh": {"post": {"operationId": "refresh", "summary": "Audits now (the host probed again) and reports to Placement now, without waiting for a backoff; answered once both are done (503 not_ready when either failed). With [host] disk_source = \"caller\", disk_gb gives the DISK_GB totals first (kept in the state directory)",
             "requestBody": {"required": false, "content": {"application/json": {"schema": schema_ref("RefreshRequest")}}},
-            "responses": responses(&[("200", ok("done", refreshed.clone()))],
+            "responses": responses(&[("200", ok("done", schema_ref("Refreshed")))],
                 &[400, 403, 409, 413, 415, 500, 503])}},
         "/v1/adopt": {"post": {"operationId": "adopt", "summary": "The instances Placement's allocations say this host runs (a host taken over from nova-compute), as local claims: the plan, committed in one transaction with apply when every consumer fits",
             "requestBody": {"required": false, "content": {"application/json": {"schema": schema_ref("AdoptRequest")}}},
@@ -376,95 +305,26 @@ fn write_paths(s: &Shared) -> Value {
     })
 }
 
-/// The schemas (with the request bodies').
+/// The schemas: the error's and the host reports' (written here), the answers' (derived from
+/// the answer types) and the request bodies' (derived from the body types).
 fn components(s: &Shared) -> Value {
-    let Shared {
-        error_codes,
-        claim,
-        drift_schema,
-        adoption_plan,
-        ..
-    } = s;
-    json!({"schemas": schemas_with_bodies(json!({
+    let mut schemas = json!({
         "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "object", "required": ["code", "message", "details"], "properties": {
-            "code": {"type": "string", "enum": error_codes},
+            "code": {"type": "string", "enum": s.error_codes},
             "message": {"type": "string"},
             "details": {"description": "claim_refused: {instance_uuid, resources: [{class, requested, used, capacity, max_unit}], pci: {request_id, alias_name, requested, usable, pools: [{pool, count, rejected}]}}; others: the field or id"}}}}},
-        "Drift": drift_schema,
-        "AdoptionPlan": adoption_plan,
-        "Health": {"type": "object", "properties": {"status": {"type": "string", "enum": ["ok", "degraded", "stopping"]}, "version": {"type": "string"},
-            "audits_succeeded": {"type": "integer"}, "audits_failing_in_a_row": {"type": "integer"}, "last_audit_at": {"type": ["string", "null"]},
-            "last_audit_seconds": {"type": ["number", "null"]}, "last_audit_error": {"type": ["string", "null"]},
-            "placement_drift": {"type": ["object", "null"], "description": "the last reconciliation's drift counts by kind (unclaimed, missing, different, inventory_gone) and when (at); null before the first or without Placement"},
-            "store_unavailable": {"type": ["string", "null"], "description": "why changes are refused (503 store_unavailable), while they are"}}},
-        "Claim": {"type": "object", "description": "A claim held", "properties": claim.clone()},
-        "ClaimAnswer": exact(json!({"type": "object", "description": "A claim as a claim request is answered",
-            "properties": with_properties(claim, json!({"existing": {"type": "boolean", "description": "already held: this answer is a retry's"}, "dry_run": {"type": "boolean"}}))})),
-        "ClaimShown": {"type": "object", "description": "A claim with its instance's state",
-            "properties": with_properties(claim, json!({"instance": {"type": ["object", "null"], "properties": {
-                "vm_state": {"type": "string"}, "task_state": {"type": ["string", "null"]},
-                "host": {"type": ["string", "null"]}, "node": {"type": ["string", "null"]}}}}))},
-        "DryRun": exact(json!({"type": "object", "properties": {"fits": {"type": "boolean"}, "claim": schema_ref("ClaimAnswer")}})),
-        "MoveClaim": exact(json!({"type": "object", "properties": {"migration": schema_ref("Migration"), "claim": schema_ref("ClaimAnswer")}})),
-        "MoveDryRun": exact(json!({"type": "object", "properties": {"migration": {"oneOf": [schema_ref("Migration"), {"type": "null"}], "description": "null: a dry run records no migration"},
-            "claim": schema_ref("ClaimAnswer"), "fits": {"type": "boolean"}}})),
-        "Migration": {"type": "object", "properties": {
-            "id": {"type": "integer"}, "uuid": {"type": "string"}, "instance_uuid": {"type": "string"},
-            "source_compute": {"type": ["string", "null"]}, "source_node": {"type": ["string", "null"]},
-            "dest_compute": {"type": ["string", "null"]}, "dest_node": {"type": ["string", "null"]},
-            "status": {"type": "string"}, "migration_type": {"type": "string"},
-            "old_instance_type_id": {"type": ["integer", "null"]}, "new_instance_type_id": {"type": ["integer", "null"]},
-            "created_at": {"type": "integer"}, "updated_at": {"type": "integer"}}},
-        "Usage": {"type": "object", "properties": {
-            "resources": {"type": "object", "additionalProperties": {"type": "object", "properties": {
-                "total": {"type": "integer"}, "reserved": {"type": "integer"}, "allocation_ratio": {"type": "number"},
-                "capacity": {"type": "integer"}, "used": {"type": "integer"}, "free": {"type": "integer"}, "max_unit": {"type": "integer"}}}},
-            "pci_pools": {"type": "array", "items": {"type": "object", "properties": {
-                "vendor_id": {"type": "string"}, "product_id": {"type": "string"}, "numa_node": {"type": ["integer", "null"]},
-                "tags": {"type": "object"}, "total": {"type": "integer"}, "free": {"type": "integer"}}}},
-            "numa_cells": {"type": "array", "items": schema_ref("NumaCell")},
-            "instances": {"type": "integer"}, "claims": {"type": "integer"}, "migrations_in_progress": {"type": "integer"}}},
-        "Attached": {"type": "object", "properties": {"instance_uuid": {"type": "string"},
-            "pci_devices": {"type": "array", "items": {"type": "object", "properties": {"address": {"type": "string"}, "request_id": {"type": "string"}}}},
-            "existing": {"type": "boolean"}}},
-        "PciDevice": {"type": "object", "properties": {
-            "address": {"type": "string"}, "vendor_id": {"type": "string"}, "product_id": {"type": "string"},
-            "dev_type": {"type": "string", "enum": ["type-PCI", "type-PF", "type-VF", "vdpa"]}, "numa_node": {"type": ["integer", "null"]},
-            "parent_addr": {"type": ["string", "null"]},
-            "status": {"type": "string", "enum": ["available", "claimed", "allocated", "unclaimable", "unavailable", "reserved"]},
-            "instance_uuid": {"type": ["string", "null"]}, "request_id": {"type": ["string", "null"]},
-            "one_time_use": {"type": "boolean"},
-            "resource_provider_uuid": {"type": ["string", "null"], "description": "with [pci] report_in_placement: the provider holding it"}}},
         "InventoryReport": inventory_report_schema(),
         "NumaCell": numa_cell_schema(),
         "NumaDetail": numa_detail_schema(),
-    }))})
-}
-
-/// The `--once` report: the keys tools read (docs/inventory.md has every field).
-/// `schema` with every property required and no other: the answers a client must tell apart
-/// (a claim, a dry run, a move) are each exactly one of the alternatives documented.
-fn exact(mut schema: Value) -> Value {
-    let keys: Vec<Value> = schema["properties"]
-        .as_object()
-        .map(|p| p.keys().cloned().map(Value::String).collect())
-        .unwrap_or_default();
-    schema["required"] = Value::Array(keys);
-    schema["additionalProperties"] = Value::Bool(false);
-    schema
-}
-
-/// `base` with `more` properties.
-fn with_properties(base: &Value, more: Value) -> Value {
-    let mut all = base.clone();
-    if let (Some(all), Value::Object(more)) = (all.as_object_mut(), more) {
-        all.extend(more);
+    });
+    if let Some(all) = schemas.as_object_mut() {
+        all.extend(derived::answer_schemas());
     }
-    all
+    json!({"schemas": schemas_with_bodies(schemas)})
 }
 
-/// The hand-written answer schemas with the request bodies' schemas added: those are derived
-/// from the body types (utoipa), so the document describes exactly what the server decodes.
+/// The answer schemas with the request bodies' schemas added: those are derived from the body
+/// types (utoipa), so the document describes exactly what the server decodes.
 fn schemas_with_bodies(mut answers: Value) -> Value {
     #[derive(utoipa::OpenApi)]
     #[openapi(components(schemas(
@@ -705,7 +565,7 @@ mod tests {
         );
         assert_eq!(
             schemas["MoveDryRun"]["properties"]["migration"]["oneOf"],
-            json!([schema_ref("Migration"), {"type": "null"}])
+            json!([{"type": "null"}, schema_ref("Migration")])
         );
         let task_state = &schemas["InstanceUpdate"]["properties"]["task_state"];
         assert!(nova::accepts_null(task_state), "{task_state}");

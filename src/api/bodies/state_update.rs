@@ -41,3 +41,7 @@ impl From<InstanceUpdateBody> for InstanceUpdate {
         }
     }
 }
+
+impl crate::api::extract::JsonBody for InstanceUpdateBody {
+    const WHAT: &'static str = "an instance state update";
+}

@@ -1,5 +1,7 @@
 //! The answer schemas of the reads that describe the host: the `--once` inventory report
-//! (`GET /v1/inventory`) and the NUMA cells of `GET /v1/usage` and `GET /v1/numa`.
+//! (`GET /v1/inventory`) and the NUMA cells of `GET /v1/usage` and `GET /v1/numa`. Written here,
+//! not derived: they are the probes' and the core's types, which do not depend on utoipa (the
+//! other answers are derived from `api::views`).
 //!
 //! In: nothing. Out: their JSON schemas (OpenAPI 3.1: JSON Schema 2020-12), referenced from the document's
 //! components.

@@ -6,16 +6,14 @@
 //! same requests were attached already), the detach or release acknowledged once committed, or
 //! an [`ApiError`] (`claim_refused` with every pool considered, `conflict`, `not_found`...).
 
-use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::IntoResponse;
 use axum::Json;
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
 
+use super::super::bodies::AttachBody;
 use super::super::error::ApiError;
+use super::super::extract::{ApiJson, ApiPath, InstanceUuid};
+use super::super::views::{Attached, Detached, PciDeviceView, PciDevices, Released};
 use super::*;
 use crate::echo::bounded;
 use crate::objects::pci_request::InstancePCIRequests;
@@ -23,21 +21,10 @@ use crate::objects::Versioned;
 use crate::probes::pci::PciAddress;
 use crate::tracker::request::pci_requests_from_object;
 
-/// `POST /v1/instances/{uuid}/pci-requests`: the port's requests.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(as = AttachRequest)]
-pub struct AttachBody {
-    /// An InstancePCIRequests primitive (nova_object.name = InstancePCIRequests) holding the
-    /// port's requests: `requester_id` set, no `alias_name`, Nova's `request_id`.
-    #[schema(value_type = Object)]
-    pub pci_requests: Value,
-}
-
 /// `GET /v1/pci-devices`: every tracked device with its state, holder and provider.
-pub async fn list_pci_devices(State(state): St) -> ApiResult {
+pub async fn list_pci_devices(State(state): St) -> Result<Json<PciDevices>, ApiError> {
     let st = state.clone();
-    let devices = blocking(move || {
+    let pci_devices = blocking(move || {
         Ok(st.service.read(|t| {
             let providers = t.pci_provider_uuids();
             t.state()
@@ -47,30 +34,21 @@ pub async fn list_pci_devices(State(state): St) -> ApiResult {
                     let provider = providers
                         .get(&d.parent_addr.unwrap_or(d.address))
                         .or_else(|| providers.get(&d.address));
-                    json!({
-                        "address": d.address, "vendor_id": d.vendor_id, "product_id": d.product_id,
-                        "dev_type": d.dev_type.as_str(), "numa_node": d.numa_node,
-                        "parent_addr": d.parent_addr, "status": d.status.as_str(),
-                        "instance_uuid": d.owner.as_ref().map(|o| &o.instance_uuid),
-                        "request_id": d.owner.as_ref().and_then(|o| o.request_id.as_ref()),
-                        "one_time_use": d.one_time_use(),
-                        "resource_provider_uuid": provider,
-                    })
+                    PciDeviceView::new(d, provider.copied())
                 })
-                .collect::<Vec<Value>>()
+                .collect()
         }))
     })
     .await?;
-    Ok(Json(json!({"pci_devices": devices})).into_response())
+    Ok(Json(PciDevices { pci_devices }))
 }
 
 /// `POST /v1/pci-devices/{address}/release`: a one-time-use device reserved after use becomes
 /// available again, and its provider's inventory unreserved.
 pub async fn release_pci_device(
     State(state): St,
-    p: Result<Path<String>, PathRejection>,
-) -> ApiResult {
-    let Path(raw) = p.map_err(path_error)?;
+    ApiPath(raw): ApiPath<String>,
+) -> Result<Json<Released>, ApiError> {
     let address = PciAddress::parse(&raw).ok_or_else(|| {
         ApiError::invalid(
             "address",
@@ -90,19 +68,18 @@ pub async fn release_pci_device(
         r.map_err(ApiError::from)
     })
     .await?;
-    Ok(Json(json!({"address": address, "status": "available"})).into_response())
+    Ok(Json(Released {
+        address: address.to_string(),
+        status: "available".to_string(),
+    }))
 }
 
 /// `POST /v1/instances/{uuid}/pci-requests`: devices for ports attached to a running instance.
 pub async fn attach_pci(
     State(state): St,
-    p: Result<Path<String>, PathRejection>,
-    headers: axum::http::HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> ApiResult {
-    let Path(raw) = p.map_err(path_error)?;
-    let uuid = check_uuid(&raw, "uuid")?;
-    let body: AttachBody = json_body(&state, &headers, body, "an attach request")?;
+    InstanceUuid(uuid): InstanceUuid,
+    ApiJson(body): ApiJson<AttachBody>,
+) -> Result<(StatusCode, Json<Attached>), ApiError> {
     // Strings bounded as inside a claim's request spec, where the same requests come.
     super::super::bodies::check_spec_strings(&body.pci_requests, "pci_requests")?;
     let reqs =
@@ -145,24 +122,15 @@ pub async fn attach_pci(
     } else {
         StatusCode::CREATED
     };
-    Ok((
-        status,
-        Json(json!({
-            "instance_uuid": outcome.instance_uuid,
-            "pci_devices": outcome.assignments,
-            "existing": outcome.existing,
-        })),
-    )
-        .into_response())
+    Ok((status, Json(Attached::from(&outcome))))
 }
 
 /// `DELETE /v1/instances/{uuid}/pci-requests/{request_id}`: the port's devices are freed.
 pub async fn detach_pci(
     State(state): St,
-    p: Result<Path<(String, String)>, PathRejection>,
-) -> ApiResult {
-    let Path((raw, request_id)) = p.map_err(path_error)?;
-    let uuid = check_uuid(&raw, "uuid")?;
+    InstanceUuid(uuid): InstanceUuid,
+    ApiPath((_, request_id)): ApiPath<(String, String)>,
+) -> Result<Json<Detached>, ApiError> {
     if request_id.len() > 255 {
         return Err(ApiError::invalid(
             "request_id",
@@ -180,8 +148,9 @@ pub async fn detach_pci(
         res.map_err(ApiError::from)
     })
     .await?;
-    Ok(
-        Json(json!({"instance_uuid": uuid, "request_id": request_id, "detached": true}))
-            .into_response(),
-    )
+    Ok(Json(Detached {
+        instance_uuid: uuid,
+        request_id,
+        detached: true,
+    }))
 }

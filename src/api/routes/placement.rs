@@ -10,94 +10,18 @@
 
 use std::collections::BTreeMap;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::response::IntoResponse;
 use axum::Json;
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use super::super::bodies::{AdoptBody, ReconcileBody, RefreshBody};
 use super::super::error::{ApiError, ErrorCode};
+use super::super::extract::{check_uuid, OptionalJson};
 use super::super::shared::{ReconcileAnswer, UpstreamCommand, UpstreamCommandError};
+use super::super::views::{AdoptNote, AdoptionPlanView, Reconciled, Refreshed};
 use super::*;
 use crate::probes::pci::PciAddress;
 use crate::upstream::adoption::{adoptees, DeviceFacts};
-use crate::upstream::reconcile::{Drift, DriftKind};
-
-/// `POST /v1/reconcile`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(as = ReconcileRequest)]
-pub struct ReconcileBody {
-    /// Write what rtrack owns (its inventories; with `report_allocations`, the allocations),
-    /// then read Placement again. Default false: read and compare only.
-    #[serde(default)]
-    pub fix: bool,
-    /// Consumers with no local claim whose part on this host's providers to remove (their
-    /// other parts kept): each refused while it holds a claim here, was released here, or was
-    /// first seen unclaimed less than `[placement] unclaimed_grace_s` ago.
-    #[serde(default)]
-    #[schema(schema_with = uuid_list_schema)]
-    pub remove_unclaimed: Vec<uuid::Uuid>,
-}
-
-/// `POST /v1/adopt`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(as = AdoptRequest)]
-pub struct AdoptBody {
-    /// Commit the plan (one transaction). Default false: the plan only.
-    #[serde(default)]
-    pub apply: bool,
-    /// Which PCI devices instances have, when the operator knows; an instance not named gets
-    /// free devices of the providers it holds, in Nova's pool order (the highest addresses first).
-    #[serde(default)]
-    pub devices: Vec<DeviceMapEntry>,
-    /// Adopt consumers of no type as instances (Placement before 1.38, or allocations written
-    /// by a Nova that did not set types), once the operator checked no move is in progress.
-    #[serde(default)]
-    pub assume_instances: bool,
-}
-
-/// One instance's devices in an adoption's device map.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct DeviceMapEntry {
-    /// The instance.
-    #[schema(format = "uuid")]
-    pub instance_uuid: String,
-    /// Its devices' PCI addresses (`dddd:bb:ss.f`).
-    #[schema(schema_with = address_list_schema)]
-    pub addresses: Vec<String>,
-}
-
-/// An array of UUIDs (what `uuid::Uuid` parses: the hyphenated form is documented).
-fn uuid_list_schema() -> utoipa::openapi::schema::Array {
-    use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, SchemaFormat, Type};
-    ArrayBuilder::new()
-        .items(
-            ObjectBuilder::new()
-                .schema_type(Type::String)
-                .format(Some(SchemaFormat::Custom("uuid".into())))
-                .pattern(Some(
-                    "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$",
-                )),
-        )
-        .build()
-}
-
-/// An array of PCI addresses, each matching [`PciAddress::PATTERN`] (what the parser takes).
-fn address_list_schema() -> utoipa::openapi::schema::Array {
-    use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Type};
-    ArrayBuilder::new()
-        .items(
-            ObjectBuilder::new()
-                .schema_type(Type::String)
-                .pattern(Some(PciAddress::PATTERN)),
-        )
-        .build()
-}
 
 /// Sends `make(reply)` to the report loop and waits for the answer.
 pub(super) async fn ask<T>(
@@ -134,41 +58,11 @@ pub(super) async fn ask<T>(
     }
 }
 
-/// Why rtrack leaves a drift as it is.
-fn not_touched(d: &Drift, report_allocations: bool) -> Vec<Value> {
-    let mut out = Vec::new();
-    for c in &d.consumers {
-        let why = if !report_allocations {
-            "allocations here are written by Nova's scheduler and conductor ([placement] report_allocations = false): nova-manage placement heal_allocations and audit repair them"
-        } else if c.kind == DriftKind::Unclaimed {
-            "no local claim here: rtrack removes only what it released; if no build for it is on its way, `rtrackctl reconcile --remove-unclaimed <uuid>` removes this host's part"
-        } else {
-            "Placement refused the allocation (see rtrackd's log: over capacity, a class it lacks)"
-        };
-        out.push(json!({"consumer": c.consumer, "kind": c.kind, "why": why}));
-    }
-    for i in &d.inventories {
-        let why = if i.used.unwrap_or(0) > 0 {
-            "allocations still use it: Placement refuses to remove inventory in use; it goes once they do"
-        } else {
-            "rtrack removes it at its next report (or Placement refused: see rtrackd's log)"
-        };
-        out.push(json!({"provider": i.provider, "class": i.class, "why": why}));
-    }
-    out
-}
-
 /// `POST /v1/reconcile`: Placement read now and compared with the local claims and the host.
 pub async fn reconcile(
     State(state): St,
-    headers: axum::http::HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> ApiResult {
-    let body: ReconcileBody = if body.as_ref().is_ok_and(|b| b.is_empty()) {
-        ReconcileBody::default()
-    } else {
-        json_body(&state, &headers, body, "a reconcile request")?
-    };
+    OptionalJson(body): OptionalJson<ReconcileBody>,
+) -> Result<Json<Reconciled>, ApiError> {
     let fix = body.fix;
     let remove = body.remove_unclaimed;
     let answer = ask(&state, |reply| UpstreamCommand::Reconcile {
@@ -177,40 +71,21 @@ pub async fn reconcile(
         reply,
     })
     .await?;
-    let v = match answer {
+    let reconciled = match answer {
         ReconcileAnswer::Inspected(d) => {
             tracing::info!(target: "rtrack::upstream", counts = ?d.counts(), "reconciliation asked for");
-            json!({"drift": d, "counts": d.counts(), "fixed": false})
+            Reconciled::inspected(d)
         }
         ReconcileAnswer::Fixed(f) => {
             tracing::info!(target: "rtrack::upstream", found = ?f.found.counts(), remaining = ?f.remaining.counts(), "reconciliation with --fix");
-            json!({
-                "drift": f.remaining,
-                "counts": f.remaining.counts(),
-                "found": f.found,
-                "found_counts": f.found.counts(),
-                "fixed": true,
-                "report_allocations": f.report_allocations,
-                "not_touched": not_touched(&f.remaining, f.report_allocations),
-            })
+            Reconciled::fixed(f)
         }
         ReconcileAnswer::Removed(r, d) => {
             tracing::info!(target: "rtrack::upstream", removed = ?r.removed, refused = r.refused.len(), "removal of unclaimed consumers asked for");
-            json!({"drift": d, "counts": d.counts(), "fixed": false, "removed": r.removed, "refused": r.refused})
+            Reconciled::removed(r, d)
         }
     };
-    Ok(Json(v).into_response())
-}
-
-/// `POST /v1/refresh`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(as = RefreshRequest)]
-pub struct RefreshBody {
-    /// DISK_GB totals from the caller, in GiB (only with `[host] disk_source = "caller"`): kept
-    /// in the state directory and used by this and every later audit until the next.
-    #[serde(default)]
-    pub disk_gb: Option<crate::api::disk_facts::DiskTotals>,
+    Ok(Json(reconciled))
 }
 
 /// `POST /v1/refresh`: an audit now (the host probed again), then a report to Placement now;
@@ -218,14 +93,8 @@ pub struct RefreshBody {
 /// caller's DISK_GB totals first.
 pub async fn refresh(
     State(state): St,
-    headers: axum::http::HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> ApiResult {
-    let body: RefreshBody = if body.as_ref().is_ok_and(|b| b.is_empty()) {
-        RefreshBody::default()
-    } else {
-        json_body(&state, &headers, body, "a refresh request")?
-    };
+    OptionalJson(body): OptionalJson<RefreshBody>,
+) -> Result<Json<Refreshed>, ApiError> {
     if let Some(totals) = body.disk_gb {
         if state.config().disk_source != crate::config::DiskSource::Caller {
             // A well-formed request this daemon's configuration does not take.
@@ -261,13 +130,14 @@ pub async fn refresh(
     };
     tx.send(reply).await.map_err(|_| stopped())?;
     let a = answer.await.map_err(|_| stopped())?;
-    let placement = match &a.placement {
+    // Logged as JSON, the error as {"error": ...}.
+    let logged = match &a.placement {
         None => Value::Null,
         Some(Ok(r)) => serde_json::to_value(r).unwrap_or(Value::Null),
         Some(Err(e)) => json!({"error": e}),
     };
+    tracing::info!(target: "rtrack::upstream", audit_error = ?a.audit_error, placement = %logged, "refresh asked for");
     let failed = a.audit_error.is_some() || matches!(a.placement, Some(Err(_)));
-    tracing::info!(target: "rtrack::upstream", audit_error = ?a.audit_error, placement = %placement, "refresh asked for");
     if failed {
         return Err(ApiError::new(
             ErrorCode::NotReady,
@@ -281,20 +151,18 @@ pub async fn refresh(
             ),
         ));
     }
-    Ok(Json(json!({"audited": true, "placement": placement})).into_response())
+    Ok(Json(Refreshed {
+        audited: true,
+        // A failed report was answered above.
+        placement: a.placement.and_then(Result::ok),
+    }))
 }
 
 /// `POST /v1/adopt`: the instances Placement says this host runs, as local claims.
 pub async fn adopt(
     State(state): St,
-    headers: axum::http::HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> ApiResult {
-    let body: AdoptBody = if body.as_ref().is_ok_and(|b| b.is_empty()) {
-        AdoptBody::default()
-    } else {
-        json_body(&state, &headers, body, "an adopt request")?
-    };
+    OptionalJson(body): OptionalJson<AdoptBody>,
+) -> Result<Json<AdoptionPlanView>, ApiError> {
     let mut map: BTreeMap<uuid::Uuid, Vec<PciAddress>> = BTreeMap::new();
     for (i, entry) in body.devices.iter().enumerate() {
         let u = check_uuid(&entry.instance_uuid, &format!("devices[{i}].instance_uuid"))?;
@@ -354,18 +222,11 @@ pub async fn adopt(
         Ok((plan, tr.notes))
     })
     .await?;
-    let notes: Vec<Value> = notes
-        .iter()
-        .map(|(c, n)| json!({"consumer": c, "note": n}))
+    let notes = notes
+        .into_iter()
+        .map(|(consumer, note)| AdoptNote { consumer, note })
         .collect();
-    let claims: Vec<Value> = plan.claims.iter().map(claim_view).collect();
-    let v = json!({
-        "applied": plan.applied,
-        "claims": claims,
-        "existing": plan.existing,
-        "problems": plan.problems,
-        "notes": notes,
-    });
+    let view = AdoptionPlanView::new(&plan, notes);
     tracing::info!(target: "rtrack::claims", operation = "adopt", apply, applied = plan.applied, claims = plan.claims.len(), existing = plan.existing.len(), problems = plan.problems.len(), "adoption");
     if apply && !plan.applied && !plan.problems.is_empty() {
         return Err(ApiError::new(
@@ -375,7 +236,8 @@ pub async fn adopt(
                 plan.problems.len()
             ),
         )
-        .with_details(v));
+        // The plan as a 200 would show it.
+        .with_details(serde_json::to_value(&view).unwrap_or(Value::Null)));
     }
-    Ok(Json(v).into_response())
+    Ok(Json(view))
 }

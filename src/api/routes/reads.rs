@@ -5,14 +5,17 @@
 //! it is now, the ComputeNode primitive (backported on request), usage per class and PCI pool,
 //! claims and migrations; or an [`ApiError`] (`not_found`, `not_ready`...).
 
-use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
-use axum::response::IntoResponse;
+use axum::extract::State;
 use axum::Json;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::super::bodies::VersionQuery;
 use super::super::error::{ApiError, ErrorCode};
+use super::super::extract::{ApiPath, ApiQuery, InstanceUuid};
+use super::super::views::{
+    ClaimShown, ClaimView, ClassUsage, InstanceState, MigrationView, Numa, OfflinePinned, PciPool,
+    PowerManagement, Usage,
+};
 use super::*;
 use crate::echo::quoted;
 use crate::objects::{current_manifest, ObjVersion};
@@ -20,7 +23,7 @@ use crate::tracker::ClaimError;
 
 /// `GET /v1/inventory`: the `--once` report of the probe the tracker holds, with the
 /// ComputeNode as it is now.
-pub async fn inventory(State(state): St) -> ApiResult {
+pub async fn inventory(State(state): St) -> Result<Json<Value>, ApiError> {
     let probed_at = state
         .probed_at()
         .ok_or_else(|| ApiError::new(ErrorCode::NotReady, "no probe has completed yet"))?;
@@ -62,15 +65,14 @@ pub async fn inventory(State(state): St) -> ApiResult {
         })
     })
     .await?;
-    Ok(Json(body).into_response())
+    Ok(Json(body))
 }
 
 /// `GET /v1/compute-node?version=X.Y`.
 pub async fn compute_node(
     State(state): St,
-    q: Result<Query<VersionQuery>, QueryRejection>,
-) -> ApiResult {
-    let Query(q) = q.map_err(query_error)?;
+    ApiQuery(q): ApiQuery<VersionQuery>,
+) -> Result<Json<Value>, ApiError> {
     let version = match &q.version {
         None => None,
         Some(v) => Some(ObjVersion::parse(v).ok_or_else(|| {
@@ -92,89 +94,88 @@ pub async fn compute_node(
         }
     })
     .await?;
-    Ok(Json(body).into_response())
+    Ok(Json(body))
 }
 
 /// `GET /v1/usage`.
-pub async fn usage(State(state): St) -> ApiResult {
-    let body = blocking(move || {
+pub async fn usage(State(state): St) -> Result<Json<Usage>, ApiError> {
+    let usage = blocking(move || {
         Ok(state.service.read(|t| {
             let used = t.used();
-            let resources: serde_json::Map<String, Value> = t
-                .inventory()
-                .iter()
-                .map(|(class, inv)| {
-                    let u = used.get(class).copied().unwrap_or(0);
-                    (
-                        class.as_str().to_string(),
-                        json!({
-                            "total": inv.total,
-                            "reserved": inv.reserved,
-                            "allocation_ratio": inv.allocation_ratio,
-                            "capacity": inv.capacity(),
-                            "used": u,
-                            "free": (inv.capacity() - u).max(0),
-                            "max_unit": inv.max_unit,
-                        }),
-                    )
-                })
-                .collect();
             let s = t.state();
-            json!({
-                "resources": resources,
-                "pci_pools": t.pool_usage(),
-                "numa_cells": t.numa_report(),
-                "instances": s.instances.len(),
-                "claims": s.claims.len() + s.move_claims.len(),
-                "migrations_in_progress": s.migrations.values().filter(|m| m.in_progress()).count(),
-            })
+            Usage {
+                resources: t
+                    .inventory()
+                    .iter()
+                    .map(|(class, inv)| {
+                        let u = used.get(class).copied().unwrap_or(0);
+                        (class.clone(), ClassUsage::new(inv, u))
+                    })
+                    .collect(),
+                pci_pools: t.pool_usage().into_iter().map(PciPool::from).collect(),
+                numa_cells: t.numa_report(),
+                instances: s.instances.len(),
+                claims: s.claims.len() + s.move_claims.len(),
+                migrations_in_progress: s.migrations.values().filter(|m| m.in_progress()).count(),
+            }
         }))
     })
     .await?;
-    Ok(Json(body).into_response())
+    Ok(Json(usage))
 }
 
 /// `GET /v1/numa`: every NUMA cell, each core's CPUs with what holds them (and whether they
 /// are online), memory and pages, and the PCI devices local to the cell; CPU power management
 /// and the pinned CPUs that are offline.
-pub async fn numa(State(state): St) -> ApiResult {
-    let body = blocking(move || {
+pub async fn numa(State(state): St) -> Result<Json<Numa>, ApiError> {
+    let numa = blocking(move || {
         Ok(state.service.read(|t| {
             let host = t.numa_host();
-            json!({
-                "cells": t.numa_details(),
-                "legacy_cpus": host.legacy_cpus,
-                "base_page_kb": host.base_page_kb,
-                "cpu_power_management": t.settings().policy.resources.cpu_power_management,
-                "offline_pinned": t.offline_pins(),
-            })
+            Numa {
+                cells: t.numa_details(),
+                legacy_cpus: host.legacy_cpus,
+                base_page_kb: host.base_page_kb,
+                cpu_power_management: t
+                    .settings()
+                    .policy
+                    .resources
+                    .cpu_power_management
+                    .as_ref()
+                    .map(PowerManagement::from),
+                offline_pinned: t
+                    .offline_pins()
+                    .into_iter()
+                    .map(OfflinePinned::from)
+                    .collect(),
+            }
         }))
     })
     .await?;
-    Ok(Json(body).into_response())
+    Ok(Json(numa))
 }
 
 /// `GET /v1/claims`: every claim, instance claims first, then move claims.
-pub async fn list_claims(State(state): St) -> ApiResult {
-    let body = blocking(move || {
+pub async fn list_claims(State(state): St) -> Result<Json<Vec<ClaimView>>, ApiError> {
+    let claims = blocking(move || {
         Ok(state.service.read(|t| {
             let s = t.state();
             s.claims
                 .values()
                 .chain(s.move_claims.values())
-                .map(claim_view)
+                .map(ClaimView::from)
                 .collect::<Vec<_>>()
         }))
     })
     .await?;
-    Ok(Json(body).into_response())
+    Ok(Json(claims))
 }
 
 /// `GET /v1/claims/{instance_uuid}`.
-pub async fn show_claim(State(state): St, p: Result<Path<String>, PathRejection>) -> ApiResult {
-    let Path(uuid) = p.map_err(path_error)?;
-    let uuid = check_uuid(&uuid, "instance_uuid")?;
-    let body = blocking(move || {
+pub async fn show_claim(
+    State(state): St,
+    InstanceUuid(uuid): InstanceUuid,
+) -> Result<Json<ClaimShown>, ApiError> {
+    let shown = blocking(move || {
         state.service.read(|t| {
             let s = t.state();
             let claim = s
@@ -187,39 +188,41 @@ pub async fn show_claim(State(state): St, p: Result<Path<String>, PathRejection>
                         id: uuid.clone(),
                     })
                 })?;
-            let mut v = claim_view(claim);
-            if let (Value::Object(m), Some(inst)) = (&mut v, s.instances.get(&uuid)) {
-                m.insert(
-                    "instance".into(),
-                    json!({"vm_state": inst.vm_state, "task_state": inst.task_state,
-                           "host": inst.host, "node": inst.node}),
-                );
-            }
-            Ok(v)
+            Ok(ClaimShown {
+                claim: ClaimView::from(claim),
+                instance: s.instances.get(&uuid).map(|inst| InstanceState {
+                    vm_state: inst.vm_state.clone(),
+                    task_state: inst.task_state.clone(),
+                    host: inst.host.clone(),
+                    node: inst.node.clone(),
+                }),
+            })
         })
     })
     .await?;
-    Ok(Json(body).into_response())
+    Ok(Json(shown))
 }
 
 /// `GET /v1/migrations`.
-pub async fn list_migrations(State(state): St) -> ApiResult {
-    let body = blocking(move || {
+pub async fn list_migrations(State(state): St) -> Result<Json<Vec<MigrationView>>, ApiError> {
+    let migrations = blocking(move || {
         Ok(state.service.read(|t| {
             t.state()
                 .migrations
                 .values()
-                .map(|m| serde_json::to_value(m).unwrap_or(Value::Null))
+                .map(MigrationView::from)
                 .collect::<Vec<_>>()
         }))
     })
     .await?;
-    Ok(Json(body).into_response())
+    Ok(Json(migrations))
 }
 
 /// `GET /v1/migrations/{id}`.
-pub async fn show_migration(State(state): St, p: Result<Path<i64>, PathRejection>) -> ApiResult {
-    let Path(id) = p.map_err(path_error)?;
-    let body = blocking(move || migration_view(&state, id)).await?;
-    Ok(Json(body).into_response())
+pub async fn show_migration(
+    State(state): St,
+    ApiPath(id): ApiPath<i64>,
+) -> Result<Json<MigrationView>, ApiError> {
+    let migration = blocking(move || migration_view(&state, id)).await?;
+    Ok(Json(migration))
 }

@@ -9,16 +9,18 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
-use serde_json::{json, Value};
 
-use super::super::bodies::{ClaimBody, DryRunQuery, MigrationBody, ParsedClaim, ParsedMove};
+use super::super::bodies::{ClaimBody, MigrationBody, ParsedClaim, ParsedMove};
 use super::super::error::{claim_error_code, ApiError, ErrorCode};
+use super::super::extract::{ApiJson, ApiPath, DryRun, InstanceUuid};
+use super::super::views::{
+    self, Aborted, ClaimAnswer, InstanceUpdated, MigrationFinished, MigrationView, MoveClaim,
+    MoveDryRun,
+};
 use super::*;
 use crate::api::bodies::InstanceUpdateBody;
 use crate::api::metrics::ClaimDecision;
@@ -142,13 +144,9 @@ async fn claim_for_caller<V: Send + 'static>(
 /// `POST /v1/claims[?dry_run=true]`.
 pub async fn create_claim(
     State(state): St,
-    q: Result<Query<DryRunQuery>, QueryRejection>,
-    headers: axum::http::HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    DryRun(dry_run): DryRun,
+    ApiJson(body): ApiJson<ClaimBody>,
 ) -> ApiResult {
-    let Query(q) = q.map_err(query_error)?;
-    let dry_run = q.flag()?;
-    let body: ClaimBody = json_body(&state, &headers, body, "a claim")?;
     // Reading a RequestSpec (extra specs, NUMA constraints) is work: on the blocking pool, so
     // that no body holds the connections of others.
     let st = state.clone();
@@ -172,8 +170,10 @@ pub async fn create_claim(
         dry_run,
     )
     .await?;
+    let claim = ClaimAnswer::from(&outcome);
     if outcome.dry_run {
-        return Ok(Json(json!({"fits": true, "claim": outcome_view(&outcome)})).into_response());
+        let fits = views::DryRun { fits: true, claim };
+        return Ok(Json(fits).into_response());
     }
     let status = if outcome.existing {
         StatusCode::OK
@@ -181,7 +181,7 @@ pub async fn create_claim(
         report_one_time_use(&state, &outcome).await;
         StatusCode::CREATED
     };
-    Ok((status, Json(outcome_view(&outcome))).into_response())
+    Ok((status, Json(claim)).into_response())
 }
 
 /// How long a claim's answer waits for the report that reserves its one-time-use devices.
@@ -220,9 +220,10 @@ async fn report_one_time_use(state: &Arc<DaemonState>, outcome: &ClaimOutcome) {
 }
 
 /// `DELETE /v1/claims/{instance_uuid}`: abort the instance's claim (or its move claim here).
-pub async fn delete_claim(State(state): St, p: Result<Path<String>, PathRejection>) -> ApiResult {
-    let Path(uuid) = p.map_err(path_error)?;
-    let uuid = check_uuid(&uuid, "instance_uuid")?;
+pub async fn delete_claim(
+    State(state): St,
+    InstanceUuid(uuid): InstanceUuid,
+) -> Result<Json<Aborted>, ApiError> {
     let u = uuid.clone();
     blocking(move || {
         let r = state.service.abort(&u);
@@ -233,19 +234,18 @@ pub async fn delete_claim(State(state): St, p: Result<Path<String>, PathRejectio
         r.map_err(ApiError::from)
     })
     .await?;
-    Ok(Json(json!({"instance_uuid": uuid, "aborted": true})).into_response())
+    Ok(Json(Aborted {
+        instance_uuid: uuid,
+        aborted: true,
+    }))
 }
 
 /// `POST /v1/migrations[?dry_run=true]`: a resize, cold or live migration or evacuation.
 pub async fn create_migration(
     State(state): St,
-    q: Result<Query<DryRunQuery>, QueryRejection>,
-    headers: axum::http::HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    DryRun(dry_run): DryRun,
+    ApiJson(body): ApiJson<MigrationBody>,
 ) -> ApiResult {
-    let Query(q) = q.map_err(query_error)?;
-    let dry_run = q.flag()?;
-    let body: MigrationBody = json_body(&state, &headers, body, "a migration")?;
     let st = state.clone();
     let (body, parsed) = blocking(move || {
         let parsed = body
@@ -281,33 +281,49 @@ pub async fn create_migration(
         uuid,
         move |s| s.guarded(&mv.instance.uuid, |t, now| t.move_claim(&mv, now, false)),
         move |s| s.move_claim(&mv2, true),
-        |st, o| match o.claim.migration_id {
-            Some(id) if !o.dry_run => migration_view(st, id),
-            _ => Ok(Value::Null),
+        |st, o| match (o.dry_run, o.claim.migration_id) {
+            // A dry run records no migration.
+            (true, _) => Ok(None),
+            (false, Some(id)) => migration_view(st, id).map(Some),
+            (false, None) => Err(no_migration()),
         },
         dry_run,
     )
     .await?;
-    let mut body = json!({
-        "migration": migration,
-        "claim": outcome_view(&outcome),
-    });
+    let claim = ClaimAnswer::from(&outcome);
     if outcome.dry_run {
-        body["fits"] = json!(true);
-        return Ok(Json(body).into_response());
+        return Ok(Json(MoveDryRun {
+            migration: None,
+            claim,
+            fits: true,
+        })
+        .into_response());
     }
+    let migration = migration.ok_or_else(no_migration)?;
     let status = if outcome.existing {
         StatusCode::OK
     } else {
         report_one_time_use(&state, &outcome).await;
         StatusCode::CREATED
     };
-    Ok((status, Json(body)).into_response())
+    Ok((status, Json(MoveClaim { migration, claim })).into_response())
 }
 
-async fn finish_migration(state: Arc<DaemonState>, id: i64, confirm: bool) -> ApiResult {
+/// A move claim granted without a migration (the tracker records one with every move claim).
+fn no_migration() -> ApiError {
+    ApiError::new(
+        ErrorCode::InternalError,
+        "the move claim has no migration; nothing was acknowledged",
+    )
+}
+
+async fn finish_migration(
+    state: Arc<DaemonState>,
+    id: i64,
+    confirm: bool,
+) -> Result<Json<MigrationFinished>, ApiError> {
     tracing::Span::current().record("migration_id", id);
-    let body = blocking(move || {
+    let migration: MigrationView = blocking(move || {
         let r = if confirm {
             state.service.confirm(id)
         } else {
@@ -322,34 +338,34 @@ async fn finish_migration(state: Arc<DaemonState>, id: i64, confirm: bool) -> Ap
         migration_view(&state, id)
     })
     .await?;
-    Ok(Json(json!({"migration": body})).into_response())
+    Ok(Json(MigrationFinished { migration }))
 }
 
 /// `POST /v1/migrations/{id}/confirm`.
-pub async fn confirm_migration(State(state): St, p: Result<Path<i64>, PathRejection>) -> ApiResult {
-    let Path(id) = p.map_err(path_error)?;
+pub async fn confirm_migration(
+    State(state): St,
+    ApiPath(id): ApiPath<i64>,
+) -> Result<Json<MigrationFinished>, ApiError> {
     finish_migration(state, id, true).await
 }
 
 /// `POST /v1/migrations/{id}/revert`.
-pub async fn revert_migration(State(state): St, p: Result<Path<i64>, PathRejection>) -> ApiResult {
-    let Path(id) = p.map_err(path_error)?;
+pub async fn revert_migration(
+    State(state): St,
+    ApiPath(id): ApiPath<i64>,
+) -> Result<Json<MigrationFinished>, ApiError> {
     finish_migration(state, id, false).await
 }
 
 /// `POST /v1/instances/{uuid}/state`.
 pub async fn update_instance(
     State(state): St,
-    p: Result<Path<String>, PathRejection>,
-    headers: axum::http::HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> ApiResult {
-    let Path(uuid) = p.map_err(path_error)?;
-    let uuid = check_uuid(&uuid, "uuid")?;
-    let update: InstanceUpdateBody = json_body(&state, &headers, body, "an instance state update")?;
+    InstanceUuid(uuid): InstanceUuid,
+    ApiJson(update): ApiJson<InstanceUpdateBody>,
+) -> Result<Json<InstanceUpdated>, ApiError> {
     let update = InstanceUpdate::from(update);
     super::super::bodies::check_update(&update)?;
-    let body = blocking(move || {
+    let instance = blocking(move || {
         state
             .service
             .update_instance(&uuid, &update)
@@ -360,10 +376,9 @@ pub async fn update_instance(
             t.state()
                 .instances
                 .get(&uuid)
-                .map(|i| serde_json::to_value(i).unwrap_or(Value::Null))
-                .unwrap_or(Value::Null)
+                .and_then(|i| serde_json::to_value(i).ok())
         }))
     })
     .await?;
-    Ok(Json(json!({"instance": body})).into_response())
+    Ok(Json(InstanceUpdated { instance }))
 }
