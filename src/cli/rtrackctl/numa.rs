@@ -130,16 +130,7 @@ pub(super) fn numa_screen(v: &Value) -> String {
         "\n. free dedicated CPU   s shared CPU   - in neither CPU set   letter: pinned by an instance   * its emulator threads   ~ kept idle beside an isolate guest   ! offline"
     );
     if !letters.is_empty() {
-        let legend: Vec<String> = letters
-            .iter()
-            .map(|(name, letter)| match name.as_str() {
-                "IntelCore" => format!("{letter}[..] performance (IntelCore)"),
-                "IntelAtom" => format!("{letter}[..] efficiency (IntelAtom)"),
-                "IntelLowPower" => format!("{letter}[..] low power (IntelLowPower)"),
-                other => format!("{letter}[..] {other}"),
-            })
-            .collect();
-        let _ = writeln!(out, "Core types: {}", legend.join("   "));
+        let _ = writeln!(out, "Core types: {}", core_type_legend(&letters));
     }
     for inst in &order {
         let _ = writeln!(out, "  {} = {inst}", tags[inst]);
@@ -180,6 +171,19 @@ fn core_text(core: &Value, kind: Option<char>, tag_of: &mut dyn FnMut(&str) -> c
     }
     cell.push(']');
     cell
+}
+
+fn core_type_legend(letters: &[(String, char)]) -> String {
+    let legend: Vec<String> = letters
+        .iter()
+        .map(|(name, letter)| match name.as_str() {
+            "IntelCore" => format!("{letter}[..] performance (IntelCore)"),
+            "IntelAtom" => format!("{letter}[..] efficiency (IntelAtom)"),
+            "IntelLowPower" => format!("{letter}[..] low power (IntelLowPower)"),
+            other => format!("{letter}[..] {other}"),
+        })
+        .collect();
+    legend.join("   ")
 }
 
 /// The host's core types, in the order the cells list them (performance first), each with the
