@@ -11,4 +11,6 @@ pub mod poll;
 
 pub use bodies::*;
 pub use daemon::*;
+// The benches include this module too and wait for nothing.
+#[allow(unused_imports)]
 pub use poll::*;
