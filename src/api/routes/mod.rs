@@ -85,7 +85,7 @@ pub(super) fn path_error(r: PathRejection) -> ApiError {
 }
 
 pub(super) fn limit_hint(state: &DaemonState) -> String {
-    format!("{} bytes", state.config().max_body_bytes)
+    format!("{} bytes", state.config().api.max_body_bytes)
 }
 
 pub(super) fn json_body<T: serde::de::DeserializeOwned>(
@@ -167,7 +167,7 @@ pub(super) fn migration_view(state: &DaemonState, id: i64) -> Result<Value, ApiE
 /// `GET /healthz`.
 pub async fn healthz(State(state): St) -> Response {
     let h = state.health();
-    let interval = state.config().audit_interval_s;
+    let interval = state.config().audit.interval_s;
     let stale = h
         .last_success
         .is_none_or(|t| t.elapsed().as_secs() > 3 * interval + 60);
