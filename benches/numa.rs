@@ -144,7 +144,7 @@ fn fit_bench() {
     let cfg = Config::parse(&config(&shared, &all), f)
         .and_then(|c| c.validate(f))
         .expect("config");
-    let aliases = cfg.aliases.clone();
+    let aliases = cfg.pci.aliases.clone();
     let settings = TrackerSettings {
         policy: (&cfg).into(),
         names: HostNames {

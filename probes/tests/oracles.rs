@@ -206,6 +206,18 @@ const KNOWN_DISAGREEMENTS: &[(&str, &str, &str, &str)] = &[
         "0",
         "1",
     ),
+    // A hybrid part: 6 P-cores with 2 threads, 8 E-cores with 1. lscpu prints the threads of
+    // the first core; rtrack reports null threads_per_core (not uniform), as for sockets.
+    (
+        "hwloc-20em64t-hybrid-1p6c2t+2ca4co1t",
+        "Thread(s) per core",
+        "2",
+        "null",
+    ),
+    // lscpu prints one section per kind of ARM core (main ID register), each with its own
+    // "Core(s) per socket" (four sections of 5 on a GB10); the package has 20 cores, as
+    // hwloc counts them.
+    ("hwloc-nvidia-dgx-gb10", "Core(s) per socket", "5", "20"),
     // 17 online cores split 9 + 8 over two sockets: lscpu prints 17 / 2 = 8 (integer division);
     // rtrack reports null cores_per_socket (not uniform) and 17 cores, as hwloc counts.
     (
@@ -272,7 +284,8 @@ fn check_against_lscpu(fixture: &RealFixture, inv: &HostInventory, oracle: &Path
             "{name}: {key}"
         );
     }
-    if let Some(model) = f.get("Model name") {
+    // "-": lscpu (util-linux 2.38.1) has no name for the ARM part (Cortex-X925/A725 of a GB10).
+    if let Some(model) = f.get("Model name").filter(|m| *m != "-") {
         assert_eq!(cpu.model.as_deref(), Some(model.as_str()), "{name}: model");
     }
     if let Some(vendor) = f.get("Vendor ID") {
@@ -467,9 +480,83 @@ fn hwloc_xml_caches(text: &str) -> Vec<HwlocCache> {
     out
 }
 
-/// The CPU kinds section of a `.console` (`CPU kind #0 efficiency 0 cpuset 0x…`): how many.
-fn hwloc_console_cpu_kinds(text: &str) -> usize {
-    text.lines().filter(|l| l.starts_with("CPU kind #")).count()
+/// One hwloc CPU kind: its CPUs and its infos as `Name=Value` (a `CoreType` also as its bare
+/// value, `IntelAtom`: the name rtrack gives it).
+type HwlocKind = (CpuSet, Vec<String>);
+
+fn hwloc_info(name: &str, value: &str) -> Vec<String> {
+    let value = value.trim_matches('"');
+    let mut out = vec![format!("{name}={value}")];
+    if name == "CoreType" {
+        out.push(value.to_string());
+    }
+    out
+}
+
+/// The CPU kinds section of a `.console`: `CPU kind #0 efficiency 0 cpuset 0x…` and the
+/// indented `Name = Value` lines under it.
+fn hwloc_console_cpu_kinds(text: &str) -> Vec<HwlocKind> {
+    let mut out: Vec<HwlocKind> = Vec::new();
+    let mut in_kind = false;
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("CPU kind #") {
+            let map = rest
+                .split(" cpuset ")
+                .nth(1)
+                .unwrap()
+                .trim()
+                .replace("0x", "");
+            out.push((CpuSet::parse_map(&map).unwrap(), Vec::new()));
+            in_kind = true;
+        } else if let (true, Some(kind)) = (in_kind, out.last_mut()) {
+            match line.strip_prefix("  ").and_then(|l| l.split_once(" = ")) {
+                Some((k, v)) => kind.1.extend(hwloc_info(k.trim(), v.trim())),
+                None => in_kind = false,
+            }
+        }
+    }
+    out
+}
+
+/// The `<cpukind cpuset="0x…">` elements of an hwloc `.xml` export and their `<info>`.
+fn hwloc_xml_cpu_kinds(text: &str) -> Vec<HwlocKind> {
+    let mut out = Vec::new();
+    for block in text.split("<cpukind ").skip(1) {
+        let head = format!(" {}", block.split('>').next().unwrap_or(""));
+        let map = xml_attr(&head, "cpuset").unwrap().replace("0x", "");
+        let body = block.split("</cpukind>").next().unwrap_or("");
+        let infos = body
+            .split("<info ")
+            .skip(1)
+            .flat_map(|tag| {
+                let tag = format!(" {tag}");
+                hwloc_info(
+                    xml_attr(&tag, "name").unwrap(),
+                    xml_attr(&tag, "value").unwrap(),
+                )
+            })
+            .collect();
+        out.push((CpuSet::parse_map(&map).unwrap(), infos));
+    }
+    out
+}
+
+/// One kind (or none listed) is no core types; else the same kinds, each named by one of
+/// hwloc's infos of it.
+fn check_core_types_against_hwloc(name: &str, inv: &HostInventory, theirs: &[HwlocKind]) {
+    if theirs.len() <= 1 {
+        assert!(inv.core_types.is_empty(), "{name}: core types");
+        return;
+    }
+    assert_eq!(inv.core_types.len(), theirs.len(), "{name}: {theirs:?}");
+    for kind in &inv.core_types {
+        let infos = theirs
+            .iter()
+            .find(|(cpus, _)| *cpus == kind.cpus)
+            .map(|(_, infos)| infos)
+            .unwrap_or_else(|| panic!("{name}: no hwloc kind has the CPUs of {kind:?}"));
+        assert!(infos.contains(&kind.name), "{name}: {kind:?} vs {infos:?}");
+    }
 }
 
 fn check_caches_against_hwloc(fixture: &RealFixture, inv: &HostInventory, theirs: Vec<HwlocCache>) {
@@ -494,6 +581,7 @@ fn check_caches_against_hwloc(fixture: &RealFixture, inv: &HostInventory, theirs
 fn caches_and_core_types_agree_with_hwloc_on_every_real_fixture_that_has_them() {
     let dir = rtrack_fixtures::fixtures_dir().join("oracles");
     let mut compared = Vec::new();
+    let mut hybrid = Vec::new();
     for fixture in REAL_FIXTURES {
         let base = fixture.name.strip_prefix("hwloc-").unwrap_or(fixture.name);
         let console = std::fs::read_to_string(dir.join(format!("{base}.console")));
@@ -507,23 +595,29 @@ fn caches_and_core_types_agree_with_hwloc_on_every_real_fixture_that_has_them() 
         };
         let inv = probe(fixture);
         check_caches_against_hwloc(fixture, &inv, theirs);
-        if let Ok(text) = &console {
-            // One kind (or none listed) is no core types; more must be named.
-            let kinds = hwloc_console_cpu_kinds(text);
-            assert!(
-                kinds <= 1,
-                "{}: a hybrid fixture: compare the names",
-                fixture.name
-            );
-            assert!(inv.core_types.is_empty(), "{}: core types", fixture.name);
-        }
+        let kinds = match (&console, &xml) {
+            (Ok(text), _) => hwloc_console_cpu_kinds(text),
+            (_, Ok(text)) => hwloc_xml_cpu_kinds(text),
+            _ => Vec::new(),
+        };
+        check_core_types_against_hwloc(fixture.name, &inv, &kinds);
         if !inv.caches.is_empty() {
             compared.push(fixture.name);
         }
+        if kinds.len() > 1 {
+            hybrid.push(fixture.name);
+        }
     }
+    assert_eq!(
+        hybrid,
+        [
+            "hwloc-20em64t-hybrid-1p6c2t+2ca4co1t",
+            "hwloc-nvidia-dgx-gb10"
+        ]
+    );
     // Guard against an oracle silently not being found: every fixture with an lstopo output
     // and cache directories.
-    assert_eq!(compared.len(), 8, "{compared:?}");
+    assert_eq!(compared.len(), 14, "{compared:?}");
 }
 
 #[test]
@@ -552,13 +646,18 @@ fn every_real_fixture_agrees_with_its_oracles() {
         if let Ok(text) = std::fs::read_to_string(dir.join(format!("{base}.console"))) {
             check_against_hwloc(fixture, &inv, hwloc_console_counts(&text));
             hwloc += 1;
-        } else if let Ok(text) = std::fs::read_to_string(dir.join(format!("{base}.xml"))) {
+        } else if let Ok(text) =
+            std::fs::read_to_string(dir.join(format!("{base}.xml"))).or_else(|_| {
+                let name = fixture.name;
+                std::fs::read_to_string(dir.join(format!("{name}.lstopo.from-fixture.xml")))
+            })
+        {
             check_against_hwloc(fixture, &inv, hwloc_xml_counts(&text));
             hwloc += 1;
         }
     }
     // Guard against an oracle silently not being found.
-    assert_eq!((lspci, lscpu, hwloc), (4, 9, 8));
+    assert_eq!((lspci, lscpu, hwloc), (4, 11, 15));
 }
 
 #[test]

@@ -149,7 +149,7 @@ fn body_error(r: BytesRejection, state: &DaemonState) -> ApiError {
             ErrorCode::PayloadTooLarge,
             format!(
                 "the body is larger than {} bytes ([api] max_body_bytes)",
-                state.config().max_body_bytes
+                state.config().api.max_body_bytes
             ),
         )
     } else {

@@ -175,9 +175,9 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     let format = match cli.log_format {
         Some(LogFormatArg::Json) => LogFormat::Json,
         Some(LogFormatArg::Text) => LogFormat::Text,
-        None => loaded.valid.log_format,
+        None => loaded.valid.log.format,
     };
-    let log = crate::daemon::logging::init(format, &loaded.valid.log_level)
+    let log = crate::daemon::logging::init(format, &loaded.valid.log.level)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let opts = DaemonOptions {
         config_path: cli.config.clone(),
@@ -201,22 +201,22 @@ fn check_config(loaded: &LoadedConfig) -> anyhow::Result<()> {
     println!("{file}: valid");
     println!(
         "  probe root: sysfs {}, procfs {}",
-        c.probe_root.sys.display(),
-        c.probe_root.proc.display()
+        c.host.probe_root.sys.display(),
+        c.host.probe_root.proc.display()
     );
     println!(
         "  state dir: {}; socket: {} (mode {:o}, group {})",
         config_file::state_dir(c).display(),
         config_file::socket_path(c).display(),
-        c.socket_mode,
-        c.socket_group
+        c.api.socket_mode,
+        c.api.socket_group
     );
     println!(
         "  audit every {} s (jitter {} s); {} device spec(s), {} alias(es)",
-        c.audit_interval_s,
-        c.audit_jitter_s,
-        c.device_specs.len(),
-        c.aliases.len()
+        c.audit.interval_s,
+        c.audit.jitter_s,
+        c.pci.device_specs.len(),
+        c.pci.aliases.len()
     );
     match placement {
         Some(p) => {
@@ -250,7 +250,7 @@ fn check_config(loaded: &LoadedConfig) -> anyhow::Result<()> {
     }
     // What the file names on this host (CPU sets, reserved pages) must exist; a root that
     // cannot be probed here (a file checked on another machine) is said so, not an error.
-    match crate::probes::probe_host(&c.probe_root, &crate::daemon::audit::probe_options(c)) {
+    match crate::probes::probe_host(&c.host.probe_root, &crate::daemon::audit::probe_options(c)) {
         Ok(host) => {
             for w in config_file::check_against_host(loaded, &host)
                 .map_err(|e| anyhow::anyhow!("{e}"))?
@@ -307,7 +307,7 @@ fn once(cli: &Cli, loaded: &LoadedConfig) -> anyhow::Result<()> {
     let instances_path = match cli.instances_path.as_deref() {
         Some("none") => None,
         Some(p) => Some(PathBuf::from(p)),
-        None => Some(cfg.instances_path.clone()),
+        None => Some(cfg.host.instances_path.clone()),
     };
     let target = match &cli.object_version {
         None => None,
@@ -340,8 +340,8 @@ fn once(cli: &Cli, loaded: &LoadedConfig) -> anyhow::Result<()> {
         let lock = crate::store::lock::StateDirLock::acquire(&opts.state_dir)?;
         let probed = result.view.host.host.hostname.as_deref();
         let names = crate::tracker::model::HostNames {
-            host: crate::daemon::once::node_name(cfg.host.as_deref(), probed),
-            node: crate::daemon::once::node_name(cfg.hypervisor_hostname.as_deref(), probed),
+            host: crate::daemon::once::node_name(cfg.host.host.as_deref(), probed),
+            node: crate::daemon::once::node_name(cfg.host.hypervisor_hostname.as_deref(), probed),
         };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()

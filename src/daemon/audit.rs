@@ -26,11 +26,11 @@ pub fn probe_options(cfg: &crate::config::ValidConfig) -> probes::ProbeOptions {
     probes::ProbeOptions {
         disk: probes::disk::DiskOptions {
             // The caller's totals replace the measure (see `apply_disk_source`).
-            instances_path: (cfg.disk_source == DiskSource::Statvfs)
-                .then(|| cfg.instances_path.clone()),
+            instances_path: (cfg.host.disk_source == DiskSource::Statvfs)
+                .then(|| cfg.host.instances_path.clone()),
             include_virtual: false,
         },
-        pci_vpd: cfg.device_specs.iter().any(|s| s.remote_managed()),
+        pci_vpd: cfg.pci.device_specs.iter().any(|s| s.remote_managed()),
         cpu_governors: cfg.resources.governor_cpus(),
     }
 }
@@ -47,8 +47,8 @@ pub fn probe_with(
     caller_disk: Option<DiskTotals>,
 ) -> Result<HostInventory, String> {
     let mut host =
-        probes::probe_host(&cfg.probe_root, &probe_options(cfg)).map_err(|e| e.to_string())?;
-    check_plausible(&host, &cfg.probe_root)?;
+        probes::probe_host(&cfg.host.probe_root, &probe_options(cfg)).map_err(|e| e.to_string())?;
+    check_plausible(&host, &cfg.host.probe_root)?;
     apply_disk_source(&mut host, cfg, caller_disk);
     Ok(host)
 }
@@ -60,8 +60,8 @@ pub fn apply_disk_source(
     cfg: &crate::config::ValidConfig,
     caller: Option<DiskTotals>,
 ) {
-    if cfg.disk_source == DiskSource::Caller {
-        host.disks.instances = caller.map(|t| t.as_filesystem(&cfg.instances_path));
+    if cfg.host.disk_source == DiskSource::Caller {
+        host.disks.instances = caller.map(|t| t.as_filesystem(&cfg.host.instances_path));
     }
 }
 

@@ -67,16 +67,16 @@ pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<LoadedConfig, 
         ),
     };
     if let Some(root) = &overrides.root {
-        valid.probe_root = HostRoot::under(root);
+        valid.host.probe_root = HostRoot::under(root);
     }
     if let Some(sys) = &overrides.sysfs {
-        valid.probe_root.sys = sys.clone();
+        valid.host.probe_root.sys = sys.clone();
     }
     if let Some(p) = &overrides.procfs {
-        valid.probe_root.proc = p.clone();
+        valid.host.probe_root.proc = p.clone();
     }
     if let Some(s) = &overrides.state_dir {
-        valid.state_dir = Some(s.clone());
+        valid.host.state_dir = Some(s.clone());
     }
     // Read with the file, so that startup, SIGHUP and --check-config see the same files.
     valid.provider_configs =
@@ -99,7 +99,8 @@ fn systemd_directory(var: &str) -> Option<PathBuf> {
 /// The state directory: configured (or `--state-dir`), else `$STATE_DIRECTORY` (systemd's
 /// `StateDirectory=`), else `/var/lib/rtrack`.
 pub fn state_dir(cfg: &ValidConfig) -> PathBuf {
-    cfg.state_dir
+    cfg.host
+        .state_dir
         .clone()
         .or_else(|| systemd_directory("STATE_DIRECTORY"))
         .unwrap_or_else(|| PathBuf::from("/var/lib/rtrack"))
@@ -108,7 +109,7 @@ pub fn state_dir(cfg: &ValidConfig) -> PathBuf {
 /// The API socket: configured, else `$RUNTIME_DIRECTORY/rtrack.sock`, else
 /// `/run/rtrack/rtrack.sock`.
 pub fn socket_path(cfg: &ValidConfig) -> PathBuf {
-    cfg.socket.clone().unwrap_or_else(|| {
+    cfg.api.socket.clone().unwrap_or_else(|| {
         systemd_directory("RUNTIME_DIRECTORY")
             .map(|d| d.join("rtrack.sock"))
             .unwrap_or_else(|| PathBuf::from("/run/rtrack/rtrack.sock"))
@@ -136,7 +137,7 @@ pub fn check_against_host(
     };
     let mut problems = crate::tracker::numa::host::config_problems(host, &loaded.valid.resources);
     problems.extend(crate::pci_policy::spec::remote_managed_problems(
-        &loaded.valid.device_specs,
+        &loaded.valid.pci.device_specs,
         &host.pci_devices,
     ));
     problems.extend(crate::config::neutron::host_problems(
@@ -170,7 +171,7 @@ mod tests {
         )
         .unwrap();
         let l = load(Some(&p), &Overrides::default()).unwrap();
-        assert_eq!(l.valid.probe_root.sys, PathBuf::from("/srv/a/sys"));
+        assert_eq!(l.valid.host.probe_root.sys, PathBuf::from("/srv/a/sys"));
         assert_eq!(state_dir(&l.valid), PathBuf::from("/srv/state"));
         assert_eq!(
             l.raw["resources"]["cpu_allocation_ratio"].as_float(),
@@ -185,7 +186,7 @@ mod tests {
             },
         )
         .unwrap();
-        assert_eq!(l.valid.probe_root.proc, PathBuf::from("/srv/b/proc"));
+        assert_eq!(l.valid.host.probe_root.proc, PathBuf::from("/srv/b/proc"));
         assert_eq!(state_dir(&l.valid), PathBuf::from("/tmp/s"));
     }
 

@@ -42,7 +42,7 @@ pub async fn resolve(
     names: &HostNames,
 ) -> Result<(NodeId, Chosen), DaemonError> {
     if let Some(id) = node_id::load(state_dir)? {
-        if let Some(c) = &cfg.compute_node_uuid {
+        if let Some(c) = &cfg.host.compute_node_uuid {
             if *c != id.uuid {
                 return Err(DaemonError::Refused(format!(
                     "{}: the state directory belongs to compute node {}, but [host] compute_node_uuid is {c}; a compute node's uuid never changes: remove the key, or use another state directory",
@@ -53,7 +53,7 @@ pub async fn resolve(
         }
         return Ok((id, Chosen::Stored));
     }
-    if let Some(c) = &cfg.compute_node_uuid {
+    if let Some(c) = &cfg.host.compute_node_uuid {
         return Ok((node_id::create(state_dir, c)?, Chosen::Configured));
     }
     let Some(settings) = &cfg.placement_settings else {

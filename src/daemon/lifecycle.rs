@@ -56,7 +56,7 @@ pub(super) async fn first_probe(
     signals: &mut Signals,
 ) -> Result<Option<HostInventory>, DaemonError> {
     let probe_cfg = cfg.clone();
-    let limit = audit::time_limit(cfg.audit_interval_s);
+    let limit = audit::time_limit(cfg.audit.interval_s);
     let probe = tokio::task::spawn_blocking(move || {
         audit::probe_with(&probe_cfg, caller_disk).map_err(|e| DaemonError::Refused(e.to_string()))
     });
@@ -65,8 +65,8 @@ pub(super) async fn first_probe(
             Ok(joined) => Ok(Some(joined??)),
             Err(_) => Err(DaemonError::Refused(format!(
                 "the first probe of {} and {} has not finished after {} s (a hung filesystem, or a file that never ends?); nothing was started",
-                cfg.probe_root.sys.display(),
-                cfg.probe_root.proc.display(),
+                cfg.host.probe_root.sys.display(),
+                cfg.host.probe_root.proc.display(),
                 limit.as_secs()
             ))),
         },
@@ -117,16 +117,16 @@ pub(super) async fn serve(
     let socket_path = config_file::socket_path(cfg);
     let listener = socket::bind(
         &socket_path,
-        cfg.socket_mode,
+        cfg.api.socket_mode,
         access.group.as_ref().map(|g| g.0),
     )?;
     let limits = Limits {
-        max_body_bytes: usize::try_from(cfg.max_body_bytes).unwrap_or(usize::MAX),
-        timeout: Duration::from_secs(cfg.request_timeout_s),
+        max_body_bytes: usize::try_from(cfg.api.max_body_bytes).unwrap_or(usize::MAX),
+        timeout: Duration::from_secs(cfg.api.request_timeout_s),
     };
     let conn_limits = api::server::ConnLimits {
-        max_connections: super::run::connection_cap(cfg.max_connections),
-        header_timeout: Duration::from_secs(cfg.header_timeout_s),
+        max_connections: super::run::connection_cap(cfg.api.max_connections),
+        header_timeout: Duration::from_secs(cfg.api.header_timeout_s),
     };
     let counters = state.metrics.connections.clone();
     let api = tokio::spawn(api::server::serve(
@@ -136,7 +136,7 @@ pub(super) async fn serve(
         counters.clone(),
         stop.clone(),
     ));
-    let metrics = match cfg.metrics_listen {
+    let metrics = match cfg.metrics.listen {
         None => None,
         Some(addr) => {
             let l = tokio::net::TcpListener::bind(addr).await.map_err(|e| {

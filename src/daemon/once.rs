@@ -71,13 +71,14 @@ pub fn run_once(
             instances_path: opts.instances_path.clone(),
             include_virtual: opts.include_virtual_disks,
         },
-        pci_vpd: cfg.device_specs.iter().any(|s| s.remote_managed()),
+        pci_vpd: cfg.pci.device_specs.iter().any(|s| s.remote_managed()),
         cpu_governors: cfg.resources.governor_cpus(),
     };
-    let mut inventory = probes::probe_host(&cfg.probe_root, &probe_opts)?;
+    let mut inventory = probes::probe_host(&cfg.host.probe_root, &probe_opts)?;
     let hostname = inventory.host.hostname.clone();
-    let hypervisor_hostname = node_name(cfg.hypervisor_hostname.as_deref(), hostname.as_deref());
-    let host = node_name(cfg.host.as_deref(), hostname.as_deref());
+    let hypervisor_hostname =
+        node_name(cfg.host.hypervisor_hostname.as_deref(), hostname.as_deref());
+    let host = node_name(cfg.host.host.as_deref(), hostname.as_deref());
     // Read, never written: the daemon's first start chooses the identity (nova-compute's
     // provider for this host, if any), and a look at the inventory must not choose it first.
     let identity = match node_id::load(&opts.state_dir) {
@@ -119,7 +120,7 @@ pub fn run_once(
     };
     // The daemon's audit derives the same view from its probe.
     let view = HostView::build(Arc::new(inventory), &settings, 0).with_uptime_at(now);
-    let pools = build_pools(view.tracked.values(), &cfg.device_specs);
+    let pools = build_pools(view.tracked.values(), &cfg.pci.device_specs);
     let numa = host_object(&view.numa, &NumaUsage::default());
     let mut usage = NodeUsage::empty();
     if let Some(u) = &view.uptime {

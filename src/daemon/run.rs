@@ -68,8 +68,8 @@ pub fn run(opts: DaemonOptions, loaded: LoadedConfig, log: LogHandle) -> Result<
 fn host_names(cfg: &crate::config::ValidConfig, host: &crate::probes::HostInventory) -> HostNames {
     let probed = host.host.hostname.as_deref();
     HostNames {
-        host: super::once::node_name(cfg.host.as_deref(), probed),
-        node: super::once::node_name(cfg.hypervisor_hostname.as_deref(), probed),
+        host: super::once::node_name(cfg.host.host.as_deref(), probed),
+        node: super::once::node_name(cfg.host.hypervisor_hostname.as_deref(), probed),
     }
 }
 
@@ -190,7 +190,7 @@ async fn start(
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         config = %loaded.path.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "(built-in defaults)".into()),
-        sysfs = %cfg.probe_root.sys.display(), procfs = %cfg.probe_root.proc.display(),
+        sysfs = %cfg.host.probe_root.sys.display(), procfs = %cfg.host.probe_root.proc.display(),
         state_dir = %state_dir.display(), node = %settings.names.node, node_uuid = %settings.node_uuid,
         "rtrackd starting"
     );
@@ -203,9 +203,9 @@ async fn start(
     );
     let metrics = Arc::new(Metrics::new());
     service.observe_commits(metrics.commit_latency.clone());
-    let access = Access::for_group(&cfg.socket_group);
+    let access = Access::for_group(&cfg.api.socket_group);
     if access.group.is_none() {
-        tracing::warn!(group = %cfg.socket_group, "the socket group does not exist: only root and rtrackd's own user may use the API");
+        tracing::warn!(group = %cfg.api.socket_group, "the socket group does not exist: only root and rtrackd's own user may use the API");
     }
     let state = Arc::new(DaemonState::new(
         service.clone(),
@@ -219,7 +219,7 @@ async fn start(
     // store) does not keep rtrackd from serving what the store holds: it is logged, /healthz
     // says degraded, and the next interval tries again.
     if let Err(e) = auditor
-        .run_once(audit::time_limit(cfg.audit_interval_s))
+        .run_once(audit::time_limit(cfg.audit.interval_s))
         .await
     {
         tracing::error!(error = %e, "the first audit failed; serving what the store holds and retrying every interval");
@@ -272,7 +272,7 @@ async fn serve_until_stopped(signals: &mut Signals, loaded: LoadedConfig, r: &Re
                         // New device specs or ratios: audit now rather than in a minute.
                         let auditor = r.auditor.clone();
                         let kick = r.kick.clone();
-                        let limit = audit::time_limit(r.state.config().audit_interval_s);
+                        let limit = audit::time_limit(r.state.config().audit.interval_s);
                         tokio::spawn(async move {
                             if auditor.run_once(limit).await.is_ok() {
                                 kick.notify_one();
@@ -296,7 +296,7 @@ fn caller_disk_at_start(
     cfg: &crate::config::ValidConfig,
     state_dir: &std::path::Path,
 ) -> Option<crate::api::disk_facts::DiskTotals> {
-    if cfg.disk_source != crate::config::DiskSource::Caller {
+    if cfg.host.disk_source != crate::config::DiskSource::Caller {
         return None;
     }
     match crate::api::disk_facts::DiskTotals::load(state_dir) {
@@ -322,12 +322,12 @@ fn spawn_audits(
     tokio::spawn(async move {
         loop {
             let cfg = state.config();
-            let delay = audit::next_delay(cfg.audit_interval_s, cfg.audit_jitter_s);
+            let delay = audit::next_delay(cfg.audit.interval_s, cfg.audit.jitter_s);
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
                 _ = stop.changed() => return,
             }
-            let limit = audit::time_limit(cfg.audit_interval_s);
+            let limit = audit::time_limit(cfg.audit.interval_s);
             if auditor.run_once(limit).await.is_ok() {
                 kick.notify_one();
             }
@@ -378,7 +378,7 @@ async fn refresh_now(
     state: &Arc<DaemonState>,
     auditor: &Auditor,
 ) -> crate::api::shared::RefreshAnswer {
-    let limit = audit::time_limit(state.config().audit_interval_s);
+    let limit = audit::time_limit(state.config().audit.interval_s);
     let audit_error = auditor.run_once(limit).await.err();
     let placement = match (
         state.upstream(),
@@ -444,15 +444,15 @@ fn reload(
         changes.iter().partition(|c| diff::applies_live(&c.key));
     // Log level first: the lines below are then logged at the new level.
     if live.iter().any(|c| c.key == "log.level") {
-        log.set_level(&next.valid.log_level)
+        log.set_level(&next.valid.log.level)
             .map_err(|e| DaemonError::Refused(format!("log.level: {e}")))?;
     }
     if live.iter().any(|c| c.key == "api.socket_group") {
-        let access = Access::for_group(&next.valid.socket_group);
+        let access = Access::for_group(&next.valid.api.socket_group);
         match &access.group {
             Some((gid, _)) => socket::set_group(socket_path, *gid)?,
             None => {
-                tracing::warn!(group = %next.valid.socket_group, "the new socket group does not exist: only root and rtrackd's own user may use the API")
+                tracing::warn!(group = %next.valid.api.socket_group, "the new socket group does not exist: only root and rtrackd's own user may use the API")
             }
         }
         state.set_access(access);
@@ -460,10 +460,10 @@ fn reload(
     // Host names, node uuid and the probe root stay as they were at start (restart to change).
     let mut valid = next.valid.clone();
     let old = state.config();
-    valid.probe_root = old.probe_root.clone();
-    valid.state_dir = old.state_dir.clone();
-    valid.host = old.host.clone();
-    valid.hypervisor_hostname = old.hypervisor_hostname.clone();
+    valid.host.probe_root = old.host.probe_root.clone();
+    valid.host.state_dir = old.host.state_dir.clone();
+    valid.host.host = old.host.host.clone();
+    valid.host.hypervisor_hostname = old.host.hypervisor_hostname.clone();
     state.service.update_config(valid.clone());
     state.set_config(valid);
     let live_text: Vec<String> = live.iter().map(|c| c.to_string()).collect();

@@ -420,7 +420,7 @@ impl DesiredState {
         }];
 
         // ---- PCI children
-        let (device_provider, pci_raised) = if config.report_pci_in_placement {
+        let (device_provider, pci_raised) = if config.pci.report_in_placement {
             warnings.extend(view.pci_provider_warnings.iter().cloned());
             let children = pci_children(view, node_uuid, hypervisor_hostname, consumers, pci);
             providers.extend(children.providers);
@@ -462,7 +462,7 @@ impl DesiredState {
             node: node_uuid,
             shared,
             nested: &nested_provider,
-            devices: config.report_pci_in_placement.then_some(&device_provider),
+            devices: config.pci.report_in_placement.then_some(&device_provider),
         };
         let expected = expected_allocations(consumers, &places, &mut warnings);
         let allocations = config

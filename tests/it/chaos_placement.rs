@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::support::placement::{server, Raw};
-use crate::support::{request_spec, Daemon};
+use crate::support::{poll, request_spec, Daemon};
 use rtrack_fixtures::synthetic::SyntheticHost;
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -315,34 +315,31 @@ fn check(
 ) {
     // Caught up: Placement holds what the claims hold on this host's tree, and the releases are
     // done.
-    let started = Instant::now();
-    loop {
+    let caught_up = || {
         let (s, r) = d.call("POST", "/v1/reconcile", None);
         let in_step = s == 200 && r["counts"]["missing"] == 0 && r["counts"]["different"] == 0;
+        let gone = |c: &Uuid| {
+            allocation(rt, raw, *c)["allocations"]
+                .get(node.to_string())
+                .is_none()
+        };
         let released_gone = w
             .known
             .iter()
             .filter(|(_, k)| **k == Known::Released)
-            .all(|(c, _)| {
-                allocation(rt, raw, *c)["allocations"]
-                    .get(node.to_string())
-                    .is_none()
-            })
-            && w.finished.iter().all(|m| {
-                allocation(rt, raw, *m)["allocations"]
-                    .get(node.to_string())
-                    .is_none()
-            });
-        if in_step && released_gone {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "round {round}: not caught up: {r}\n{}",
-            d.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+            .all(|(c, _)| gone(c))
+            && w.finished.iter().all(gone);
+        (in_step && released_gone)
+            .then_some(())
+            .ok_or_else(|| format!("{r}\n{}", d.log_text()))
+    };
+    let what = format!("round {round}: caught up");
+    poll(
+        &what,
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        caught_up,
+    );
     for (c, k) in &w.known {
         let a = allocation(rt, raw, *c);
         let bw = w.foreign.get(c).copied().flatten();

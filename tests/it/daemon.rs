@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::support::{base_config, check_shape, claim, env, request_spec, uuid, Daemon, Env};
+use crate::support::{base_config, check_shape, claim, env, poll, request_spec, uuid, Daemon, Env};
 use nix::sys::signal::Signal;
 use serde_json::{json, Value};
 
@@ -832,16 +832,13 @@ fn sighup_applies_a_new_ratio_and_rejects_a_bad_file() {
     )
     .unwrap();
     d.signal(Signal::SIGHUP);
-    let start = Instant::now();
-    while cap(&d) != 64 {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "capacity still {}:\n{}",
-            cap(&d),
-            d.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let every = Duration::from_millis(20);
+    poll("the reloaded ratio", Duration::from_secs(10), every, || {
+        let c = cap(&d);
+        (c == 64)
+            .then_some(())
+            .ok_or_else(|| format!("capacity {c}:\n{}", d.log_text()))
+    });
     assert!(
         d.log_text()
             .contains("resources.cpu_allocation_ratio: 4.0 -> 8.0"),
@@ -854,15 +851,7 @@ fn sighup_applies_a_new_ratio_and_rejects_a_bad_file() {
     )
     .unwrap();
     d.signal(Signal::SIGHUP);
-    let start = Instant::now();
-    while !d.log_text().contains("reload rejected") {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{}",
-            d.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    d.wait_log("reload rejected", Duration::from_secs(10));
     assert!(
         d.log_text().contains("resources.cpu_allocation_ratio = -1"),
         "{}",
@@ -1182,23 +1171,17 @@ fn a_failing_probe_is_retried_while_claims_are_served() {
     let sys = e.root.join("sys");
     let away = e.root.join("sys.away");
     std::fs::rename(&sys, &away).unwrap();
-    let start = Instant::now();
-    loop {
+    let every = Duration::from_millis(50);
+    let h = poll("a degraded health", Duration::from_secs(15), every, || {
         let (_, h) = d.call("GET", "/healthz", None);
-        if h["status"] == "degraded" {
-            assert!(
-                h["last_audit_error"].as_str().unwrap().contains("sys"),
-                "{h}"
-            );
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(15),
-            "{h}\n{}",
-            d.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        (h["status"] == "degraded")
+            .then_some(h.clone())
+            .ok_or_else(|| format!("{h}\n{}", d.log_text()))
+    });
+    assert!(
+        h["last_audit_error"].as_str().unwrap().contains("sys"),
+        "{h}"
+    );
     // Claims go on against the last good probe.
     let (s, v) = d.call(
         "POST",
@@ -1207,15 +1190,10 @@ fn a_failing_probe_is_retried_while_claims_are_served() {
     );
     assert_eq!(s, 201, "{v}");
     std::fs::rename(&away, &sys).unwrap();
-    let start = Instant::now();
-    loop {
+    poll("health ok again", Duration::from_secs(15), every, || {
         let (_, h) = d.call("GET", "/healthz", None);
-        if h["status"] == "ok" {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(15), "{h}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        (h["status"] == "ok").then_some(()).ok_or(h.to_string())
+    });
     assert!(d.log_text().contains("audit failed"), "{}", d.log_text());
     assert_eq!(
         d.call("GET", &format!("/v1/claims/{}", uuid(1)), None).0,
@@ -1309,16 +1287,17 @@ fn the_compute_node_is_posted_upstream_when_it_changes() {
         &format!("[audit]\ninterval_s = 1\n[upstream.http]\nurl = \"{url}\"\nobject_version = \"1.16\"\n"),
     );
     let wait_for = |n: usize| {
-        let start = Instant::now();
-        while bodies.lock().unwrap().len() < n {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "{} POSTs:\n{}",
-                bodies.lock().unwrap().len(),
-                d.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        poll(
+            "the pushes",
+            Duration::from_secs(20),
+            Duration::from_millis(50),
+            || {
+                let got = bodies.lock().unwrap().len();
+                (got >= n)
+                    .then_some(())
+                    .ok_or_else(|| format!("{got} POSTs:\n{}", d.log_text()))
+            },
+        );
     };
     wait_for(1);
     let first = bodies.lock().unwrap()[0].clone();

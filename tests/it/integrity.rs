@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::support::{claim, env, request_spec, uuid, Daemon, Env};
+use crate::support::{claim, env, poll, request_spec, uuid, Daemon, Env};
 use rtrack::cli::client;
 use serde_json::{json, Value};
 
@@ -249,14 +249,18 @@ fn a_failed_commit_leaves_nothing_in_memory_and_nothing_is_served_from_it() {
     lock.release();
 
     // Once the store can be written again, the retry is a new claim, and durable.
-    let start = Instant::now();
-    let (s, v) = loop {
-        let (s, v) = d.call("POST", "/v1/claims", Some(&body));
-        if s != 503 || start.elapsed() > Duration::from_secs(10) {
-            break (s, v);
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let every = Duration::from_millis(200);
+    let (s, v) = poll(
+        "the store writable again",
+        Duration::from_secs(10),
+        every,
+        || {
+            let (s, v) = d.call("POST", "/v1/claims", Some(&body));
+            (s != 503)
+                .then_some((s, v.clone()))
+                .ok_or(format!("{s} {v}"))
+        },
+    );
     assert_eq!(s, 201, "{v}");
     assert_eq!(v["existing"], false, "{v}");
     let (s, h) = d.call("GET", "/healthz", None);

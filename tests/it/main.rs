@@ -29,6 +29,7 @@ mod numa_diff;
 mod numa_properties;
 mod objects_golden;
 mod once;
+mod once_topology;
 mod packaging;
 mod pci_daemon;
 mod pci_diff;

@@ -135,11 +135,11 @@ fn every_primitive_loads_round_trips_and_feeds_novas_scheduler() {
             .into_iter()
             .filter(|d| d.address.domain <= 0xffff)
             .collect();
-        let devices = select_tracked(&probed, &cfg.device_specs);
+        let devices = select_tracked(&probed, &cfg.pci.device_specs);
         if devices.is_empty() {
             continue;
         }
-        let pools = pools_object(&build_pools(&devices, &cfg.device_specs)).to_primitive();
+        let pools = pools_object(&build_pools(&devices, &cfg.pci.device_specs)).to_primitive();
         let devs: Vec<Value> = devices
             .iter()
             .map(|d| json!({"address": d.address.to_string(), "vendor_id": d.vendor_id, "product_id": d.product_id,

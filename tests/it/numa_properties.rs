@@ -1,10 +1,12 @@
 //! Property tests of NUMA accounting: random sequences of NUMA claims (pinned, shared, mixed,
 //! hugepages, isolate, emulator threads), dry runs, aborts, deletes, same-host resizes with
 //! confirm or revert, and restarts (a new tracker from the records, then an audit), on hosts
-//! with and without SMT, CPU sets and reserved hugepages.
+//! with and without SMT, CPU sets and reserved hugepages, and with rtrack's placement policies
+//! off or on (L3 alignment, closest cells, dedicated guests on `IntelCore` CPUs only).
 //!
 //! After every step:
 //! - no host CPU is pinned twice, and pinned CPUs are dedicated CPUs of their cell;
+//! - with the policies on, no CPU of another core type than `IntelCore` is pinned;
 //! - no hugepage pool has more pages used than its total minus the reserved ones;
 //! - every cell's usage equals the sum of the placements the model says are held (what each
 //!   granted claim answered, minus what was freed), computed apart from the tracker;
@@ -25,8 +27,29 @@ use rtrack::tracker::{
 };
 use serde_json::json;
 
-/// Two cells of 4 cores; SMT or not; 2M and 1G pools.
-fn host(smt: bool) -> HostInventory {
+/// The CPUs of `cores` (core ids 0-7, both threads with SMT).
+fn cpus_of(cores: impl Iterator<Item = u32> + Clone, threads: u32) -> CpuSet {
+    CpuSet::from_ids((0..threads).flat_map(|t| cores.clone().map(move |c| t * 8 + c)))
+}
+
+/// Per cell, an L3 per pair of cores, and its last core an `IntelAtom` (the others
+/// `IntelCore`): what the policies read.
+fn cache_and_core_type_facts(threads: u32) -> serde_json::Value {
+    let l3: Vec<serde_json::Value> = (0..4)
+        .map(|pair| {
+            let cpus = cpus_of(pair * 2..pair * 2 + 2, threads);
+            json!({"level": 3, "type": "Unified", "size_kb": 8192, "cpus": cpus.to_string()})
+        })
+        .collect();
+    let atom = cpus_of([3, 7].into_iter(), threads);
+    let core = cpus_of([0, 1, 2, 4, 5, 6].into_iter(), threads);
+    json!({"caches": l3, "core_types": [
+        {"name": "IntelCore", "cpus": core.to_string()},
+        {"name": "IntelAtom", "cpus": atom.to_string()}]})
+}
+
+/// Two cells of 4 cores; SMT or not; 2M and 1G pools; cache and core type facts or not.
+fn host(smt: bool, facts: bool) -> HostInventory {
     let threads = if smt { 2 } else { 1 };
     let per_cell = 4 * threads;
     let mut cpus = Vec::new();
@@ -46,7 +69,7 @@ fn host(smt: bool) -> HostInventory {
             "hugepages": [{"size_kb": 2048, "total": 512, "free": 512}, {"size_kb": 1048576, "total": 2, "free": 2}]}));
     }
     let online = format!("0-{}", per_cell * 2 - 1);
-    serde_json::from_value(json!({
+    let mut inventory = json!({
         "host": {"hostname": "p", "arch": "x86_64", "kernel": null, "os_release": null},
         "cpu": {"arch": "x86_64", "vendor": null, "model": null, "flags": [], "sockets": 2, "cores": 8,
                 "threads": per_cell * 2, "cores_per_socket": 4, "threads_per_core": threads, "smt": smt,
@@ -56,12 +79,24 @@ fn host(smt: bool) -> HostInventory {
                    "hugepages": [], "base_page_kb": 4},
         "disks": {"instances": null, "block_devices": []},
         "pci_devices": [], "warnings": []
-    }))
-    .expect("an inventory")
+    });
+    if facts {
+        for (k, v) in cache_and_core_type_facts(threads)
+            .as_object()
+            .into_iter()
+            .flatten()
+        {
+            inventory[k] = v.clone();
+        }
+    }
+    serde_json::from_value(inventory).expect("an inventory")
 }
 
-fn settings(legacy: bool, smt: bool) -> TrackerSettings {
+fn settings(legacy: bool, smt: bool, policies: bool) -> TrackerSettings {
     let mut toml = String::from("[resources]\nreserved_host_memory_mb = 0\ncpu_allocation_ratio = 2.0\nreserved_huge_pages = [\"node:1,size:2048,count:100\"]\n");
+    if policies {
+        toml.push_str("pin_alignment = \"l3\"\nprefer_closest_cells = true\ndedicated_core_types = [\"IntelCore\"]\n");
+    }
     if !legacy {
         // One shared core per cell (both its threads), the rest dedicated.
         let (shared, dedicated) = if smt {
@@ -211,9 +246,20 @@ struct Model {
     moving: BTreeMap<u8, (i64, FittedTopology)>,
 }
 
-fn check(t: &Tracker, model: &Model) {
+fn check(t: &Tracker, model: &Model, policies: bool) {
     let host = t.numa_host();
     let usage = t.numa_usage(&t.usage());
+    if policies {
+        let atom = cpus_of([3, 7].into_iter(), 2);
+        for c in &host.cells {
+            let on_atom = usage.cell(c.id).pinned.intersection(&atom);
+            assert!(
+                on_atom.is_empty(),
+                "cell {}: pinned {on_atom} of IntelAtom",
+                c.id
+            );
+        }
+    }
     assert!(
         usage.double_pinned.is_empty(),
         "CPUs pinned twice: {:?}",
@@ -244,9 +290,9 @@ fn check(t: &Tracker, model: &Model) {
     }
 }
 
-fn run(ops: Vec<Op>, legacy: bool, smt: bool) {
-    let inv = host(smt);
-    let settings = settings(legacy, smt);
+fn run(ops: Vec<Op>, legacy: bool, smt: bool, policies: bool) {
+    let inv = host(smt, policies);
+    let settings = settings(legacy, smt, policies);
     let now = time::OffsetDateTime::UNIX_EPOCH;
     let mut t = Tracker::new(settings.clone(), inv.clone(), TrackerState::default());
     let _ = t.audit(inv.clone(), now);
@@ -370,7 +416,7 @@ fn run(ops: Vec<Op>, legacy: bool, smt: bool) {
                 );
             }
         }
-        check(&t, &model);
+        check(&t, &model, policies);
     }
 }
 
@@ -382,8 +428,9 @@ proptest! {
         ops in proptest::collection::vec(op(), 1..50),
         legacy in any::<bool>(),
         smt in any::<bool>(),
+        policies in any::<bool>(),
     ) {
-        run(ops, legacy, smt);
+        run(ops, legacy, smt, policies);
     }
 }
 
@@ -391,8 +438,8 @@ proptest! {
 /// `_test_live_migration_page_size`), and needs the source's placement to know it.
 #[test]
 fn a_live_migration_keeps_its_page_size() {
-    let inv = host(true);
-    let settings = settings(false, true);
+    let inv = host(true, false);
+    let settings = settings(false, true, false);
     let mut t = Tracker::new(settings, inv.clone(), TrackerState::default());
     let _ = t.audit(inv, time::OffsetDateTime::UNIX_EPOCH);
     // The guest asks for "large" pages; at the source it got 2M ones.

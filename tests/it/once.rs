@@ -56,7 +56,7 @@ fn run_once_with(root: &Path, config: &str, extra: &[&str]) -> std::process::Out
 }
 
 /// The report with what changes from run to run replaced by placeholders.
-fn normalized_report(root: &Path) -> serde_json::Value {
+pub(crate) fn normalized_report(root: &Path) -> serde_json::Value {
     normalized_report_with(root, CONFIG)
 }
 
@@ -87,7 +87,7 @@ fn normalized_report_with(root: &Path, config: &str) -> serde_json::Value {
     v
 }
 
-fn check_golden(name: &str, actual: &serde_json::Value) {
+pub(crate) fn check_golden(name: &str, actual: &serde_json::Value) {
     let path = rtrack_fixtures::fixtures_dir()
         .join("expected")
         .join(format!("{name}.json"));

@@ -88,10 +88,10 @@ fn every_documented_example_validates() {
     assert!(legacy.resources.vcpu_pin_set.is_some() && legacy.resources.legacy_cpus());
     config.resources.vcpu_pin_set = None;
     let valid = config.validate(&path).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(valid.device_specs.len(), 4);
-    assert_eq!(valid.aliases.len(), 2);
+    assert_eq!(valid.pci.device_specs.len(), 4);
+    assert_eq!(valid.pci.aliases.len(), 2);
     assert!(valid.resources.cpu_dedicated_set.is_some());
-    assert!(valid.metrics_listen.is_some());
+    assert!(valid.metrics.listen.is_some());
     let push = validate_http_push(config.upstream.http.as_ref()).unwrap();
     assert!(push.is_some());
 }

@@ -843,7 +843,7 @@ fn run_rtrack(case: &Case) -> RCase {
     let mut run = Run {
         case,
         settings,
-        aliases: cfg.aliases.clone(),
+        aliases: cfg.pci.aliases.clone(),
         inv,
         t,
         insts: BTreeMap::new(),

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use crate::support::{base_config, claim, env, uuid, Daemon};
+use crate::support::{base_config, claim, env, poll, uuid, Daemon};
+use serde_json::Value;
 
 const RTRACKD: &str = env!("CARGO_BIN_EXE_rtrackd");
 
@@ -196,25 +197,19 @@ fn a_database_without_rtrack_state_is_refused_and_start_empty_keeps_it_aside() {
         .env_remove("NOTIFY_SOCKET")
         .spawn()
         .unwrap();
-    let start = std::time::Instant::now();
-    let (s, v) = loop {
-        if let Ok(r) = rtrack::cli::client::request(
-            &d.socket,
-            "GET",
-            "/v1/claims",
-            None,
-            Duration::from_secs(5),
-        ) {
-            break (r.status, r.json().unwrap_or_default());
-        }
+    let every = Duration::from_millis(20);
+    let (s, v): (u16, Value) = poll("the daemon serving", Duration::from_secs(30), every, || {
+        let timeout = Duration::from_secs(5);
+        let r = rtrack::cli::client::request(&d.socket, "GET", "/v1/claims", None, timeout);
+        // Still starting is fine; gone is a failure at once.
         assert!(
             child.try_wait().unwrap().is_none(),
             "{}",
             std::fs::read_to_string(e.dir.join("start-empty.log")).unwrap()
         );
-        assert!(start.elapsed() < Duration::from_secs(30));
-        std::thread::sleep(Duration::from_millis(20));
-    };
+        r.map(|r| (r.status, r.json().unwrap_or_default()))
+            .map_err(|e| e.to_string())
+    });
     assert_eq!(s, 200);
     assert_eq!(v.as_array().map(Vec::len), Some(0), "{v}");
     let kept: Vec<_> = std::fs::read_dir(e.dir.join("state"))

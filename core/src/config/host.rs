@@ -1,20 +1,13 @@
-//! `[host]`: what to probe, names, addresses and identity, checked (the rest of the section is
-//! taken as written by [`Config::validate`](super::Config::validate)).
+//! `[host]`: what to probe, where state and instances live, names, addresses and identity,
+//! checked into [`HostSettings`] for [`Config::validate`](super::Config::validate).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use super::{ConfigError, DiskSource, HostConfig};
-
-/// The parts of `[host]` that are parsed, not only copied.
-pub(super) struct CheckedHost {
-    pub probe_root: crate::probes::HostRoot,
-    pub host_ip: Option<std::net::IpAddr>,
-    pub disk_source: DiskSource,
-    pub compute_node_uuid: Option<String>,
-}
+use super::sections::{DEFAULT_HYPERVISOR_TYPE, DEFAULT_INSTANCES_PATH};
+use super::{ConfigError, DiskSource, HostConfig, HostSettings};
 
 /// Checks `[host]`; errors name `file`, the key, the value and what is accepted.
-pub(super) fn validate(h: &HostConfig, file: &Path) -> Result<CheckedHost, ConfigError> {
+pub(super) fn validate(h: &HostConfig, file: &Path) -> Result<HostSettings, ConfigError> {
     let err = |key: &str, value: String, expected: &str| ConfigError::Value {
         file: file.to_path_buf(),
         key: key.to_string(),
@@ -102,10 +95,22 @@ pub(super) fn validate(h: &HostConfig, file: &Path) -> Result<CheckedHost, Confi
             }
         }
     }
-    Ok(CheckedHost {
+    Ok(HostSettings {
         probe_root,
-        host_ip,
+        state_dir: h.state_dir.clone(),
+        instances_path: h
+            .instances_path
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_INSTANCES_PATH)),
         disk_source,
+        hypervisor_hostname: h.hypervisor_hostname.clone(),
+        host: h.host.clone(),
+        hypervisor_type: h
+            .hypervisor_type
+            .clone()
+            .unwrap_or_else(|| DEFAULT_HYPERVISOR_TYPE.to_string()),
+        host_ip,
+        service_id: h.service_id,
         compute_node_uuid,
     })
 }

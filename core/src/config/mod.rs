@@ -40,7 +40,10 @@ pub use file::{
 pub use numa::{ReservedPages, ReservedPagesConfig};
 pub use pci::{AliasConfig, DeviceSpecConfig};
 pub use topology::{PinAlignment, TopologyPolicy};
-pub use valid::{DiskSource, LogFormat, Resources, ValidConfig};
+pub use valid::{
+    ApiSettings, AuditSettings, DiskSource, HostSettings, LogFormat, LogSettings, MetricsSettings,
+    PciSettings, Resources, ValidConfig,
+};
 
 impl Config {
     /// Reads and parses a file.
@@ -71,7 +74,7 @@ impl Config {
         env: &placement_sources::Environment,
     ) -> Result<ValidConfig, ConfigError> {
         let resources = sections::resources(&self.resources, file)?;
-        let (device_specs, aliases) = self.pci_section(file)?;
+        let pci = pci::validate(&self.pci, file)?;
         let mdev = devices::validate(&self.devices, &self.mdev, file)?;
         let network_affinity = neutron::validate(
             &self.neutron,
@@ -84,33 +87,15 @@ impl Config {
             value,
             expected,
         })?;
-        let h = &self.host;
-        let checked_host = host::validate(h, file)?;
-        let (audit_interval_s, audit_jitter_s) = sections::audit(&self.audit, file)?;
+        let host = host::validate(&self.host, file)?;
+        let audit = sections::audit(&self.audit, file)?;
         let api = sections::api(&self.api, file)?;
-        let (log_format, log_level) = sections::log(&self.log, file)?;
-        let metrics_listen = sections::metrics_listen(&self.metrics, file)?;
+        let log = sections::log(&self.log, file)?;
+        let metrics = sections::metrics(&self.metrics, file)?;
         Ok(ValidConfig {
-            probe_root: checked_host.probe_root,
-            state_dir: h.state_dir.clone(),
-            instances_path: h
-                .instances_path
-                .clone()
-                .unwrap_or_else(|| PathBuf::from("/var/lib/nova/instances")),
-            disk_source: checked_host.disk_source,
-            hypervisor_hostname: h.hypervisor_hostname.clone(),
-            host: h.host.clone(),
-            hypervisor_type: h
-                .hypervisor_type
-                .clone()
-                .unwrap_or_else(|| "rtrack".to_string()),
-            host_ip: checked_host.host_ip,
-            service_id: h.service_id,
-            compute_node_uuid: checked_host.compute_node_uuid,
+            host,
             resources,
-            device_specs,
-            aliases,
-            report_pci_in_placement: self.pci.report_in_placement.unwrap_or(false),
+            pci,
             mdev,
             network_affinity,
             provider_config_location: self
@@ -119,22 +104,10 @@ impl Config {
                 .clone()
                 .unwrap_or_else(|| PathBuf::from(provider_yaml::DEFAULT_LOCATION)),
             provider_configs: provider_yaml::ProviderConfigs::default(),
-            audit_interval_s,
-            audit_jitter_s,
-            socket: self.api.socket.clone(),
-            socket_mode: api.socket_mode,
-            socket_group: self
-                .api
-                .socket_group
-                .clone()
-                .unwrap_or_else(|| "rtrack".to_string()),
-            max_body_bytes: self.api.max_body_bytes.unwrap_or(1 << 20),
-            request_timeout_s: self.api.request_timeout_s.unwrap_or(30),
-            max_connections: api.max_connections,
-            header_timeout_s: api.header_timeout_s,
-            metrics_listen,
-            log_format,
-            log_level,
+            audit,
+            api,
+            metrics,
+            log,
             placement_settings: upstream::validate_placement(&self.placement, env)
                 .map_err(|e| key_error(file, e))?,
             http_push: upstream::validate_http_push(self.upstream.http.as_ref())
@@ -142,54 +115,6 @@ impl Config {
             placement: self.placement.clone(),
             upstream_http: self.upstream.http.clone(),
         })
-    }
-
-    /// `[pci]`: the device specs and the alias table, with the rules between them and
-    /// `report_in_placement`.
-    fn pci_section(
-        &self,
-        file: &Path,
-    ) -> Result<
-        (
-            Vec<crate::pci_policy::DeviceSpec>,
-            crate::pci_policy::AliasTable,
-        ),
-        ConfigError,
-    > {
-        let in_placement = self.pci.report_in_placement.unwrap_or(false);
-        let device_specs = pci::validate_device_specs(&self.pci.device_spec, file)?;
-        // Nova's rule: a used device is kept from the scheduler only by its provider's
-        // reserved inventory.
-        let one_time_use = device_specs
-            .iter()
-            .position(|s| s.tags.get("one_time_use").map(String::as_str) == Some("true"));
-        if let (false, Some(i)) = (in_placement, one_time_use) {
-            return Err(ConfigError::Value {
-                file: file.to_path_buf(),
-                key: format!("pci.device_spec[{i}].one_time_use"),
-                value: "true".into(),
-                expected: "requires [pci] report_in_placement = true".into(),
-            });
-        }
-        let aliases = pci::validate_aliases(&self.pci.alias, file)?;
-        if let Some((name, why)) = crate::pci_policy::alias::table_problems(&aliases, in_placement)
-            .into_iter()
-            .next()
-        {
-            let index = self
-                .pci
-                .alias
-                .iter()
-                .position(|a| a.get("name").and_then(|n| n.as_str()).map(str::trim) == Some(&name))
-                .unwrap_or(0);
-            return Err(ConfigError::Value {
-                file: file.to_path_buf(),
-                key: format!("pci.alias[{index}]"),
-                value: format!("name = {name:?}"),
-                expected: why,
-            });
-        }
-        Ok((device_specs, aliases))
     }
 }
 

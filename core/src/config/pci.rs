@@ -2,9 +2,10 @@
 //! stores every tag as a string; booleans become "true"/"false") and validated by the PCI
 //! tracker's own rules, with the file and entry index in every message.
 //!
-//! In: the `[pci] device_spec` and `[pci] alias` entries as written ([`DeviceSpecConfig`],
-//! [`AliasConfig`]) and the file's path. Out: the [`DeviceSpec`]s in file order and the
-//! [`AliasTable`], or a [`ConfigError`] naming `pci.device_spec[i].key` or `pci.alias[i].key`.
+//! In: the `[pci]` section as written ([`PciConfig`], its [`DeviceSpecConfig`] and
+//! [`AliasConfig`] entries) and the file's path. Out: the [`PciSettings`] (the [`DeviceSpec`]s in
+//! file order, the [`AliasTable`], `report_in_placement`), or a [`ConfigError`] naming
+//! `pci.device_spec[i].key` or `pci.alias[i].key`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,7 +13,8 @@ use std::path::Path;
 use crate::pci_policy::alias::add_alias;
 use crate::pci_policy::{AliasTable, DeviceSpec, SpecError};
 
-use super::ConfigError;
+use super::sections::DEFAULT_PCI_REPORT_IN_PLACEMENT;
+use super::{ConfigError, PciConfig, PciSettings};
 
 /// A device spec entry as written.
 pub type DeviceSpecConfig = BTreeMap<String, toml::Value>;
@@ -41,7 +43,7 @@ fn string_value(key: &str, v: &toml::Value) -> Result<String, SpecError> {
     }
 }
 
-pub(super) fn validate_device_specs(
+fn validate_device_specs(
     entries: &[DeviceSpecConfig],
     file: &Path,
 ) -> Result<Vec<DeviceSpec>, ConfigError> {
@@ -77,10 +79,7 @@ pub(super) fn validate_device_specs(
     Ok(specs)
 }
 
-pub(super) fn validate_aliases(
-    entries: &[AliasConfig],
-    file: &Path,
-) -> Result<AliasTable, ConfigError> {
+fn validate_aliases(entries: &[AliasConfig], file: &Path) -> Result<AliasTable, ConfigError> {
     let mut table = AliasTable::new();
     for (i, entry) in entries.iter().enumerate() {
         let mut values = BTreeMap::new();
@@ -93,6 +92,51 @@ pub(super) fn validate_aliases(
         add_alias(&mut table, values).map_err(|e| at(file, "pci.alias", i, e))?;
     }
     Ok(table)
+}
+
+/// `[pci]`: the device specs and the alias table, with the rules between them and
+/// `report_in_placement`.
+pub(super) fn validate(p: &PciConfig, file: &Path) -> Result<PciSettings, ConfigError> {
+    let report_in_placement = p
+        .report_in_placement
+        .unwrap_or(DEFAULT_PCI_REPORT_IN_PLACEMENT);
+    let device_specs = validate_device_specs(&p.device_spec, file)?;
+    // Nova's rule: a used device is kept from the scheduler only by its provider's
+    // reserved inventory.
+    let one_time_use = device_specs
+        .iter()
+        .position(|s| s.tags.get("one_time_use").map(String::as_str) == Some("true"));
+    if let (false, Some(i)) = (report_in_placement, one_time_use) {
+        return Err(ConfigError::Value {
+            file: file.to_path_buf(),
+            key: format!("pci.device_spec[{i}].one_time_use"),
+            value: "true".into(),
+            expected: "requires [pci] report_in_placement = true".into(),
+        });
+    }
+    let aliases = validate_aliases(&p.alias, file)?;
+    if let Some((name, why)) =
+        crate::pci_policy::alias::table_problems(&aliases, report_in_placement)
+            .into_iter()
+            .next()
+    {
+        let index = p
+            .alias
+            .iter()
+            .position(|a| a.get("name").and_then(|n| n.as_str()).map(str::trim) == Some(&name))
+            .unwrap_or(0);
+        return Err(ConfigError::Value {
+            file: file.to_path_buf(),
+            key: format!("pci.alias[{index}]"),
+            value: format!("name = {name:?}"),
+            expected: why,
+        });
+    }
+    Ok(PciSettings {
+        device_specs,
+        aliases,
+        report_in_placement,
+    })
 }
 
 #[cfg(test)]
@@ -120,9 +164,9 @@ device_type = "type-VF"
 "#;
         let f = Path::new("/etc/rtrack/rtrack.toml");
         let c = Config::parse(text, f).unwrap().validate(f).unwrap();
-        assert_eq!(c.device_specs.len(), 2);
-        assert_eq!(c.device_specs[0].tags["trusted"], "true");
-        assert_eq!(c.aliases["vf"].specs[0]["dev_type"], "type-VF");
+        assert_eq!(c.pci.device_specs.len(), 2);
+        assert_eq!(c.pci.device_specs[0].tags["trusted"], "true");
+        assert_eq!(c.pci.aliases["vf"].specs[0]["dev_type"], "type-VF");
     }
 
     #[test]

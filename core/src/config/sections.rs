@@ -1,32 +1,55 @@
 //! [`super::Config::validate`] section by section: each function checks one section of the file
-//! as written and returns its typed values, or the [`ConfigError`] naming the key. The defaults
-//! of an empty section are the constants below, stated once (the [`Resources`] default uses
-//! them too).
+//! as written and returns its typed settings, or the [`ConfigError`] naming the key. The defaults
+//! of an empty section are the constants below, stated once (the [`Resources`] default and
+//! `[host]`'s and `[pci]`'s checks, in their own files, use them too).
 //!
 //! In: one section of the parsed file and the file's path (for messages). Out: that section's
-//! checked values.
+//! settings ([`Resources`], [`AuditSettings`], [`ApiSettings`], [`MetricsSettings`],
+//! [`LogSettings`]).
 
 use std::path::Path;
 
 use super::file::{ApiConfig, AuditConfig, LogConfig, MetricsConfig, ResourcesConfig};
-use super::valid::{LogFormat, Resources};
+use super::valid::{
+    ApiSettings, AuditSettings, LogFormat, LogSettings, MetricsSettings, Resources,
+};
 use super::{cpu_power, numa, topology, ConfigError};
 use crate::probes::CpuSet;
 
+/// `[host] instances_path` when unset (Nova's default).
+pub const DEFAULT_INSTANCES_PATH: &str = "/var/lib/nova/instances";
+/// `[host] hypervisor_type` when unset.
+pub const DEFAULT_HYPERVISOR_TYPE: &str = "rtrack";
+/// `[resources] reserved_host_cpus` when unset (Nova's default).
+pub const DEFAULT_RESERVED_HOST_CPUS: i64 = 0;
 /// `[resources] reserved_host_memory_mb` when unset (Nova's default).
 pub const DEFAULT_RESERVED_HOST_MEMORY_MB: i64 = 512;
+/// `[resources] reserved_host_disk_mb` when unset (Nova's default).
+pub const DEFAULT_RESERVED_HOST_DISK_MB: i64 = 0;
 /// `[resources] initial_cpu_allocation_ratio` when unset (Nova's default).
 pub const DEFAULT_INITIAL_CPU_ALLOCATION_RATIO: f64 = 4.0;
 /// `[resources] initial_ram_allocation_ratio` and `initial_disk_allocation_ratio` when unset.
 pub const DEFAULT_INITIAL_RAM_DISK_ALLOCATION_RATIO: f64 = 1.0;
+/// `[pci] report_in_placement` when unset.
+pub const DEFAULT_PCI_REPORT_IN_PLACEMENT: bool = false;
 /// `[audit] interval_s` when unset.
 pub const DEFAULT_AUDIT_INTERVAL_S: u64 = 60;
+/// `[audit] jitter_s` when unset is the interval divided by this (10% of it).
+pub const DEFAULT_AUDIT_JITTER_DIVISOR: u64 = 10;
 /// `[api] max_connections` when unset.
 pub const DEFAULT_MAX_CONNECTIONS: u64 = 256;
 /// `[api] header_timeout_s` when unset.
 pub const DEFAULT_HEADER_TIMEOUT_S: u64 = 10;
 /// `[api] socket_mode` when unset.
 pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
+/// `[api] socket_group` when unset.
+pub const DEFAULT_SOCKET_GROUP: &str = "rtrack";
+/// `[api] max_body_bytes` when unset (1 MiB).
+pub const DEFAULT_MAX_BODY_BYTES: u64 = 1 << 20;
+/// `[api] request_timeout_s` when unset.
+pub const DEFAULT_REQUEST_TIMEOUT_S: u64 = 30;
+/// `[log] level` when unset.
+pub const DEFAULT_LOG_LEVEL: &str = "info";
 
 fn value_error(file: &Path, key: &str, value: String, expected: &str) -> ConfigError {
     ConfigError::value(file, key, value, expected)
@@ -75,7 +98,7 @@ pub fn resources(r: &ResourcesConfig, file: &Path) -> Result<Resources, ConfigEr
             file,
             &key("reserved_host_cpus"),
             r.reserved_host_cpus,
-            0,
+            DEFAULT_RESERVED_HOST_CPUS,
         )?,
         reserved_host_memory_mb: non_negative(
             file,
@@ -87,7 +110,7 @@ pub fn resources(r: &ResourcesConfig, file: &Path) -> Result<Resources, ConfigEr
             file,
             &key("reserved_host_disk_mb"),
             r.reserved_host_disk_mb,
-            0,
+            DEFAULT_RESERVED_HOST_DISK_MB,
         )?,
         cpu_allocation_ratio: ratio(file, &key("cpu_allocation_ratio"), r.cpu_allocation_ratio)?,
         ram_allocation_ratio: ratio(file, &key("ram_allocation_ratio"), r.ram_allocation_ratio)?,
@@ -178,7 +201,7 @@ fn check_cpu_sets(r: &Resources, file: &Path) -> Result<(), ConfigError> {
 }
 
 /// `[audit]`: the interval and the jitter, in seconds.
-pub fn audit(a: &AuditConfig, file: &Path) -> Result<(u64, u64), ConfigError> {
+pub fn audit(a: &AuditConfig, file: &Path) -> Result<AuditSettings, ConfigError> {
     let interval = match a.interval_s {
         None => DEFAULT_AUDIT_INTERVAL_S,
         Some(0) => {
@@ -192,7 +215,7 @@ pub fn audit(a: &AuditConfig, file: &Path) -> Result<(u64, u64), ConfigError> {
         Some(v) => v,
     };
     let jitter = match a.jitter_s {
-        None => interval / 10,
+        None => interval / DEFAULT_AUDIT_JITTER_DIVISOR,
         Some(j) if j < interval => j,
         Some(j) => {
             return Err(value_error(
@@ -203,21 +226,14 @@ pub fn audit(a: &AuditConfig, file: &Path) -> Result<(u64, u64), ConfigError> {
             ))
         }
     };
-    Ok((interval, jitter))
-}
-
-/// `[api]`'s checked values.
-pub struct Api {
-    /// Connections served at once.
-    pub max_connections: u64,
-    /// Time a client has to send its request head.
-    pub header_timeout_s: u64,
-    /// The socket's mode.
-    pub socket_mode: u32,
+    Ok(AuditSettings {
+        interval_s: interval,
+        jitter_s: jitter,
+    })
 }
 
 /// `[api]`.
-pub fn api(a: &ApiConfig, file: &Path) -> Result<Api, ConfigError> {
+pub fn api(a: &ApiConfig, file: &Path) -> Result<ApiSettings, ConfigError> {
     let max_connections = match a.max_connections {
         None => DEFAULT_MAX_CONNECTIONS,
         Some(n @ 1..=100_000) => n,
@@ -256,15 +272,22 @@ pub fn api(a: &ApiConfig, file: &Path) -> Result<Api, ConfigError> {
                 )
             })?,
     };
-    Ok(Api {
+    Ok(ApiSettings {
+        socket: a.socket.clone(),
+        socket_mode,
+        socket_group: a
+            .socket_group
+            .clone()
+            .unwrap_or_else(|| DEFAULT_SOCKET_GROUP.to_string()),
+        max_body_bytes: a.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES),
+        request_timeout_s: a.request_timeout_s.unwrap_or(DEFAULT_REQUEST_TIMEOUT_S),
         max_connections,
         header_timeout_s,
-        socket_mode,
     })
 }
 
 /// `[log]`: the format and the level.
-pub fn log(l: &LogConfig, file: &Path) -> Result<(LogFormat, String), ConfigError> {
+pub fn log(l: &LogConfig, file: &Path) -> Result<LogSettings, ConfigError> {
     let format = match l.format.as_deref() {
         None | Some("text") => LogFormat::Text,
         Some("json") => LogFormat::Json,
@@ -278,7 +301,7 @@ pub fn log(l: &LogConfig, file: &Path) -> Result<(LogFormat, String), ConfigErro
         }
     };
     let level = match l.level.as_deref() {
-        None => "info".to_string(),
+        None => DEFAULT_LOG_LEVEL.to_string(),
         Some(l @ ("error" | "warn" | "info" | "debug" | "trace")) => l.to_string(),
         Some(other) => {
             return Err(value_error(
@@ -289,23 +312,21 @@ pub fn log(l: &LogConfig, file: &Path) -> Result<(LogFormat, String), ConfigErro
             ))
         }
     };
-    Ok((format, level))
+    Ok(LogSettings { format, level })
 }
 
-/// `[metrics] listen`.
-pub fn metrics_listen(
-    m: &MetricsConfig,
-    file: &Path,
-) -> Result<Option<std::net::SocketAddr>, ConfigError> {
-    match &m.listen {
-        None => Ok(None),
-        Some(s) => s.parse::<std::net::SocketAddr>().map(Some).map_err(|_| {
+/// `[metrics]`: the listener, off unless set.
+pub fn metrics(m: &MetricsConfig, file: &Path) -> Result<MetricsSettings, ConfigError> {
+    let listen = match &m.listen {
+        None => None,
+        Some(s) => Some(s.parse::<std::net::SocketAddr>().map_err(|_| {
             value_error(
                 file,
                 "metrics.listen",
                 format!("{s:?}"),
                 "must be an address:port like \"127.0.0.1:9466\"",
             )
-        }),
-    }
+        })?),
+    };
+    Ok(MetricsSettings { listen })
 }

@@ -12,9 +12,39 @@ fn empty_file_gives_nova_defaults() {
     let c = parse("").unwrap();
     assert_eq!(c.resources, Resources::default());
     assert_eq!(c.resources.reserved_host_memory_mb, 512);
-    assert_eq!(c.audit_interval_s, 60);
-    assert_eq!(c.socket_mode, 0o660);
-    assert_eq!(c.hypervisor_type, "rtrack");
+    assert_eq!(c.host.hypervisor_type, "rtrack");
+    assert_eq!(c.host.instances_path, Path::new("/var/lib/nova/instances"));
+    assert_eq!(c.host.disk_source, DiskSource::Statvfs);
+    assert!(c.host.state_dir.is_none() && c.host.compute_node_uuid.is_none());
+    assert!(c.pci.device_specs.is_empty() && c.pci.aliases.is_empty());
+    assert!(!c.pci.report_in_placement);
+    assert_eq!(
+        c.audit,
+        AuditSettings {
+            interval_s: 60,
+            jitter_s: 6
+        }
+    );
+    assert_eq!(
+        c.api,
+        ApiSettings {
+            socket: None,
+            socket_mode: 0o660,
+            socket_group: "rtrack".into(),
+            max_body_bytes: 1 << 20,
+            request_timeout_s: 30,
+            max_connections: 256,
+            header_timeout_s: 10,
+        }
+    );
+    assert_eq!(c.metrics.listen, None);
+    assert_eq!(
+        c.log,
+        LogSettings {
+            format: LogFormat::Text,
+            level: "info".into()
+        }
+    );
 }
 
 #[test]
@@ -83,7 +113,7 @@ fn wrong_types_are_syntax_errors_with_the_key() {
 #[test]
 fn service_id_is_a_positive_database_id() {
     assert_eq!(
-        parse("[host]\nservice_id = 7\n").unwrap().service_id,
+        parse("[host]\nservice_id = 7\n").unwrap().host.service_id,
         Some(7)
     );
     let e = parse("[host]\nservice_id = 0\n").unwrap_err().to_string();

@@ -73,9 +73,9 @@ impl Default for Resources {
     fn default() -> Resources {
         // The defaults of an empty file; validate() of an empty Config gives the same.
         Resources {
-            reserved_host_cpus: 0,
+            reserved_host_cpus: super::sections::DEFAULT_RESERVED_HOST_CPUS,
             reserved_host_memory_mb: super::sections::DEFAULT_RESERVED_HOST_MEMORY_MB,
-            reserved_host_disk_mb: 0,
+            reserved_host_disk_mb: super::sections::DEFAULT_RESERVED_HOST_DISK_MB,
             cpu_allocation_ratio: None,
             ram_allocation_ratio: None,
             disk_allocation_ratio: None,
@@ -109,9 +109,10 @@ pub enum DiskSource {
     Caller,
 }
 
-/// The configuration rtrack runs with: every value checked, defaults applied.
+/// `[host]`, validated: what to probe, where state and instances live, the compute node's
+/// names, addresses and identity.
 #[derive(Debug, Clone)]
-pub struct ValidConfig {
+pub struct HostSettings {
     /// Roots to probe.
     pub probe_root: crate::probes::HostRoot,
     /// State directory as configured (resolved against `$STATE_DIRECTORY` by the daemon).
@@ -133,46 +134,91 @@ pub struct ValidConfig {
     /// `[host] compute_node_uuid`: the identity the state directory must have (lower-case,
     /// hyphenated).
     pub compute_node_uuid: Option<String>,
-    /// Reserved amounts and ratios.
-    pub resources: Resources,
+}
+
+/// `[pci]`, validated: which devices are tracked, the flavors' aliases, and whether devices are
+/// reported to Placement.
+#[derive(Debug, Clone)]
+pub struct PciSettings {
     /// PCI device specs, in file order (first match wins).
     pub device_specs: Vec<crate::pci_policy::DeviceSpec>,
     /// PCI aliases by name (same-name entries ORed, as Nova does).
     pub aliases: crate::pci_policy::AliasTable,
     /// `[pci] report_in_placement`.
-    pub report_pci_in_placement: bool,
-    /// `[devices]` and `[mdev.*]`: vGPU types, their parents and classes; SEV guests.
-    pub mdev: devices::MdevPolicy,
-    /// `[neutron]`, `[neutron_physnet.*]`, `[neutron_tunnel]`: the networks' NUMA affinity.
-    pub network_affinity: neutron::NetworkAffinity,
-    /// Where Nova's provider config files are read from.
-    pub provider_config_location: PathBuf,
-    /// What they say (read by the loader, with the file; empty until then).
-    pub provider_configs: provider_yaml::ProviderConfigs,
-    /// Audit interval.
-    pub audit_interval_s: u64,
-    /// Audit jitter.
-    pub audit_jitter_s: u64,
-    /// API socket path as configured.
+    pub report_in_placement: bool,
+}
+
+/// `[audit]`, validated: how often the periodic audit runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuditSettings {
+    /// Seconds between audits.
+    pub interval_s: u64,
+    /// Seconds each interval may move either way.
+    pub jitter_s: u64,
+}
+
+/// `[api]`, validated: the local claim API's socket and limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiSettings {
+    /// API socket path as configured (resolved against `$RUNTIME_DIRECTORY` by the daemon).
     pub socket: Option<PathBuf>,
     /// API socket mode.
     pub socket_mode: u32,
     /// API socket group.
     pub socket_group: String,
-    /// Request body limit.
+    /// Request body limit, bytes.
     pub max_body_bytes: u64,
-    /// Request timeout.
+    /// Request timeout, seconds.
     pub request_timeout_s: u64,
     /// Connections served at once.
     pub max_connections: u64,
     /// Header (and idle) timeout of a connection, seconds.
     pub header_timeout_s: u64,
-    /// Metrics TCP listener.
-    pub metrics_listen: Option<std::net::SocketAddr>,
+}
+
+/// `[metrics]`, validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetricsSettings {
+    /// Metrics TCP listener; `None` when off.
+    pub listen: Option<std::net::SocketAddr>,
+}
+
+/// `[log]`, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogSettings {
     /// Log format.
-    pub log_format: LogFormat,
-    /// Log level.
-    pub log_level: String,
+    pub format: LogFormat,
+    /// Log level (`error`, `warn`, `info`, `debug` or `trace`).
+    pub level: String,
+}
+
+/// The configuration rtrack runs with: every value checked, defaults applied; one field per
+/// section of the file.
+#[derive(Debug, Clone)]
+pub struct ValidConfig {
+    /// `[host]`.
+    pub host: HostSettings,
+    /// `[resources]`: reserved amounts and ratios.
+    pub resources: Resources,
+    /// `[pci]`.
+    pub pci: PciSettings,
+    /// `[devices]` and `[mdev.*]`: vGPU types, their parents and classes; SEV guests.
+    pub mdev: devices::MdevPolicy,
+    /// `[neutron]`, `[neutron_physnet.*]`, `[neutron_tunnel]`: the networks' NUMA affinity.
+    pub network_affinity: neutron::NetworkAffinity,
+    /// Where Nova's provider config files are read from (`[resources]
+    /// provider_config_location`).
+    pub provider_config_location: PathBuf,
+    /// What they say (read by the loader, with the file; empty until then).
+    pub provider_configs: provider_yaml::ProviderConfigs,
+    /// `[audit]`.
+    pub audit: AuditSettings,
+    /// `[api]`.
+    pub api: ApiSettings,
+    /// `[metrics]`.
+    pub metrics: MetricsSettings,
+    /// `[log]`.
+    pub log: LogSettings,
     /// `[placement]`, validated: `None` when no endpoint is set (reporting off).
     pub placement_settings: Option<upstream::PlacementSettings>,
     /// `[upstream.http]`, validated.

@@ -36,11 +36,11 @@ impl From<&ValidConfig> for TrackerPolicy {
     fn from(c: &ValidConfig) -> TrackerPolicy {
         TrackerPolicy {
             resources: c.resources.clone(),
-            device_specs: c.device_specs.clone(),
-            hypervisor_type: c.hypervisor_type.clone(),
-            host_ip: c.host_ip,
-            service_id: c.service_id,
-            report_pci_in_placement: c.report_pci_in_placement,
+            device_specs: c.pci.device_specs.clone(),
+            hypervisor_type: c.host.hypervisor_type.clone(),
+            host_ip: c.host.host_ip,
+            service_id: c.host.service_id,
+            report_pci_in_placement: c.pci.report_in_placement,
             mdev: c.mdev.clone(),
             provider_configs: c.provider_configs.clone(),
             network_affinity: c.network_affinity.clone(),
@@ -52,11 +52,11 @@ impl From<ValidConfig> for TrackerPolicy {
     fn from(c: ValidConfig) -> TrackerPolicy {
         TrackerPolicy {
             resources: c.resources,
-            device_specs: c.device_specs,
-            hypervisor_type: c.hypervisor_type,
-            host_ip: c.host_ip,
-            service_id: c.service_id,
-            report_pci_in_placement: c.report_pci_in_placement,
+            device_specs: c.pci.device_specs,
+            hypervisor_type: c.host.hypervisor_type,
+            host_ip: c.host.host_ip,
+            service_id: c.host.service_id,
+            report_pci_in_placement: c.pci.report_in_placement,
             mdev: c.mdev,
             provider_configs: c.provider_configs,
             network_affinity: c.network_affinity,

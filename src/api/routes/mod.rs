@@ -67,7 +67,7 @@ pub(super) fn migration_view(state: &DaemonState, id: i64) -> Result<MigrationVi
 /// `GET /healthz`.
 pub async fn healthz(State(state): St) -> (StatusCode, Json<Health>) {
     let h = state.health();
-    let interval = state.config().audit_interval_s;
+    let interval = state.config().audit.interval_s;
     let stale = h
         .last_success
         .is_none_or(|t| t.elapsed().as_secs() > 3 * interval + 60);

@@ -96,7 +96,7 @@ pub async fn refresh(
     OptionalJson(body): OptionalJson<RefreshBody>,
 ) -> Result<Json<Refreshed>, ApiError> {
     if let Some(totals) = body.disk_gb {
-        if state.config().disk_source != crate::config::DiskSource::Caller {
+        if state.config().host.disk_source != crate::config::DiskSource::Caller {
             // A well-formed request this daemon's configuration does not take.
             return Err(ApiError::new(
                 ErrorCode::Conflict,

@@ -151,7 +151,7 @@ pub async fn create_claim(
     // that no body holds the connections of others.
     let st = state.clone();
     let ParsedClaim { info, request } = blocking(move || {
-        body.parse(&st.config().aliases)
+        body.parse(&st.config().pci.aliases)
             .inspect_err(|e| reject_malformed(&st, "instance_claim", e))
     })
     .await?;
@@ -249,7 +249,7 @@ pub async fn create_migration(
     let st = state.clone();
     let (body, parsed) = blocking(move || {
         let parsed = body
-            .parse(&st.config().aliases)
+            .parse(&st.config().pci.aliases)
             .inspect_err(|e| reject_malformed(&st, "move_claim", e))?;
         Ok((body, parsed))
     })

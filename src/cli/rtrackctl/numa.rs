@@ -38,6 +38,7 @@ pub(super) fn numa_screen(v: &Value) -> String {
         t
     };
     let cells = v["cells"].as_array().cloned().unwrap_or_default();
+    let letters = core_type_letters(&cells);
     if v["legacy_cpus"].as_bool() == Some(true) {
         let _ = writeln!(
             out,
@@ -58,7 +59,7 @@ pub(super) fn numa_screen(v: &Value) -> String {
             c["cpu_usage"],
             non_empty(c["pcpus"].as_str()),
         );
-        draw_cores(&mut out, c, &mut tag_of);
+        draw_cores(&mut out, c, &letters, &mut tag_of);
         let pages: Vec<String> = c["mempages"]
             .as_array()
             .cloned()
@@ -128,14 +129,8 @@ pub(super) fn numa_screen(v: &Value) -> String {
         out,
         "\n. free dedicated CPU   s shared CPU   - in neither CPU set   letter: pinned by an instance   * its emulator threads   ~ kept idle beside an isolate guest   ! offline"
     );
-    if cells
-        .iter()
-        .any(|c| c["core_types"].as_array().is_some_and(|k| !k.is_empty()))
-    {
-        let _ = writeln!(
-            out,
-            "Core types: P[..] performance (IntelCore)   E[..] efficiency (IntelAtom)   L[..] low power"
-        );
+    if !letters.is_empty() {
+        let _ = writeln!(out, "Core types: {}", core_type_legend(&letters));
     }
     for inst in &order {
         let _ = writeln!(out, "  {} = {inst}", tags[inst]);
@@ -178,21 +173,57 @@ fn core_text(core: &Value, kind: Option<char>, tag_of: &mut dyn FnMut(&str) -> c
     cell
 }
 
-/// The letter of a core type: `P` performance (`IntelCore`), `E` efficiency (`IntelAtom`),
-/// `L` low power; else the first letter of its name.
-fn kind_letter(name: &str) -> char {
-    match name {
-        "IntelCore" => 'P',
-        "IntelAtom" => 'E',
-        "IntelLowPower" => 'L',
-        other => other.chars().next().unwrap_or('?'),
+fn core_type_legend(letters: &[(String, char)]) -> String {
+    let legend: Vec<String> = letters
+        .iter()
+        .map(|(name, letter)| match name.as_str() {
+            "IntelCore" => format!("{letter}[..] performance (IntelCore)"),
+            "IntelAtom" => format!("{letter}[..] efficiency (IntelAtom)"),
+            "IntelLowPower" => format!("{letter}[..] low power (IntelLowPower)"),
+            other => format!("{letter}[..] {other}"),
+        })
+        .collect();
+    legend.join("   ")
+}
+
+/// The host's core types, in the order the cells list them (performance first), each with the
+/// letter that marks its cores: `P` (`IntelCore`), `E` (`IntelAtom`), `L` (`IntelLowPower`);
+/// any other kind (`LinuxCapacity=<N>`, one per capacity on big.LITTLE parts) the next of `A`,
+/// `B`, `C`, ..., so no two kinds share a letter.
+fn core_type_letters(cells: &[Value]) -> Vec<(String, char)> {
+    let mut names: Vec<&str> = Vec::new();
+    let kinds = cells
+        .iter()
+        .flat_map(|c| c["core_types"].as_array().into_iter().flatten());
+    for name in kinds.filter_map(|k| k["name"].as_str()) {
+        if !names.contains(&name) {
+            names.push(name);
+        }
     }
+    let mut spare = ('A'..='Z').filter(|l| !matches!(l, 'P' | 'E' | 'L'));
+    names
+        .into_iter()
+        .map(|name| {
+            let letter = match name {
+                "IntelCore" => 'P',
+                "IntelAtom" => 'E',
+                "IntelLowPower" => 'L',
+                _ => spare.next().unwrap_or('?'),
+            };
+            (name.to_string(), letter)
+        })
+        .collect()
 }
 
 /// The cell's cores, wrapped at 100 columns: one group per L3 domain (with the L3's size) when
 /// the cell has L3 facts, else one `cores:` group; each core marked with its type on hybrid
 /// hosts.
-fn draw_cores(out: &mut String, c: &Value, tag_of: &mut dyn FnMut(&str) -> char) {
+fn draw_cores(
+    out: &mut String,
+    c: &Value,
+    letters: &[(String, char)],
+    tag_of: &mut dyn FnMut(&str) -> char,
+) {
     let cpus_of = |v: &Value| -> Vec<u64> {
         v.as_str()
             .and_then(|s| crate::probes::CpuSet::parse_list(s).ok())
@@ -204,10 +235,9 @@ fn draw_cores(out: &mut String, c: &Value, tag_of: &mut dyn FnMut(&str) -> char)
         .into_iter()
         .flatten()
         .map(|k| {
-            (
-                kind_letter(k["name"].as_str().unwrap_or("?")),
-                cpus_of(&k["cpus"]),
-            )
+            let name = k["name"].as_str().unwrap_or("?");
+            let letter = letters.iter().find(|(n, _)| n == name).map_or('?', |l| l.1);
+            (letter, cpus_of(&k["cpus"]))
         })
         .collect();
     let first_cpu = |core: &Value| core[0]["cpu"].as_u64();
@@ -357,6 +387,27 @@ mod tests {
         assert!(s.contains("  L3 #0 32M: P[0. 1.]\n"), "{s}");
         assert!(s.contains("  L3 #1 16M: E[2a] E[3.]\n"), "{s}");
         assert!(s.contains("Core types: P[..] performance"), "{s}");
+    }
+
+    #[test]
+    fn each_capacity_of_a_big_little_host_has_a_letter_of_its_own() {
+        let core = |cpu: u32| json!([{"cpu": cpu, "state": "free"}]);
+        let v = json!({"legacy_cpus": true, "cells": [{
+            "id": 0, "socket": 0, "cpus": "0-5", "pcpus": "0-5", "cpu_usage": 0, "pinned_cpus": "",
+            "memory_mb": 4096, "memory_usage_mb": 0, "mempages": [], "pci_devices": [],
+            "cores": [core(0), core(1), core(2), core(3), core(4), core(5)],
+            "core_types": [{"name": "LinuxCapacity=1024", "cpus": "0-1"},
+                           {"name": "LinuxCapacity=768", "cpus": "2-3"},
+                           {"name": "LinuxCapacity=320", "cpus": "4-5"}]}]});
+        let s = numa_screen(&v);
+        assert!(
+            s.contains("cores: A[0.] A[1.] B[2.] B[3.] C[4.] C[5.]\n"),
+            "{s}"
+        );
+        assert!(
+            s.contains("Core types: A[..] LinuxCapacity=1024   B[..] LinuxCapacity=768   C[..] LinuxCapacity=320\n"),
+            "{s}"
+        );
     }
 
     #[test]

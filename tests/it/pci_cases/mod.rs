@@ -1,7 +1,8 @@
 //! PCI cases for the differential test: a synthetic host (SR-IOV PFs with their VFs, plain
 //! functions, NUMA nodes and sockets), `[pci]` device specs and aliases, and steps (claims, dry
-//! runs, frees, restarts, port attach and detach, live-migration claims); the named scenarios
-//! and a seeded generator of random ones.
+//! runs, frees, restarts, port attach and detach, live-migration claims); the named scenarios,
+//! read from `fixtures/pci_cases/*.toml` (one file per scenario, a comment at its top saying
+//! what it checks), and a seeded generator of random ones.
 //!
 //! Devices are named by address here; provider uuids, request ids and NUMA cells are filled in
 //! by the test from rtrack's tracker when the case runs.
@@ -10,12 +11,44 @@ pub mod vdpa;
 
 use std::collections::BTreeMap;
 
+use serde::{Deserialize, Serialize};
+
+/// PCI ids as the files write them: hexadecimal text (`"8086"`, class `"030200"`).
+mod hex {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer, T: Into<u32> + Copy>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+        let v: u32 = (*v).into();
+        s.serialize_str(&if v > 0xffff {
+            format!("{v:06x}")
+        } else {
+            format!("{v:04x}")
+        })
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>, T: TryFrom<u32>>(d: D) -> Result<T, D::Error> {
+        let text = String::deserialize(d)?;
+        u32::from_str_radix(&text, 16)
+            .ok()
+            .and_then(|v| T::try_from(v).ok())
+            .ok_or_else(|| serde::de::Error::custom(format!("{text:?}: expected hexadecimal")))
+    }
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+
 /// An SR-IOV PF and its VFs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Pf {
     pub address: String,
+    #[serde(with = "hex")]
     pub vendor: u16,
+    #[serde(with = "hex")]
     pub pf_product: u16,
+    #[serde(with = "hex")]
     pub vf_product: u16,
     pub vfs: u32,
     pub offset: u32,
@@ -28,6 +61,7 @@ pub struct Pf {
     /// VFs from this index on lose their netdev (so their `parent_ifname`).
     pub netdev_until: Option<u32>,
     /// The first `vdpa` VFs have a vDPA device on them (Nova's `vdpa` type).
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub vdpa: u32,
 }
 
@@ -48,36 +82,31 @@ impl Pf {
             vdpa: 0,
         }
     }
-    /// VFs with netdevs: `parent_ifname` = `ifname`.
-    pub fn netdev(mut self, ifname: &str) -> Pf {
-        self.ifname = Some(ifname.into());
-        self.vf_driver = Some("iavf".into());
-        self
-    }
-    /// VFs bound to vfio-pci: no netdev, no `parent_ifname`.
-    pub fn vfio(mut self, ifname: &str) -> Pf {
-        self.ifname = Some(ifname.into());
-        self.vf_driver = Some("vfio-pci".into());
-        self
-    }
 }
 
 /// A function without SR-IOV.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Plain {
     pub address: String,
+    #[serde(with = "hex")]
     pub vendor: u16,
+    #[serde(with = "hex")]
     pub product: u16,
+    #[serde(with = "hex")]
     pub class: u32,
     pub numa: i32,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Host {
     pub numa_nodes: u32,
     pub sockets: u32,
     pub memory_mb_per_node: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pfs: Vec<Pf>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub plain: Vec<Plain>,
 }
 
@@ -121,7 +150,8 @@ pub fn nvme(address: &str, numa: i32) -> Plain {
 }
 
 /// A PCI request of a step.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Req {
     pub count: u32,
     pub spec: BTreeMap<String, String>,
@@ -132,6 +162,7 @@ pub struct Req {
     pub numa_policy: Option<String>,
     /// Placement's allocation: the provider (named by the address it is named after) of each
     /// device, once per device.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub providers: Vec<String>,
     /// Placement's allocation picked when the case runs, from the providers whose devices
     /// match the spec (seeded); none when none does.
@@ -171,18 +202,8 @@ pub fn aliased(alias: &str, count: u32, pairs: &[(&str, &str)]) -> Req {
     }
 }
 
-impl Req {
-    pub fn policy(mut self, p: &str) -> Req {
-        self.numa_policy = Some(p.into());
-        self
-    }
-    pub fn rp(mut self, providers: &[&str]) -> Req {
-        self.providers = providers.iter().map(|p| p.to_string()).collect();
-        self
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Op {
     /// Build claim (Nova: claim_instance + allocate).
     Claim,
@@ -204,10 +225,13 @@ pub enum Op {
     LiveRevert,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Step {
     pub op: Op,
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub instance: u32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requests: Vec<Req>,
     /// `pci_passthrough:alias` of the flavor ("a:2,b:1").
     pub flavor_alias: Option<String>,
@@ -217,7 +241,12 @@ pub struct Step {
     pub guest_mb: Option<i64>,
     /// Detach: the n-th request given to the instance (by claims and attaches, failed ones
     /// too).
+    #[serde(default, skip_serializing_if = "is_zero_index")]
     pub request_index: usize,
+}
+
+fn is_zero_index(v: &usize) -> bool {
+    *v == 0
 }
 
 impl Step {
@@ -234,18 +263,6 @@ impl Step {
     }
     pub fn reqs(mut self, r: Vec<Req>) -> Step {
         self.requests = r;
-        self
-    }
-    pub fn alias(mut self, a: &str) -> Step {
-        self.flavor_alias = Some(a.into());
-        self
-    }
-    pub fn flavor_policy(mut self, p: &str) -> Step {
-        self.flavor_numa_policy = Some(p.into());
-        self
-    }
-    pub fn numa(mut self, mb: i64) -> Step {
-        self.guest_mb = Some(mb);
         self
     }
 }
@@ -270,846 +287,19 @@ pub fn detach(i: u32, request_index: usize) -> Step {
 pub fn restart() -> Step {
     Step::new(Op::Restart, 0)
 }
-pub fn live_claim(i: u32, r: Vec<Req>) -> Step {
-    Step::new(Op::LiveClaim, i).reqs(r)
-}
-pub fn live_confirm(i: u32) -> Step {
-    Step::new(Op::LiveConfirm, i)
-}
-pub fn live_revert(i: u32) -> Step {
-    Step::new(Op::LiveRevert, i)
-}
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Case {
     pub id: String,
-    pub host: Host,
+    #[serde(default)]
     pub report_in_placement: bool,
+    pub host: Host,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub device_spec: Vec<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub alias: Vec<BTreeMap<String, String>>,
     pub steps: Vec<Step>,
-}
-
-fn case(
-    id: &str,
-    host: Host,
-    device_spec: Vec<BTreeMap<String, String>>,
-    alias: Vec<BTreeMap<String, String>>,
-    steps: Vec<Step>,
-) -> Case {
-    Case {
-        id: id.into(),
-        host,
-        report_in_placement: false,
-        device_spec,
-        alias,
-        steps,
-    }
-}
-
-fn in_placement(mut c: Case) -> Case {
-    c.report_in_placement = true;
-    c
-}
-
-const VF_E810: &[(&str, &str)] = &[
-    ("vendor_id", "8086"),
-    ("product_id", "1889"),
-    ("dev_type", "type-VF"),
-];
-const PF_E810: &[(&str, &str)] = &[
-    ("vendor_id", "8086"),
-    ("product_id", "1592"),
-    ("dev_type", "type-PF"),
-];
-const GPU: &[(&str, &str)] = &[
-    ("vendor_id", "10de"),
-    ("product_id", "20b0"),
-    ("dev_type", "type-PCI"),
-];
-const NVME: &[(&str, &str)] = &[
-    ("vendor_id", "144d"),
-    ("product_id", "a808"),
-    ("dev_type", "type-PCI"),
-];
-
-fn alias_of(name: &str, pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    let mut a = m(&[("name", name)]);
-    for (k, v) in pairs {
-        let k = if *k == "dev_type" { "device_type" } else { k };
-        a.insert(k.to_string(), v.to_string());
-    }
-    a
-}
-
-/// The named scenarios.
-pub fn named() -> Vec<Case> {
-    let physnet1 = [("physical_network", "physnet1")];
-    let mut out = Vec::new();
-
-    // Tags: a device spec's trusted "yes" is kept as written and requests match it
-    // case-insensitively ("YES" yes, "True" no); managed is normalized to "true".
-    out.push(case(
-        "tags-trusted-and-managed",
-        Host::new(
-            1,
-            vec![Pf::new("0000:3b:00.0", E810, 4, 0).netdev("ens1f0")],
-            vec![],
-        ),
-        vec![m(&[
-            ("vendor_id", "8086"),
-            ("product_id", "1889"),
-            ("physical_network", "physnet1"),
-            ("trusted", "yes"),
-            ("managed", "yes"),
-        ])],
-        vec![],
-        vec![
-            claim(
-                1,
-                vec![port(&[
-                    ("physical_network", "physnet1"),
-                    ("trusted", "YES"),
-                ])],
-            ),
-            claim(
-                2,
-                vec![port(&[
-                    ("physical_network", "physnet1"),
-                    ("trusted", "True"),
-                ])],
-            ),
-            check(vec![port(&[
-                ("physical_network", "physnet1"),
-                ("managed", "yes"),
-            ])]),
-            claim(
-                3,
-                vec![port(&[
-                    ("physical_network", "physnet1"),
-                    ("managed", "true"),
-                ])],
-            ),
-            claim(
-                4,
-                vec![port(&[
-                    ("physical_network", "physnet1"),
-                    ("trusted", "yes"),
-                ])],
-            ),
-            check(vec![port(&physnet1)]),
-            free(3),
-            claim(
-                5,
-                vec![port(&[
-                    ("physical_network", "physnet1"),
-                    ("trusted", "yes"),
-                ])],
-            ),
-        ],
-    ));
-
-    // live_migratable: "yes" in an alias and a spec both mean "true"; "no" only matches
-    // pools that say "false"; an alias without it takes the plainest pool first.
-    out.push(case(
-        "tags-live-migratable",
-        Host::new(
-            1,
-            vec![
-                Pf::new("0000:3b:00.0", E810, 3, 0).netdev("ens1f0"),
-                Pf::new("0000:86:00.0", E810, 3, 0).netdev("ens3f0"),
-                Pf::new("0000:af:00.0", E810, 3, 0).netdev("ens4f0"),
-            ],
-            vec![],
-        ),
-        vec![
-            m(&[
-                ("address", "0000:3b:*.*"),
-                ("vendor_id", "8086"),
-                ("product_id", "1889"),
-                ("live_migratable", "yes"),
-            ]),
-            m(&[
-                ("address", "0000:86:*.*"),
-                ("vendor_id", "8086"),
-                ("product_id", "1889"),
-                ("live_migratable", "no"),
-            ]),
-            m(&[("vendor_id", "8086"), ("product_id", "1889")]),
-        ],
-        vec![
-            alias_of(
-                "lm",
-                &[
-                    ("vendor_id", "8086"),
-                    ("product_id", "1889"),
-                    ("dev_type", "type-VF"),
-                    ("live_migratable", "yes"),
-                ],
-            ),
-            alias_of(
-                "nolm",
-                &[
-                    ("vendor_id", "8086"),
-                    ("product_id", "1889"),
-                    ("dev_type", "type-VF"),
-                    ("live_migratable", "no"),
-                ],
-            ),
-            alias_of("any", VF_E810),
-        ],
-        vec![
-            Step::new(Op::Claim, 1).alias("lm:2"),
-            Step::new(Op::Claim, 2).alias("nolm:1"),
-            Step::new(Op::Claim, 3).alias("any:4"),
-            Step::new(Op::Check, 0).alias("lm:2"),
-            Step::new(Op::Claim, 4).alias("lm:1,nolm:2"),
-            Step::new(Op::Check, 0).alias("any:1"),
-            free(3),
-            Step::new(Op::Claim, 5).alias("any:3"),
-        ],
-    ));
-
-    // Tie order: VFs of two vendors on physnet1; a port any can serve takes the
-    // first-discovered PF's (the Mellanox one, at the lower address), whatever the spec order.
-    out.push(case(
-        "tie-order-two-vendors",
-        Host::new(
-            1,
-            vec![
-                Pf::new("0000:18:00.0", CX5, 2, 0).netdev("enp24s0f0"),
-                Pf::new("0000:3b:00.0", E810, 2, 0).netdev("ens1f0"),
-            ],
-            vec![],
-        ),
-        vec![
-            m(&[
-                ("vendor_id", "8086"),
-                ("product_id", "1889"),
-                ("physical_network", "physnet1"),
-            ]),
-            m(&[
-                ("vendor_id", "15b3"),
-                ("product_id", "1018"),
-                ("physical_network", "physnet1"),
-            ]),
-        ],
-        vec![],
-        vec![
-            check(vec![port(&physnet1)]),
-            claim(1, vec![port(&physnet1)]),
-            claim(2, vec![port(&physnet1), port(&physnet1)]),
-            claim(3, vec![port(&physnet1)]),
-            claim(4, vec![port(&physnet1)]),
-            free(1),
-            claim(5, vec![port(&physnet1)]),
-        ],
-    ));
-
-    // parent_ifname: VFs with netdevs carry their PF's interface name, vfio-pci VFs none; a
-    // PF whose VFs are half with and half without netdevs has two pools.
-    let mut split = Pf::new("0000:86:00.0", E810, 4, 0).netdev("ens3f0");
-    split.netdev_until = Some(2);
-    out.push(case(
-        "parent-ifname-layouts",
-        Host::new(
-            1,
-            vec![
-                Pf::new("0000:3b:00.0", E810, 2, 0).netdev("ens1f0"),
-                Pf::new("0000:5e:00.0", E810, 2, 0).vfio("ens2f0"),
-                split,
-            ],
-            vec![],
-        ),
-        vec![m(&[
-            ("vendor_id", "8086"),
-            ("product_id", "1889"),
-            ("physical_network", "physnet1"),
-        ])],
-        vec![],
-        vec![
-            claim(
-                1,
-                vec![port(&[
-                    ("physical_network", "physnet1"),
-                    ("parent_ifname", "ens3f0"),
-                ])],
-            ),
-            claim(2, vec![port(&[("parent_ifname", "ens2f0")])]),
-            claim(3, vec![port(&physnet1)]),
-            claim(
-                4,
-                vec![
-                    port(&[("parent_ifname", "ens3f0")]),
-                    port(&[("parent_ifname", "ens1f0")]),
-                ],
-            ),
-            check(vec![port(&[("parent_ifname", "ens3f0")])]),
-            claim(5, vec![port(&physnet1), port(&physnet1), port(&physnet1)]),
-            free(4),
-            check(vec![port(&[("parent_ifname", "ens3f0")])]),
-        ],
-    ));
-
-    // PF/VF exclusivity: a PF claimed hides its VFs; a VF claimed makes its PF unavailable;
-    // frees give back exactly that.
-    let pfvf_specs = vec![
-        m(&[("vendor_id", "8086"), ("product_id", "1889")]),
-        m(&[("vendor_id", "8086"), ("product_id", "1592")]),
-    ];
-    let pfvf_alias = vec![alias_of("vf", VF_E810), alias_of("pf", PF_E810)];
-    let two_pfs = Host::new(
-        1,
-        vec![
-            Pf::new("0000:3b:00.0", E810, 4, 0).vfio("ens1f0"),
-            Pf::new("0000:5e:00.0", E810, 2, 0).vfio("ens2f0"),
-        ],
-        vec![],
-    );
-    out.push(case(
-        "pf-vf-exclusivity",
-        two_pfs.clone(),
-        pfvf_specs.clone(),
-        pfvf_alias.clone(),
-        vec![
-            Step::new(Op::Claim, 1).alias("pf:1"),
-            Step::new(Op::Check, 0).alias("vf:3"),
-            Step::new(Op::Claim, 2).alias("vf:2"),
-            Step::new(Op::Check, 0).alias("pf:1"),
-            free(1),
-            Step::new(Op::Check, 0).alias("pf:2"),
-            Step::new(Op::Claim, 3).alias("vf:1"),
-            Step::new(Op::Check, 0).alias("pf:1"),
-            free(2),
-            free(3),
-            Step::new(Op::Claim, 4).alias("vf:1,pf:1"),
-            free(4),
-            Step::new(Op::Claim, 5).alias("pf:2"),
-            Step::new(Op::Check, 0).alias("vf:1"),
-            free(5),
-        ],
-    ));
-
-    // A pool emptied (its PF claimed) and refilled (the PF freed), then a VF any PF can give.
-    out.push(case(
-        "pool-emptied-and-refilled",
-        two_pfs.clone(),
-        pfvf_specs.clone(),
-        pfvf_alias.clone(),
-        vec![
-            Step::new(Op::Claim, 1).alias("pf:1"),
-            free(1),
-            Step::new(Op::Claim, 2).alias("vf:1"),
-        ],
-    ));
-
-    // Nova's claim_instance fails half-way: a VF of the first PF, then two PFs: the VF goes
-    // back to its pool but its PF, removed from the pools, does not.
-    out.push(case(
-        "nova-half-way-leak",
-        two_pfs,
-        pfvf_specs,
-        pfvf_alias,
-        vec![
-            Step::new(Op::Check, 0).alias("vf:1,pf:2"),
-            Step::new(Op::Claim, 1).alias("vf:1,pf:2"),
-            Step::new(Op::Claim, 2).alias("pf:2"),
-        ],
-    ));
-
-    // NUMA policies on a 2-node host: a big guest with a GPU fills node 1, so later guests
-    // land on node 0, where there is no GPU; the NVMe drive has no NUMA node.
-    let numa_host = Host::new(
-        2,
-        vec![Pf::new("0000:3b:00.0", E810, 2, 0).netdev("ens1f0")],
-        vec![
-            gpu("0000:31:00.0", 1),
-            gpu("0000:32:00.0", 1),
-            gpu("0000:33:00.0", 1),
-            nvme("0000:01:00.0", -1),
-        ],
-    );
-    let numa_specs = vec![
-        m(&[("vendor_id", "10de"), ("product_id", "20b0")]),
-        m(&[("vendor_id", "144d"), ("product_id", "a808")]),
-        m(&[
-            ("vendor_id", "8086"),
-            ("product_id", "1889"),
-            ("physical_network", "physnet1"),
-        ]),
-    ];
-    let numa_alias = vec![alias_of("gpu", GPU), alias_of("nvme", NVME), {
-        let mut a = alias_of("gpu-required", GPU);
-        a.insert("numa_policy".into(), "required".into());
-        a
-    }];
-    out.push(case(
-        "numa-policies",
-        numa_host,
-        numa_specs,
-        numa_alias,
-        vec![
-            Step::new(Op::Claim, 1).alias("gpu-required:1").numa(7680),
-            Step::new(Op::Check, 0).alias("gpu-required:1").numa(1024),
-            Step::new(Op::Claim, 2)
-                .alias("gpu:1")
-                .flavor_policy("required")
-                .numa(1024),
-            Step::new(Op::Claim, 3)
-                .alias("gpu:1")
-                .flavor_policy("legacy")
-                .numa(1024),
-            Step::new(Op::Claim, 4)
-                .reqs(vec![aliased("gpu", 1, GPU).policy("legacy")])
-                .numa(1024),
-            Step::new(Op::Claim, 5)
-                .alias("gpu:1")
-                .flavor_policy("preferred")
-                .numa(1024),
-            Step::new(Op::Claim, 6)
-                .alias("nvme:1")
-                .flavor_policy("legacy")
-                .numa(1024),
-            free(6),
-            Step::new(Op::Claim, 7)
-                .alias("nvme:1")
-                .flavor_policy("required")
-                .numa(1024),
-            Step::new(Op::Claim, 8)
-                .reqs(vec![port(&physnet1).policy("required")])
-                .numa(1024),
-            Step::new(Op::Claim, 9)
-                .alias("gpu:1")
-                .flavor_policy("socket")
-                .numa(1024),
-            Step::new(Op::Claim, 10)
-                .alias("gpu:1")
-                .flavor_policy("required"),
-            free(1),
-            Step::new(Op::Claim, 11)
-                .alias("gpu:2")
-                .flavor_policy("required")
-                .numa(1024),
-        ],
-    ));
-
-    // The socket policy on 4 nodes in 2 sockets: nodes 1-3 filled by big guests with an NVMe
-    // each, a guest on node 0 may use a GPU on node 1 (same socket) but not on node 3.
-    let mut socket_host = Host::new(
-        4,
-        vec![],
-        vec![
-            gpu("0000:31:00.0", 1),
-            gpu("0000:33:00.0", 3),
-            nvme("0000:01:00.0", 1),
-            nvme("0000:02:00.0", 2),
-            nvme("0000:03:00.0", 3),
-        ],
-    );
-    socket_host.sockets = 2;
-    out.push(case(
-        "numa-socket",
-        socket_host,
-        vec![
-            m(&[("vendor_id", "10de"), ("product_id", "20b0")]),
-            m(&[("vendor_id", "144d"), ("product_id", "a808")]),
-        ],
-        vec![alias_of("gpu", GPU), alias_of("nvme", NVME)],
-        vec![
-            Step::new(Op::Claim, 1)
-                .alias("nvme:1")
-                .flavor_policy("required")
-                .numa(7680),
-            Step::new(Op::Claim, 2)
-                .alias("nvme:1")
-                .flavor_policy("required")
-                .numa(7680),
-            Step::new(Op::Claim, 3)
-                .alias("nvme:1")
-                .flavor_policy("required")
-                .numa(7680),
-            Step::new(Op::Check, 0)
-                .alias("gpu:2")
-                .flavor_policy("socket")
-                .numa(1024),
-            Step::new(Op::Claim, 4)
-                .alias("gpu:1")
-                .flavor_policy("socket")
-                .numa(1024),
-            Step::new(Op::Claim, 5)
-                .alias("gpu:1")
-                .flavor_policy("socket")
-                .numa(1024),
-            Step::new(Op::Claim, 6)
-                .alias("gpu:1")
-                .flavor_policy("required")
-                .numa(1024),
-            Step::new(Op::Claim, 7)
-                .alias("gpu:1")
-                .flavor_policy("preferred")
-                .numa(1024),
-            free(4),
-            Step::new(Op::Claim, 8)
-                .reqs(vec![aliased("gpu", 1, GPU).policy("socket")])
-                .numa(1024),
-        ],
-    ));
-
-    // One-time use: a GPU used once stays reserved in rtrack; Nova's tracker gives it out
-    // again (only Placement's reserved inventory protects it).
-    out.push(in_placement(case(
-        "one-time-use",
-        Host::new(
-            1,
-            vec![],
-            vec![gpu("0000:31:00.0", 0), gpu("0000:32:00.0", 0)],
-        ),
-        vec![m(&[
-            ("vendor_id", "10de"),
-            ("product_id", "20b0"),
-            ("one_time_use", "true"),
-        ])],
-        vec![alias_of("gpu", GPU)],
-        vec![
-            claim(1, vec![aliased("gpu", 1, GPU).rp(&["0000:32:00.0"])]),
-            check(vec![aliased("gpu", 1, GPU).rp(&["0000:31:00.0"])]),
-            free(1),
-            claim(2, vec![aliased("gpu", 1, GPU).rp(&["0000:31:00.0"])]),
-            check(vec![aliased("gpu", 1, GPU)]),
-            claim(3, vec![aliased("gpu", 1, GPU).rp(&["0000:32:00.0"])]),
-        ],
-    )));
-
-    // Placement's allocation decides the provider: PF B's VFs although PF A's come first;
-    // a request split across A and B; more than a provider has left.
-    let rp_host = Host::new(
-        1,
-        vec![
-            Pf::new("0000:3b:00.0", E810, 4, 0).netdev("ens1f0"),
-            Pf::new("0000:5e:00.0", E810, 4, 0).netdev("ens2f0"),
-        ],
-        vec![gpu("0000:31:00.0", 0)],
-    );
-    out.push(in_placement(case(
-        "provider-mappings",
-        rp_host.clone(),
-        vec![
-            m(&[("vendor_id", "8086"), ("product_id", "1889")]),
-            m(&[("vendor_id", "10de"), ("product_id", "20b0")]),
-        ],
-        vec![alias_of("vf", VF_E810), alias_of("gpu", GPU)],
-        vec![
-            claim(1, vec![aliased("vf", 1, VF_E810).rp(&["0000:5e:00.0"])]),
-            claim(
-                2,
-                vec![aliased("vf", 3, VF_E810).rp(&[
-                    "0000:3b:00.0",
-                    "0000:5e:00.0",
-                    "0000:5e:00.0",
-                ])],
-            ),
-            claim(
-                3,
-                vec![aliased("vf", 2, VF_E810).rp(&["0000:5e:00.0", "0000:5e:00.0"])],
-            ),
-            check(vec![aliased("vf", 1, VF_E810).rp(&["0000:5e:00.0"])]),
-            claim(
-                4,
-                vec![
-                    aliased("vf", 3, VF_E810).rp(&["0000:3b:00.0", "0000:3b:00.0", "0000:3b:00.0"]),
-                    aliased("gpu", 1, GPU).rp(&["0000:31:00.0"]),
-                ],
-            ),
-            check(vec![aliased("vf", 1, VF_E810).rp(&["0000:3b:00.0"])]),
-            claim(5, vec![aliased("vf", 1, VF_E810)]),
-            free(2),
-            claim(
-                6,
-                vec![aliased("vf", 2, VF_E810).rp(&["0000:5e:00.0", "0000:5e:00.0"])],
-            ),
-            restart(),
-            claim(7, vec![aliased("vf", 1, VF_E810).rp(&["0000:3b:00.0"])]),
-        ],
-    )));
-
-    // One provider's VFs in two pools (with and without netdev): Nova refuses any allocation
-    // from it (_assert_one_pool_per_rp_uuid); rtrack takes them from both pools.
-    let mut split = Pf::new("0000:86:00.0", E810, 4, 0).netdev("ens3f0");
-    split.netdev_until = Some(2);
-    out.push(in_placement(case(
-        "provider-split-pools",
-        Host::new(
-            1,
-            vec![Pf::new("0000:3b:00.0", E810, 2, 0).netdev("ens1f0"), split],
-            vec![],
-        ),
-        vec![m(&[("vendor_id", "8086"), ("product_id", "1889")])],
-        vec![alias_of("vf", VF_E810)],
-        vec![
-            claim(1, vec![aliased("vf", 1, VF_E810).rp(&["0000:3b:00.0"])]),
-            claim(
-                2,
-                vec![aliased("vf", 3, VF_E810).rp(&[
-                    "0000:86:00.0",
-                    "0000:86:00.0",
-                    "0000:86:00.0",
-                ])],
-            ),
-        ],
-    )));
-
-    // Live migration with ports: the destination claims, a rollback frees, a success keeps.
-    let live_host = Host::new(
-        2,
-        vec![
-            Pf::new("0000:3b:00.0", E810, 3, 0).netdev("ens1f0"),
-            Pf::new("0000:af:00.0", E810, 3, 1).netdev("ens4f0"),
-        ],
-        vec![],
-    );
-    out.push(case(
-        "live-migration-ports",
-        live_host.clone(),
-        vec![m(&[
-            ("vendor_id", "8086"),
-            ("product_id", "1889"),
-            ("physical_network", "physnet1"),
-        ])],
-        vec![],
-        vec![
-            live_claim(1, vec![port(&physnet1), port(&physnet1)]),
-            live_revert(1),
-            live_claim(2, vec![port(&physnet1), port(&physnet1)]),
-            claim(3, vec![port(&physnet1)]),
-            live_confirm(2),
-            free(3),
-            Step::new(Op::LiveClaim, 4)
-                .reqs(vec![port(&physnet1).policy("required")])
-                .numa(1024),
-            live_confirm(4),
-            live_claim(5, vec![port(&physnet1), port(&physnet1), port(&physnet1)]),
-            free(2),
-            restart(),
-            free(4),
-        ],
-    ));
-
-    // Ports attached to and detached from running instances.
-    out.push(case(
-        "attach-detach",
-        live_host,
-        vec![m(&[
-            ("vendor_id", "8086"),
-            ("product_id", "1889"),
-            ("physical_network", "physnet1"),
-        ])],
-        vec![],
-        vec![
-            claim(1, vec![]),
-            attach(1, vec![port(&physnet1)]),
-            attach(1, vec![port(&physnet1)]),
-            detach(1, 0),
-            attach(1, vec![port(&[("physical_network", "physnet2")])]),
-            claim(2, vec![port(&physnet1)]).numa(1024),
-            attach(2, vec![port(&physnet1).policy("required")]),
-            attach(2, vec![port(&physnet1).policy("preferred")]),
-            detach(1, 1),
-            restart(),
-            detach(2, 1),
-            attach(1, vec![port(&physnet1), port(&physnet1)]),
-            free(2),
-            check(vec![port(&physnet1), port(&physnet1), port(&physnet1)]),
-            free(1),
-            check(vec![port(&physnet1); 6]),
-        ],
-    ));
-
-    // Two PFs of one card whose VFs interleave (stride 2): after a restart Nova orders pools by
-    // their first available VF, rtrack by their first VF. They agree here because Nova takes a
-    // pool's last added VF, so PF 0's first VF stays free in Nova too; which VFs of a pool are
-    // in use differs by design, so random hosts have no interleaved VFs.
-    let mut pf0 = Pf::new("0000:d8:00.0", E810, 2, 0).netdev("ens8f0");
-    let mut pf1 = Pf::new("0000:d8:00.1", E810, 2, 0).netdev("ens8f1");
-    pf0.stride = 2;
-    pf1.stride = 2;
-    out.push(case(
-        "restart-interleaved-vfs",
-        Host::new(1, vec![pf0, pf1], vec![]),
-        vec![m(&[
-            ("vendor_id", "8086"),
-            ("product_id", "1889"),
-            ("physical_network", "physnet1"),
-        ])],
-        vec![],
-        vec![
-            claim(1, vec![port(&physnet1)]),
-            restart(),
-            claim(2, vec![port(&physnet1)]),
-        ],
-    ));
-
-    // With PCI in Placement an alias may have one spec only: Nova refuses an alias name given
-    // twice (PciInvalidAlias), rtrack accepts it.
-    out.push(in_placement(case(
-        "alias-multi-spec-in-placement",
-        Host::new(
-            1,
-            vec![],
-            vec![gpu("0000:31:00.0", 0), nvme("0000:01:00.0", 0)],
-        ),
-        vec![m(&[("vendor_id", "10de")]), m(&[("vendor_id", "144d")])],
-        vec![alias_of("dev", GPU), alias_of("dev", NVME)],
-        vec![Step::new(Op::Claim, 1).alias("dev:2")],
-    )));
-
-    // Legacy and preferred policies when the guest's cell alone has too few devices: Nova
-    // keeps the pool order among the pools on the guest's cells and those without a NUMA node
-    // (here the NUMA-less PF 18's pool comes first), rtrack takes the local pools first. A big
-    // guest without devices fills node 1 first, so the next guests land on node 0.
-    out.push(case(
-        "numa-legacy-pool-order",
-        Host::new(
-            2,
-            vec![
-                Pf::new("0000:18:00.0", E810, 3, -1).netdev("ens1f0"),
-                Pf::new("0000:3b:00.0", E810, 1, 0).netdev("ens2f0"),
-            ],
-            vec![],
-        ),
-        vec![m(&[("vendor_id", "8086"), ("product_id", "1889")])],
-        vec![alias_of("vf", VF_E810)],
-        vec![
-            claim(1, vec![]).numa(7680),
-            Step::new(Op::Check, 0)
-                .alias("vf:2")
-                .flavor_policy("legacy")
-                .numa(1024),
-            Step::new(Op::Check, 0)
-                .alias("vf:2")
-                .flavor_policy("preferred")
-                .numa(1024),
-            Step::new(Op::Claim, 2)
-                .alias("vf:2")
-                .flavor_policy("legacy")
-                .numa(1024),
-        ],
-    ));
-
-    // Placement's allocation names a provider with fewer devices left than it allocated from
-    // it, next to one with plenty: Nova drops the short provider's pool but passes the request
-    // on the count of the pools left, then gives fewer devices than asked; rtrack refuses.
-    out.push(in_placement(case(
-        "rp-provider-short",
-        rp_host.clone(),
-        vec![m(&[("vendor_id", "8086"), ("product_id", "1889")])],
-        vec![alias_of("vf", VF_E810)],
-        vec![
-            claim(1, vec![aliased("vf", 3, VF_E810).rp(&["0000:3b:00.0"; 3])]),
-            claim(
-                2,
-                vec![aliased("vf", 3, VF_E810).rp(&[
-                    "0000:3b:00.0",
-                    "0000:3b:00.0",
-                    "0000:5e:00.0",
-                ])],
-            ),
-        ],
-    )));
-
-    // A restart in the middle: claims, restart, frees and claims after it, restart again.
-    out.push(case(
-        "restart-mid-sequence",
-        Host::new(
-            1,
-            vec![
-                Pf::new("0000:3b:00.0", E810, 3, 0).netdev("ens1f0"),
-                Pf::new("0000:5e:00.0", X710, 3, 0).vfio("ens2f0"),
-            ],
-            vec![gpu("0000:31:00.0", 0), nvme("0000:01:00.0", 0)],
-        ),
-        vec![
-            m(&[("vendor_id", "8086"), ("product_id", "1889")]),
-            m(&[("vendor_id", "8086"), ("product_id", "1572")]),
-            m(&[("vendor_id", "8086"), ("product_id", "154c")]),
-            m(&[("vendor_id", "10de")]),
-        ],
-        vec![
-            alias_of("vf", VF_E810),
-            alias_of(
-                "x710",
-                &[
-                    ("vendor_id", "8086"),
-                    ("product_id", "1572"),
-                    ("dev_type", "type-PF"),
-                ],
-            ),
-            alias_of("gpu", GPU),
-        ],
-        vec![
-            Step::new(Op::Claim, 1).alias("vf:2,gpu:1"),
-            Step::new(Op::Claim, 2).alias("x710:1"),
-            restart(),
-            Step::new(Op::Check, 0).alias("gpu:1"),
-            free(1),
-            Step::new(Op::Claim, 3).alias("vf:3"),
-            restart(),
-            free(2),
-            Step::new(Op::Claim, 4).alias("x710:1,gpu:1"),
-            restart(),
-        ],
-    ));
-
-    // Dry runs change nothing, granted or refused.
-    out.push(case(
-        "dry-runs",
-        Host::new(
-            1,
-            vec![Pf::new("0000:3b:00.0", E810, 2, 0).netdev("ens1f0")],
-            vec![gpu("0000:31:00.0", 0)],
-        ),
-        vec![
-            m(&[("vendor_id", "8086"), ("product_id", "1889")]),
-            m(&[("vendor_id", "10de"), ("product_id", "20b0")]),
-        ],
-        vec![alias_of("vf", VF_E810), alias_of("gpu", GPU)],
-        vec![
-            Step::new(Op::Check, 0).alias("vf:2,gpu:1"),
-            Step::new(Op::Check, 0).alias("vf:3"),
-            Step::new(Op::Claim, 1).alias("vf:1"),
-            Step::new(Op::Check, 0).alias("vf:1,gpu:1"),
-            Step::new(Op::Check, 0).alias("vf:2"),
-            Step::new(Op::Claim, 2).alias("vf:1,gpu:1"),
-            Step::new(Op::Check, 0).alias("gpu:1"),
-        ],
-    ));
-
-    // An alias defined twice without device_type: Nova's alias parsing fails (KeyError
-    // 'dev_type'), rtrack accepts it.
-    out.push(case(
-        "nova-alias-dev-type",
-        Host::new(
-            1,
-            vec![],
-            vec![gpu("0000:31:00.0", 0), nvme("0000:01:00.0", 0)],
-        ),
-        vec![m(&[("vendor_id", "10de")]), m(&[("vendor_id", "144d")])],
-        vec![
-            m(&[
-                ("name", "dev"),
-                ("vendor_id", "10de"),
-                ("product_id", "20b0"),
-            ]),
-            m(&[
-                ("name", "dev"),
-                ("vendor_id", "144d"),
-                ("product_id", "a808"),
-            ]),
-        ],
-        vec![Step::new(Op::Claim, 1).alias("dev:2")],
-    ));
-
-    out.extend(vdpa::named());
-    out
 }
 
 /// xorshift64*: a small seeded generator, the same sequence on every machine.
@@ -1497,6 +687,25 @@ pub fn generate(seed: u64, count: usize) -> Vec<Case> {
                 seed ^ (n as u64).wrapping_mul(0x9E37_79B9) ^ 0x7664_7061,
             );
             c
+        })
+        .collect()
+}
+
+/// The named scenarios: `fixtures/pci_cases/*.toml`, in file name order (a comment at the top
+/// of each says what it checks).
+pub fn named() -> Vec<Case> {
+    let dir = rtrack_fixtures::fixtures_dir().join("pci_cases");
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|f| f.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", f.display()))
         })
         .collect()
 }

@@ -36,19 +36,23 @@ async fn daemon_reports_claims_as_allocations_and_nothing_when_unchanged() {
         .to_string();
     let wait_for = |what: &'static str, path: String, check: fn(&Value) -> bool| {
         let raw = &raw;
-        async move {
-            let start = Instant::now();
-            loop {
+        let look = move || {
+            let path = path.clone();
+            async move {
                 let (s, v) = raw.send(reqwest::Method::GET, &path, None).await;
-                if s == 200 && check(&v) {
-                    return v;
-                }
-                assert!(
-                    start.elapsed() < Duration::from_secs(30),
-                    "{what}: still {s} {v}"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                (s == 200 && check(&v))
+                    .then_some(v.clone())
+                    .ok_or(format!("{s} {v}"))
             }
+        };
+        async move {
+            poll_async(
+                what,
+                Duration::from_secs(30),
+                Duration::from_millis(100),
+                look,
+            )
+            .await
         }
     };
     // Registered by the daemon's first cycle.

@@ -33,6 +33,7 @@ use uuid::Uuid;
 // ------------------------------------------------------------------ server harness
 
 use crate::support::placement::{assert_placement_matches, osc, server, tree_names, Server};
+use crate::support::poll_async;
 
 // ------------------------------------------------------------------ test inputs
 

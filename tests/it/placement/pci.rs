@@ -104,41 +104,37 @@ report_allocations = true
     let agree = |step: &'static str| {
         let raw = &raw;
         let held = &held;
-        async move {
-            let start = Instant::now();
-            loop {
-                let (local, providers) = held().await;
-                let mut theirs: BTreeMap<String, i64> = BTreeMap::new();
-                for rp in &providers {
-                    let (s, u) = raw
-                        .send(
-                            reqwest::Method::GET,
-                            &format!("/resource_providers/{rp}/usages"),
-                            None,
-                        )
-                        .await;
-                    if s != 200 {
-                        continue;
-                    }
-                    let n: i64 = u["usages"]
-                        .as_object()
-                        .map(|m| m.values().filter_map(Value::as_i64).sum())
-                        .unwrap_or(0);
-                    if n > 0 {
-                        theirs.insert(rp.clone(), n);
-                    }
+        let look = move || async move {
+            let (local, providers) = held().await;
+            let mut theirs: BTreeMap<String, i64> = BTreeMap::new();
+            for rp in &providers {
+                let path = format!("/resource_providers/{rp}/usages");
+                let (s, u) = raw.send(reqwest::Method::GET, &path, None).await;
+                if s != 200 {
+                    continue;
                 }
-                if theirs == local {
-                    println!("MEASURE pci-live {step}: host and Placement agree: {local:?}");
-                    return local;
+                let n: i64 = u["usages"]
+                    .as_object()
+                    .map(|m| m.values().filter_map(Value::as_i64).sum())
+                    .unwrap_or(0);
+                if n > 0 {
+                    theirs.insert(rp.clone(), n);
                 }
-                assert!(
-                    start.elapsed() < Duration::from_secs(30),
-                    "{step}: the host holds {local:?}, Placement's usages are {theirs:?}"
-                );
-                tokio::time::sleep(Duration::from_millis(200)).await;
             }
-        }
+            if theirs != local {
+                return Err(format!(
+                    "the host holds {local:?}, Placement's usages are {theirs:?}"
+                ));
+            }
+            println!("MEASURE pci-live {step}: host and Placement agree: {local:?}");
+            Ok(local)
+        };
+        poll_async(
+            step,
+            Duration::from_secs(30),
+            Duration::from_millis(200),
+            look,
+        )
     };
     let provider_of = |pf: &'static str| {
         let raw = &raw;
@@ -153,33 +149,28 @@ report_allocations = true
         }
     };
     // Registered: one provider per PF, one for the drive.
-    let start = Instant::now();
-    loop {
+    let registered = || async {
         let (_, providers) = held().await;
-        let (s, _) = raw
-            .send(
-                reqwest::Method::GET,
-                &format!("/resource_providers/{node}"),
-                None,
-            )
-            .await;
-        let mut all = true;
-        for rp in &providers {
-            all &=
-                raw.send(
-                    reqwest::Method::GET,
-                    &format!("/resource_providers/{rp}"),
-                    None,
-                )
-                .await
-                .0 == 200;
+        let mut missing = Vec::new();
+        for rp in std::iter::once(&node).chain(&providers) {
+            let path = format!("/resource_providers/{rp}");
+            if raw.send(reqwest::Method::GET, &path, None).await.0 != 200 {
+                missing.push(rp.clone());
+            }
         }
-        if s == 200 && providers.len() == 3 && all {
-            break;
+        match (providers.len(), missing.is_empty()) {
+            (3, true) => Ok(()),
+            (n, _) => Err(format!("{n} PCI providers of 3, not found: {missing:?}")),
         }
-        assert!(start.elapsed() < Duration::from_secs(30), "not registered");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    };
+    let every = Duration::from_millis(200);
+    poll_async(
+        "the providers registered",
+        Duration::from_secs(30),
+        every,
+        registered,
+    )
+    .await;
     let pf_a = provider_of("0000:5E:00.0").await;
     let pf_b = provider_of("0000:3B:00.0").await;
     agree("registered").await;
@@ -288,24 +279,28 @@ report_allocations = true
     let reserved = |want: i64| {
         let raw = &raw;
         let nvme_rp = nvme_rp.clone();
-        async move {
-            let start = Instant::now();
-            loop {
-                let v = raw
-                    .get(&format!("/resource_providers/{nvme_rp}/inventories"))
-                    .await;
+        let look = move || {
+            let nvme_rp = nvme_rp.clone();
+            async move {
+                let path = format!("/resource_providers/{nvme_rp}/inventories");
+                let v = raw.get(&path).await;
                 let got = v["inventories"]["CUSTOM_PCI_144D_A808"]["reserved"]
                     .as_i64()
                     .unwrap_or(-1);
-                if got == want {
-                    return;
-                }
-                assert!(
-                    start.elapsed() < Duration::from_secs(30),
-                    "the drive's provider has reserved {got}, expected {want}: {v}"
-                );
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                (got == want)
+                    .then_some(())
+                    .ok_or(format!("reserved {got}: {v}"))
             }
+        };
+        let what = format!("the drive's provider reserving {want}");
+        async move {
+            poll_async(
+                &what,
+                Duration::from_secs(30),
+                Duration::from_millis(200),
+                look,
+            )
+            .await
         }
     };
     reserved(0).await;
@@ -416,19 +411,23 @@ async fn a_pci_provider_nova_compute_left_is_adopted_and_kept() {
     };
     let wait_for = |path: String, check: fn(&Value) -> bool| {
         let raw = &raw;
-        async move {
-            let t = Instant::now();
-            loop {
+        let look = move || {
+            let path = path.clone();
+            async move {
                 let (s, v) = raw.send(reqwest::Method::GET, &path, None).await;
-                if s == 200 && check(&v) {
-                    return v;
-                }
-                assert!(
-                    t.elapsed() < Duration::from_secs(30),
-                    "{path}: still {s} {v}"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                (s == 200 && check(&v))
+                    .then_some(v.clone())
+                    .ok_or(format!("{path}: {s} {v}"))
             }
+        };
+        async move {
+            poll_async(
+                "an answer",
+                Duration::from_secs(30),
+                Duration::from_millis(100),
+                look,
+            )
+            .await
         }
     };
     // First without PCI in Placement: the compute node provider only.
@@ -499,8 +498,7 @@ async fn a_pci_provider_nova_compute_left_is_adopted_and_kept() {
             .unwrap()
         }
     };
-    let t = Instant::now();
-    loop {
+    let adopted = || async {
         let v: Value = devices().await;
         let adopted = v["pci_devices"]
             .as_array()
@@ -508,12 +506,10 @@ async fn a_pci_provider_nova_compute_left_is_adopted_and_kept() {
             .iter()
             .filter(|d| d["parent_addr"] == "0000:3b:00.0")
             .all(|d| d["resource_provider_uuid"] == novas.to_string());
-        if adopted {
-            break;
-        }
-        assert!(t.elapsed() < Duration::from_secs(30), "not adopted: {v}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        adopted.then_some(()).ok_or(v.to_string())
+    };
+    let every = Duration::from_millis(200);
+    poll_async("the VFs adopted", Duration::from_secs(30), every, adopted).await;
     let tree = raw
         .get(&format!("/resource_providers?in_tree={node}"))
         .await;

@@ -263,18 +263,6 @@ impl Daemon {
     }
 }
 
-/// Polls `f` every 50 ms until it holds; the test fails naming `what` after `limit`.
-pub fn eventually(what: &str, limit: Duration, f: &mut dyn FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(
-            start.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 impl Drop for Daemon {
     fn drop(&mut self) {
         self.kill();
