@@ -98,7 +98,7 @@ pub fn in_force_after_reload(
     v.provider_config_location = new.provider_config_location.clone();
     v.provider_configs = new.provider_configs.clone();
     v.pci = new.pci.clone();
-    v.audit = new.audit.clone();
+    v.audit = new.audit;
     v.placement = new.placement.clone();
     v.placement_settings = new.placement_settings.clone();
     v.upstream_http = new.upstream_http.clone();
