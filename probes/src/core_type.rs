@@ -49,13 +49,15 @@ pub const PMU_KINDS: [(&str, &str); 3] = [
 pub fn probe_core_types(root: &HostRoot, present: &CpuSet, w: &mut Warnings) -> Vec<CoreType> {
     let mut kinds = pmu_kinds(root, present, w);
     if kinds.is_empty() {
+        // Where the kernel has main ID registers they alone decide, as in hwloc: one value is
+        // one kind, whatever the capacities and frequencies say.
         kinds = match midr_kinds(root, present, w) {
             Some(k) => k,
-            None => capacity_kinds(root, present, w),
+            None => match capacity_kinds(root, present, w) {
+                k if k.is_empty() => base_frequency_kinds(root, present, w),
+                k => k,
+            },
         };
-    }
-    if kinds.is_empty() {
-        kinds = base_frequency_kinds(root, present, w);
     }
     if kinds.len() < 2 {
         return Vec::new();
@@ -102,12 +104,16 @@ fn per_cpu_values(
 ) -> Option<BTreeMap<u64, CpuSet>> {
     let cpu_dir = root.sys_path("devices/system/cpu");
     let first = present.iter().next()?;
-    read_optional(&cpu_dir.join(format!("cpu{first}/{file}")), w)?;
+    // The first CPU's value tells whether the kernel writes the file at all; it is kept, not
+    // read again.
+    let first_raw = read_optional(&cpu_dir.join(format!("cpu{first}/{file}")), w)?;
+    let mut first_raw = Some(first_raw);
     let mut by_value: BTreeMap<u64, CpuSet> = BTreeMap::new();
     let mut unknown = CpuSet::new();
     for cpu in present.iter() {
         let path = cpu_dir.join(format!("cpu{cpu}/{file}"));
-        match read_optional(&path, w).map(|raw| (parse(&raw), raw)) {
+        let raw = first_raw.take().or_else(|| read_optional(&path, w));
+        match raw.map(|raw| (parse(&raw), raw)) {
             Some((Some(v), _)) => by_value.entry(v).or_default().insert(cpu),
             Some((None, raw)) => {
                 w.push(&path, format!("value {} is not {what}", quoted(&raw)));

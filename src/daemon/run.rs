@@ -457,15 +457,10 @@ fn reload(
         }
         state.set_access(access);
     }
-    // Host names, node uuid and the probe root stay as they were at start (restart to change).
-    let mut valid = next.valid.clone();
-    let old = state.config();
-    valid.host.probe_root = old.host.probe_root.clone();
-    valid.host.state_dir = old.host.state_dir.clone();
-    valid.host.host = old.host.host.clone();
-    valid.host.hypervisor_hostname = old.host.hypervisor_hostname.clone();
+    // What needs a restart (host names, the probe root, `[devices]`, ...) stays as it runs.
+    let valid = diff::in_force_after_reload(&state.config(), &next.valid);
     state.service.update_config(valid.clone());
-    state.set_config(valid);
+    state.set_config(valid.clone());
     let live_text: Vec<String> = live.iter().map(|c| c.to_string()).collect();
     let restart_text: Vec<String> = restart.iter().map(|c| c.key.clone()).collect();
     tracing::info!(
@@ -473,10 +468,7 @@ fn reload(
         needs_restart = %restart_text.join(", "),
         "configuration reloaded"
     );
-    Ok(LoadedConfig {
-        valid: next.valid,
-        ..next
-    })
+    Ok(LoadedConfig { valid, ..next })
 }
 
 /// `--start-empty`: a database that cannot be opened as rtrack's is moved aside (never deleted)

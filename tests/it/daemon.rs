@@ -828,9 +828,15 @@ fn sighup_applies_a_new_ratio_and_rejects_a_bad_file() {
     let text = std::fs::read_to_string(&d.config).unwrap();
     std::fs::write(
         &d.config,
-        text.replace("cpu_allocation_ratio = 4.0", "cpu_allocation_ratio = 8.0"),
+        text.replace("cpu_allocation_ratio = 4.0", "cpu_allocation_ratio = 8.0")
+            .replace("[host]\n", "[host]\nhypervisor_type = \"changed\"\n"),
     )
     .unwrap();
+    let hypervisor_type = |d: &Daemon| {
+        let (_, v) = d.call("GET", "/v1/compute-node", None);
+        v["nova_object.data"]["hypervisor_type"].clone()
+    };
+    let before = hypervisor_type(&d);
     d.signal(Signal::SIGHUP);
     let every = Duration::from_millis(20);
     poll("the reloaded ratio", Duration::from_secs(10), every, || {
@@ -845,6 +851,14 @@ fn sighup_applies_a_new_ratio_and_rejects_a_bad_file() {
         "{}",
         d.log_text()
     );
+    // A key that needs a restart is named, and what runs keeps the old value.
+    assert!(
+        d.log_text().contains("host.hypervisor_type"),
+        "{}",
+        d.log_text()
+    );
+    assert_eq!(hypervisor_type(&d), before);
+    assert_ne!(before, "changed");
     std::fs::write(
         &d.config,
         text.replace("cpu_allocation_ratio = 4.0", "cpu_allocation_ratio = -1.0"),

@@ -84,6 +84,30 @@ pub fn applies_live(key: &str) -> bool {
         || key == "api.socket_group"
 }
 
+/// The configuration a reload puts in force: the new file's values of what [`applies_live`]
+/// (`[resources]` with the provider config files, `[pci]`, `[audit]`, `[placement]`,
+/// `[upstream]`, `log.level`, `api.socket_group`), the running ones of everything else, which
+/// needs a restart (`[host]`, the rest of `[api]`, `[metrics]`, `log.format`, `[devices]`,
+/// `[mdev.*]`, `[neutron*]`). Keep in step with [`applies_live`].
+pub fn in_force_after_reload(
+    running: &super::ValidConfig,
+    new: &super::ValidConfig,
+) -> super::ValidConfig {
+    let mut v = running.clone();
+    v.resources = new.resources.clone();
+    v.provider_config_location = new.provider_config_location.clone();
+    v.provider_configs = new.provider_configs.clone();
+    v.pci = new.pci.clone();
+    v.audit = new.audit;
+    v.placement = new.placement.clone();
+    v.placement_settings = new.placement_settings.clone();
+    v.upstream_http = new.upstream_http.clone();
+    v.http_push = new.http_push.clone();
+    v.log.level = new.log.level.clone();
+    v.api.socket_group = new.api.socket_group.clone();
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,5 +133,50 @@ mod tests {
         assert!(diff(&old, &old).is_empty());
         assert!(applies_live("resources.cpu_allocation_ratio"));
         assert!(!applies_live("api.socket"));
+    }
+
+    #[test]
+    fn a_reload_puts_in_force_what_applies_live_and_keeps_the_rest() {
+        let parse = |text: &str| {
+            let f = std::path::Path::new("r.toml");
+            crate::config::Config::parse(text, f)
+                .and_then(|c| c.validate(f))
+                .unwrap()
+        };
+        let running = parse("[host]\nhypervisor_type = \"QEMU\"\n[resources]\ncpu_allocation_ratio = 4.0\n[log]\nformat = \"text\"\nlevel = \"info\"\n[api]\nmax_connections = 10\nsocket_group = \"a\"\n[devices]\nenabled_mdev_types = [\"nvidia-35\"]\n");
+        let text = "[host]\nhypervisor_type = \"other\"\n[resources]\ncpu_allocation_ratio = 8.0\n[log]\nformat = \"json\"\nlevel = \"debug\"\n[api]\nmax_connections = 20\nsocket_group = \"b\"\n[audit]\ninterval_s = 7\n";
+        let v = in_force_after_reload(&running, &parse(text));
+        // Live.
+        assert_eq!(v.resources.cpu_allocation_ratio, Some(8.0));
+        assert_eq!(v.log.level, "debug");
+        assert_eq!(v.api.socket_group, "b");
+        assert_eq!(v.audit.interval_s, 7);
+        // A restart's.
+        assert_eq!(v.host.hypervisor_type, "QEMU");
+        assert_eq!(v.log.format, running.log.format);
+        assert_eq!(v.api.max_connections, 10);
+        assert_eq!(v.mdev, running.mdev);
+        for key in [
+            "resources.x",
+            "pci.x",
+            "audit.x",
+            "placement.x",
+            "upstream.x",
+            "log.level",
+            "api.socket_group",
+        ] {
+            assert!(applies_live(key), "{key}");
+        }
+        for key in [
+            "host.x",
+            "api.socket",
+            "metrics.x",
+            "log.format",
+            "devices.x",
+            "mdev.x",
+            "neutron.x",
+        ] {
+            assert!(!applies_live(key), "{key}");
+        }
     }
 }
