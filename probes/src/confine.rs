@@ -213,6 +213,11 @@ mod tests {
         .unwrap();
         assert!(open_in(&dir, &sys, "abs", flags).is_err());
         assert!(open_in(&dir, &sys, "rel", flags).is_err());
+        // A path of several components (`index2/level`, `cpu3/topology/core_id`) whose
+        // directory is a link out of the root stays inside it too.
+        std::os::unix::fs::symlink(outside.path(), sys.join("absdir")).unwrap();
+        assert!(open_in(&dir, &sys, "absdir/secret", flags).is_err());
+        assert!(open_in(&dir, &sys, "inside/value", flags).is_ok());
         let x = nix::fcntl::open(
             sys.join("devices/x").as_path(),
             OFlag::O_RDONLY | OFlag::O_DIRECTORY,
