@@ -14,12 +14,12 @@
 //! rest of the caches are still reported.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::cpulist::CpuSet;
-use crate::read::{list_dir, quoted, SysDir, Warnings};
+use crate::read::{quoted, SysDir, Warnings};
 use crate::HostRoot;
 
 /// One cache instance of level 2 or above.
@@ -57,13 +57,21 @@ pub fn probe_caches(root: &HostRoot, online: &CpuSet, w: &mut Warnings) -> Vec<C
     let mut without = CpuSet::new();
     for cpu in online.iter() {
         let dir = cpu_dir.join(format!("cpu{cpu}/cache"));
-        let Some(entries) = list_dir(&dir, w) else {
+        // Listed once; each index's files are opened relative to it (`index2/level`), without
+        // opening the index directory: most indexes are only asked their level.
+        let Some(mut cache) = SysDir::open(&dir, w) else {
             without.insert(cpu);
             continue;
         };
+        let mut entries = cache.entries(w);
+        entries.sort();
         for name in entries.iter().filter(|n| index_number(n).is_some()) {
             let index_dir = dir.join(name);
-            let Some(read) = read_index(&index_dir, cpu, online, &covered, w) else {
+            let index = Index {
+                cache: &cache,
+                name,
+            };
+            let Some(read) = read_index(&index, cpu, online, &covered, w) else {
                 continue;
             };
             let seen = covered.entry((name.clone(), read.level)).or_default();
@@ -136,18 +144,41 @@ fn warn_missing(cpu_dir: &Path, online: &CpuSet, without: &CpuSet, w: &mut Warni
     }
 }
 
+/// One `index<M>` of a CPU's listed `cache` directory, whose files are read relative to it.
+struct Index<'a> {
+    cache: &'a SysDir,
+    name: &'a str,
+}
+
+impl Index<'_> {
+    /// Reads `index<M>/<file>` like [`SysDir::read_optional`].
+    fn read_optional(&self, file: &str, w: &mut Warnings) -> Option<String> {
+        self.cache
+            .read_optional(&format!("{}/{file}", self.name), w)
+    }
+
+    /// Path of `index<M>/<file>`, for messages.
+    fn join(&self, file: &str) -> PathBuf {
+        self.cache.join(self.name).join(file)
+    }
+
+    /// Path of `index<M>`, for messages.
+    fn path(&self) -> PathBuf {
+        self.cache.join(self.name)
+    }
+}
+
 /// Reads one `index<M>` of `cpu`: `None` for a level 1 cache, for one `covered` says was read
 /// from another of its CPUs, or, with a warning, when its level or CPUs cannot be read.
 fn read_index(
-    dir: &Path,
+    d: &Index<'_>,
     cpu: u32,
     online: &CpuSet,
     covered: &BTreeMap<(String, u32), CpuSet>,
     w: &mut Warnings,
 ) -> Option<IndexRead> {
-    let d = SysDir::open_unlisted(dir, w)?;
-    let name = dir.file_name()?.to_string_lossy().into_owned();
-    let level = match d.read_optional("level", w) {
+    let name = d.name.to_string();
+    let level = match read_level(d, w)? {
         Some(raw) => match raw.parse::<u32>() {
             Ok(l) => l,
             Err(_) => {
@@ -183,7 +214,7 @@ fn read_index(
         }
         None => "Unified".to_string(),
     };
-    let mut cpus = read_shared(&d, w)?.intersection(online);
+    let mut cpus = read_shared(d, w)?.intersection(online);
     if !cpus.contains(cpu) {
         if !cpus.is_empty() {
             w.push(
@@ -211,8 +242,21 @@ fn read_index(
     })
 }
 
+/// `index<M>/level`, read without opening `index<M>`. When it cannot be read, `index<M>` is
+/// opened as a directory after all, so that an odd one (a file, a dangling link, unreadable) is
+/// skipped and warned about as such rather than as a missing `level`: outer `None`.
+fn read_level(d: &Index<'_>, w: &mut Warnings) -> Option<Option<String>> {
+    let mut level_w = Warnings::new();
+    let raw = d.read_optional("level", &mut level_w);
+    if raw.is_none() {
+        SysDir::open_unlisted(&d.path(), w)?;
+    }
+    w.extend(level_w);
+    Some(raw)
+}
+
 /// `shared_cpu_list`, else `shared_cpu_map`; a warning and `None` when neither is readable.
-fn read_shared(d: &SysDir, w: &mut Warnings) -> Option<CpuSet> {
+fn read_shared(d: &Index<'_>, w: &mut Warnings) -> Option<CpuSet> {
     type Parser = fn(&str) -> Result<CpuSet, String>;
     let sources: [(&str, Parser); 2] = [
         ("shared_cpu_list", CpuSet::parse_list),
@@ -228,7 +272,7 @@ fn read_shared(d: &SysDir, w: &mut Warnings) -> Option<CpuSet> {
         }
     }
     w.push(
-        d.path(),
+        &d.path(),
         "neither shared_cpu_list nor shared_cpu_map is readable: cache skipped",
     );
     None
@@ -369,6 +413,29 @@ mod tests {
         for e in expect {
             assert!(messages.iter().any(|m| m.contains(e)), "{e}: {messages:?}");
         }
+    }
+
+    #[test]
+    fn an_index_that_is_no_directory_is_warned_about_as_such() {
+        // `index2/level` is read without opening `index2`; when that fails, `index2` itself is
+        // what is wrong, and the warning says so (not "level missing").
+        let dir = tempfile::tempdir().unwrap();
+        index(dir.path(), 0, 3, 3, "Unified", "8192K", "0");
+        write(
+            dir.path(),
+            "sys/devices/system/cpu/cpu0/cache/index2",
+            "x\n",
+        );
+        let mut w = Warnings::new();
+        let online = CpuSet::parse_list("0").unwrap();
+        let c = probe_caches(&HostRoot::under(dir.path()), &online, &mut w);
+        assert_eq!(c.len(), 1);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w.as_slice()[0].path.ends_with("cache/index2"), "{w:?}");
+        assert_eq!(
+            w.as_slice()[0].message,
+            "expected a directory, found a file"
+        );
     }
 
     #[test]

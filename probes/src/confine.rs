@@ -11,7 +11,7 @@
 //! Kernels before 5.6 have no `openat2`; there, the file is opened normally and its real path
 //! (`/proc/self/fd/N`) must lie inside the root, or the open is refused.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,6 +31,21 @@ struct Root {
 
 thread_local! {
     static ROOTS: RefCell<Vec<Root>> = const { RefCell::new(Vec::new()) };
+}
+
+thread_local! {
+    static OPENS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The opens (`openat2`, `openat` or `open` calls, failed ones included) made through this
+/// module on this thread so far: every file a probe reads is opened here, so a test can hold a
+/// probe to a budget of files per device (see `probes/tests/footprint.rs`).
+pub fn opens_attempted() -> u64 {
+    OPENS.with(Cell::get)
+}
+
+fn count_open() {
+    OPENS.with(|n| n.set(n.get() + 1));
 }
 
 /// Set once `openat2` answered ENOSYS: the fallback is used from then on.
@@ -83,6 +98,7 @@ pub fn open(path: &Path, flags: OFlag) -> nix::Result<OwnedFd> {
             .iter()
             .filter(|r| path.starts_with(&r.path))
             .max_by_key(|r| r.path.as_os_str().len());
+        count_open();
         let Some(root) = root else {
             return nix::fcntl::open(path, flags, Mode::empty());
         };
@@ -100,13 +116,14 @@ pub fn open(path: &Path, flags: OFlag) -> nix::Result<OwnedFd> {
                 Err(Errno::ENOSYS) => NO_OPENAT2.store(true, Ordering::Relaxed),
                 // Interrupted by a concurrent rename: try once more, as the kernel suggests.
                 Err(Errno::EAGAIN) => {
+                    count_open();
                     return nix::fcntl::openat2(
                         root.fd.as_fd(),
                         rel,
                         OpenHow::new().flags(flags).resolve(
                             ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS,
                         ),
-                    )
+                    );
                 }
                 other => return other,
             }
@@ -135,6 +152,7 @@ pub fn open_in<Fd: AsFd>(
     flags: OFlag,
 ) -> nix::Result<OwnedFd> {
     let confined = ROOTS.with(|roots| !roots.borrow().is_empty());
+    count_open();
     if !confined {
         return nix::fcntl::openat(dir.as_fd(), name, flags, Mode::empty());
     }
@@ -195,6 +213,11 @@ mod tests {
         .unwrap();
         assert!(open_in(&dir, &sys, "abs", flags).is_err());
         assert!(open_in(&dir, &sys, "rel", flags).is_err());
+        // A path of several components (`index2/level`, `cpu3/topology/core_id`) whose
+        // directory is a link out of the root stays inside it too.
+        std::os::unix::fs::symlink(outside.path(), sys.join("absdir")).unwrap();
+        assert!(open_in(&dir, &sys, "absdir/secret", flags).is_err());
+        assert!(open_in(&dir, &sys, "inside/value", flags).is_ok());
         let x = nix::fcntl::open(
             sys.join("devices/x").as_path(),
             OFlag::O_RDONLY | OFlag::O_DIRECTORY,

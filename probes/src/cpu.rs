@@ -13,6 +13,7 @@
 
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 
 use crate::cpu_power::CpuGovernor;
 pub use crate::cpuinfo::{parse_cpuinfo, CpuinfoSummary};
@@ -203,6 +204,9 @@ pub fn probe_cpu(
         possible,
     } = lists;
 
+    // Opened once: each core's `cpu<N>/topology/<file>` is opened relative to it, without
+    // opening the `topology` directory (when it cannot be opened, each `topology` is).
+    let cpus_fd = SysDir::open_unlisted(&cpu_dir, &mut Warnings::new());
     let mut cpus: Vec<LogicalCpu> = Vec::with_capacity(online.len());
     // Threads of a core share its package, die, cluster and core ids: read them once per core.
     let mut core_of: BTreeMap<u32, usize> = BTreeMap::new();
@@ -218,9 +222,14 @@ pub fn probe_cpu(
             cpus.push(cpu);
             continue;
         }
-        let topo_path = cpu_dir.join(format!("cpu{id}/topology"));
-        let Some(topo) = SysDir::open_unlisted(&topo_path, w) else {
-            w.push(&topo_path, "online CPU has no topology directory");
+        let Some(Core {
+            package,
+            die,
+            cluster,
+            core,
+            thread_siblings,
+        }) = read_core(cpus_fd.as_ref(), &cpu_dir, id, w)
+        else {
             cpus.push(LogicalCpu {
                 id,
                 package: None,
@@ -232,15 +241,6 @@ pub fn probe_cpu(
             });
             continue;
         };
-        let int = |name: &str, w: &mut Warnings| -> Option<i64> {
-            let raw = topo.read_optional(name, w)?;
-            parse_int(&raw, &topo.join(name), "an integer id", w)
-        };
-        let package = int("physical_package_id", w);
-        let die = int("die_id", w);
-        let cluster = int("cluster_id", w);
-        let core = int("core_id", w);
-        let thread_siblings = read_siblings(&topo, id, w);
         for sibling in thread_siblings
             .iter()
             .filter(|s| *s != id && online.contains(*s))
@@ -333,9 +333,92 @@ fn offline_cpus(offline: &CpuSet, cpu_nodes: &BTreeMap<u32, u32>) -> Vec<Offline
         .collect()
 }
 
+/// What a core's `topology` directory says.
+struct Core {
+    package: Option<i64>,
+    die: Option<i64>,
+    cluster: Option<i64>,
+    core: Option<i64>,
+    thread_siblings: CpuSet,
+}
+
+/// A CPU's `topology` directory, its files opened relative to `dir` with `prefix`: the
+/// `cpu` directory and `cpu<N>/topology/`, or the `topology` directory itself and nothing.
+struct Topology<'a> {
+    dir: &'a SysDir,
+    prefix: String,
+    path: PathBuf,
+}
+
+impl Topology<'_> {
+    fn read_optional(&self, name: &str, w: &mut Warnings) -> Option<String> {
+        self.dir.read_optional(&format!("{}{name}", self.prefix), w)
+    }
+
+    fn join(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+}
+
+/// Reads CPU `id`'s topology; `None`, with a warning, when it has no `topology` directory.
+/// Through `cpus` (the open `cpu` directory) one open per file; the `topology` directory is
+/// opened only when nothing in it could be read, to tell a missing (or odd) directory, warned
+/// about as before, from missing files.
+fn read_core(cpus: Option<&SysDir>, cpu_dir: &Path, id: u32, w: &mut Warnings) -> Option<Core> {
+    let path = cpu_dir.join(format!("cpu{id}/topology"));
+    let own;
+    let topo = match cpus {
+        Some(dir) => Topology {
+            dir,
+            prefix: format!("cpu{id}/topology/"),
+            path: path.clone(),
+        },
+        None => {
+            own = open_topology(&path, w)?;
+            Topology {
+                dir: &own,
+                prefix: String::new(),
+                path: path.clone(),
+            }
+        }
+    };
+    let mut tw = Warnings::new();
+    let int = |name: &str, w: &mut Warnings| -> Option<i64> {
+        let raw = topo.read_optional(name, w)?;
+        parse_int(&raw, &topo.join(name), "an integer id", w)
+    };
+    let package = int("physical_package_id", &mut tw);
+    let die = int("die_id", &mut tw);
+    let cluster = int("cluster_id", &mut tw);
+    let core = int("core_id", &mut tw);
+    let thread_siblings = read_siblings(&topo, id, &mut tw);
+    let found = [package, die, cluster, core].iter().any(Option::is_some);
+    if cpus.is_some() && !found && thread_siblings.is_none() {
+        open_topology(&path, w)?;
+    }
+    w.extend(tw);
+    Some(Core {
+        package,
+        die,
+        cluster,
+        core,
+        thread_siblings: thread_siblings.unwrap_or_else(|| CpuSet::from_ids([id])),
+    })
+}
+
+/// Opens a `topology` directory; `None`, with a warning, when the CPU has none.
+fn open_topology(path: &Path, w: &mut Warnings) -> Option<SysDir> {
+    let dir = SysDir::open_unlisted(path, w);
+    if dir.is_none() {
+        w.push(path, "online CPU has no topology directory");
+    }
+    dir
+}
+
 /// The CPUs sharing a core with `id`: `core_cpus_list` (kernels since 5.7), else
-/// `thread_siblings_list`, else the mask forms of either (some captures carry only masks).
-fn read_siblings(topo: &SysDir, id: u32, w: &mut Warnings) -> CpuSet {
+/// `thread_siblings_list`, else the mask forms of either (some captures carry only masks);
+/// `None` when none is readable.
+fn read_siblings(topo: &Topology<'_>, id: u32, w: &mut Warnings) -> Option<CpuSet> {
     type Parser = fn(&str) -> Result<CpuSet, String>;
     let sources: [(&str, Parser); 4] = [
         ("core_cpus_list", CpuSet::parse_list),
@@ -357,12 +440,12 @@ fn read_siblings(topo: &SysDir, id: u32, w: &mut Warnings) -> CpuSet {
                     );
                     s.insert(id);
                 }
-                return s;
+                return Some(s);
             }
             Err(e) => w.push(&path, format!("not a CPU set: {e}")),
         }
     }
-    CpuSet::from_ids([id])
+    None
 }
 
 struct TopologyCounts {
@@ -419,6 +502,48 @@ mod tests {
             thread_siblings: CpuSet::parse_list(siblings).unwrap(),
             numa_node: None,
         }
+    }
+
+    #[test]
+    fn topology_files_are_read_through_the_cpu_directory_and_an_odd_topology_warns_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let cpus = dir.path().join("sys/devices/system/cpu");
+        std::fs::create_dir_all(cpus.join("cpu0/topology")).unwrap();
+        std::fs::write(cpus.join("cpu0/topology/core_id"), "7\n").unwrap();
+        std::fs::write(cpus.join("cpu0/topology/core_cpus_list"), "0\n").unwrap();
+        std::fs::create_dir_all(cpus.join("cpu1")).unwrap();
+        std::fs::write(cpus.join("cpu1/topology"), "x").unwrap();
+        let lists = CpuLists {
+            online: CpuSet::parse_list("0-2").unwrap(),
+            ..CpuLists::default()
+        };
+        let mut w = Warnings::new();
+        let root = HostRoot::under(dir.path());
+        let info = probe_cpu(&root, lists, &BTreeMap::new(), &mut w);
+        assert_eq!(info.cpus[0].core, Some(7));
+        assert_eq!(info.cpus[1].core, None);
+        // cpu1's topology is a file, cpu2 has none: the directory is named, not its files.
+        let topo: Vec<(String, String)> = w
+            .as_slice()
+            .iter()
+            .filter(|w| w.path.contains("/topology"))
+            .map(|w| {
+                (
+                    w.path.rsplit("cpu/").next().unwrap().to_string(),
+                    w.message.clone(),
+                )
+            })
+            .collect();
+        let expect = [
+            ("cpu1/topology", "expected a directory, found a file"),
+            ("cpu1/topology", "online CPU has no topology directory"),
+            ("cpu2/topology", "online CPU has no topology directory"),
+        ];
+        let expect: Vec<(String, String)> = expect
+            .iter()
+            .map(|(p, m)| (p.to_string(), m.to_string()))
+            .collect();
+        assert_eq!(topo, expect);
     }
 
     #[test]
