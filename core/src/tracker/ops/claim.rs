@@ -291,9 +291,13 @@ impl Tracker {
         };
         // Whether the requests can be met depends only on which of the cells hold devices
         // that could serve them, and on the cells' sockets: a fit that tries many cell sets
-        // asks the device claim once per such shape.
-        let device_cells: std::collections::BTreeSet<u32> =
-            devices.values().filter_map(|d| d.numa_node).collect();
+        // asks the device claim once per such shape. (Not gathered for a claim without PCI
+        // requests: a walk over every tracked device would be most of its cost.)
+        let device_cells: std::collections::BTreeSet<u32> = if wants_pci {
+            devices.values().filter_map(|d| d.numa_node).collect()
+        } else {
+            Default::default()
+        };
         type Shape = (Vec<u32>, Vec<Option<i64>>);
         let mut refused_shapes: BTreeMap<Shape, PciRefusal> = BTreeMap::new();
         let mut pci = |cells: &[u32]| -> Result<PciOutcome, PciRefusal> {
