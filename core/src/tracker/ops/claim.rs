@@ -199,6 +199,18 @@ impl Tracker {
     }
 }
 
+/// The NUMA cells that hold tracked devices, gathered only for a claim with PCI requests: for
+/// one without, a walk over every tracked device was most of the claim's cost.
+fn cells_with_devices(
+    devices: &BTreeMap<crate::probes::pci::PciAddress, TrackedDevice>,
+    wants_pci: bool,
+) -> std::collections::BTreeSet<u32> {
+    if !wants_pci {
+        return Default::default();
+    }
+    devices.values().filter_map(|d| d.numa_node).collect()
+}
+
 /// A claim that passed its test.
 pub(crate) struct TestedClaim {
     /// The device states after it (none when no device changes).
@@ -291,13 +303,8 @@ impl Tracker {
         };
         // Whether the requests can be met depends only on which of the cells hold devices
         // that could serve them, and on the cells' sockets: a fit that tries many cell sets
-        // asks the device claim once per such shape. (Not gathered for a claim without PCI
-        // requests: a walk over every tracked device would be most of its cost.)
-        let device_cells: std::collections::BTreeSet<u32> = if wants_pci {
-            devices.values().filter_map(|d| d.numa_node).collect()
-        } else {
-            Default::default()
-        };
+        // asks the device claim once per such shape.
+        let device_cells = cells_with_devices(devices, wants_pci);
         type Shape = (Vec<u32>, Vec<Option<i64>>);
         let mut refused_shapes: BTreeMap<Shape, PciRefusal> = BTreeMap::new();
         let mut pci = |cells: &[u32]| -> Result<PciOutcome, PciRefusal> {
