@@ -16,6 +16,8 @@ pub struct Stats {
     pub requests: usize,
     /// Answers 500 and above.
     pub server_errors: usize,
+    /// Answers 409 (a generation or consumer conflict: the writer re-reads and retries).
+    pub conflicts: usize,
     /// Server time, median and 99th percentile, ms.
     pub p50_ms: f64,
     pub p99_ms: f64,
@@ -49,6 +51,7 @@ impl AccessLog {
         let mut times: Vec<f64> = Vec::new();
         let mut per_second: BTreeMap<String, usize> = BTreeMap::new();
         let mut server_errors = 0;
+        let mut conflicts = 0;
         for l in lines.iter().skip(mark) {
             // [26/Nov/2026:12:00:00 +0000] GET /path 200 1234
             let Some(end) = l.find(']') else { continue };
@@ -60,6 +63,9 @@ impl AccessLog {
             *per_second.entry(second).or_default() += 1;
             if status.parse::<u16>().is_ok_and(|s| s >= 500) {
                 server_errors += 1;
+            }
+            if *status == "409" {
+                conflicts += 1;
             }
             if let Ok(us) = micros.parse::<f64>() {
                 times.push(us / 1000.0);
@@ -76,9 +82,47 @@ impl AccessLog {
         Stats {
             requests: times.len(),
             server_errors,
+            conflicts,
             p50_ms: pct(0.5),
             p99_ms: pct(0.99),
             peak_per_second: per_second.values().copied().max().unwrap_or(0),
         }
     }
+}
+
+/// Placement's CPU time so far, seconds: utime + stime (/proc/PID/stat) of the gunicorn master
+/// (DIR/run/gunicorn.pid), its workers (the master's children) and, on MariaDB, mariadbd
+/// (DIR/run/mariadb.pid). Read before and after a phase; a server restarted in between makes the
+/// difference meaningless (the caller says so).
+pub fn placement_cpu_s(dir: &std::path::Path) -> f64 {
+    let read_pid = |f: &str| -> Option<u32> {
+        std::fs::read_to_string(dir.join("run").join(f))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    let mut pids = Vec::new();
+    if let Some(master) = read_pid("gunicorn.pid") {
+        pids.push(master);
+        let children = std::fs::read_to_string(format!("/proc/{master}/task/{master}/children"))
+            .unwrap_or_default();
+        pids.extend(
+            children
+                .split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok()),
+        );
+    }
+    pids.extend(read_pid("mariadb.pid"));
+    // clock ticks: 100 a second on Linux (USER_HZ)
+    pids.iter()
+        .map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let after = stat.rsplit_once(") ").map(|(_, r)| r).unwrap_or("");
+            let f: Vec<&str> = after.split_whitespace().collect();
+            // after the command: state is field 3; utime 14 and stime 15 (1-based in proc(5))
+            let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+            (tick(11) + tick(12)) / 100.0
+        })
+        .sum()
 }

@@ -39,3 +39,33 @@ stop_ours() {
         say "stale pid file ($pid is not a server for $DIR): removed"
     fi
 }
+
+# Is $1 the mariadbd that scripts/placement/start.sh --db mariadb started for this DIR (and not a
+# zombie)? Its command line names MSOCK (the caller sets it), which no other process's does.
+mariadb_ours() {
+    local pid=$1
+    case "$pid" in ''|*[!0-9]*) return 1 ;; esac
+    [ -r "/proc/$pid/cmdline" ] || return 1
+    [ "$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)" != Z ] || return 1
+    tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qxF -- "--socket=$MSOCK"
+}
+
+# Stops the mariadbd whose pid is in MPIDFILE, if it is ours: SIGTERM (a clean shutdown), then
+# SIGKILL after 30 s.
+stop_mariadb() {
+    local pid
+    pid=$(cat "$MPIDFILE" 2>/dev/null || true)
+    if mariadb_ours "$pid"; then
+        kill -TERM "$pid" 2>/dev/null || true
+        for _ in $(seq 1 300); do mariadb_ours "$pid" || break; sleep 0.1; done
+        if mariadb_ours "$pid"; then
+            say "mariadbd pid $pid still running after 30 s: SIGKILL"
+            kill -KILL "$pid" 2>/dev/null || true
+            for _ in $(seq 1 50); do mariadb_ours "$pid" || break; sleep 0.1; done
+        fi
+        say "stopped mariadbd pid $pid ($DIR)"
+    elif [ -n "$pid" ]; then
+        say "stale mariadbd pid file ($pid is not our mariadbd for $DIR): removed"
+    fi
+    rm -f "$MPIDFILE"
+}

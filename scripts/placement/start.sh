@@ -2,7 +2,8 @@
 # start.sh: run a real OpenStack Placement (openstack-placement, pinned in requirements.txt and
 # constraints.txt beside this script) on 127.0.0.1 for rtrack's tests.
 #
-#   scripts/placement/start.sh [--fresh] [--owner-pid PID] [--keystone AUTH_URL] DIR [PORT|auto]
+#   scripts/placement/start.sh [--fresh] [--owner-pid PID] [--keystone AUTH_URL]
+#                              [--db sqlite|mariadb] [--workers N] DIR [PORT|auto]
 #
 # - The venv lives in target/placement-venv (override: PLACEMENT_VENV) and is rebuilt only when
 #   the interpreter or the pin files change (a stamp file holds their hash).
@@ -11,6 +12,16 @@
 #   status and duration in microseconds: the fleet benchmark reads it) and run/ (pid, port, url).
 # - SQLite and noauth2 (X-Auth-Token "admin"); gunicorn with one worker and one thread, because
 #   SQLite under concurrent writers answers 500 "database is locked" instead of waiting.
+# - --db mariadb: Placement on MariaDB as production runs it (through PyMySQL), with 4 gunicorn
+#   workers (one thread each) unless --workers says otherwise. The script runs its own mariadbd
+#   (Debian: apt-get install mariadb-server mariadb-client) on a data directory DIR/mariadb made
+#   at the first start, listening only on the unix socket DIR/run/mariadb.sock (no TCP port), as
+#   the invoking user, without grant tables (nobody else can reach the socket's directory). It
+#   never touches a system MariaDB: no option files are read (--no-defaults). stop.sh and the
+#   --owner-pid watcher stop it with the server; its pid is in DIR/run/mariadb.pid, its log in
+#   logs/mariadb.log. InnoDB writes its log at each commit but flushes it to disk once a second
+#   (innodb_flush_log_at_trx_commit=2): the tests share a disk, and a crash of the test machine
+#   loses only test data.
 # - --keystone AUTH_URL (e.g. what scripts/keystone/start.sh printed) puts keystonemiddleware in
 #   front instead of noauth2: it validates tokens as user "placement" of project "service" (domain
 #   Default), password from PLACEMENT_KEYSTONE_PASSWORD (scripts/keystone/admin.py setup prints
@@ -35,12 +46,16 @@ fail() { printf 'placement/start: error: %s\n' "$*" >&2; exit 1; }
 fresh=0
 owner=
 keystone=
+db=sqlite
+workers=
 args=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --fresh) fresh=1 ;;
         --owner-pid) shift; owner=${1:-} ;;
         --keystone) shift; keystone=${1:-} ;;
+        --db) shift; db=${1:-} ;;
+        --workers) shift; workers=${1:-} ;;
         -h|--help) sed -n '2,/^set -E/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 0 ;;
         -*) fail "unknown option $1" ;;
         *) args+=("$1") ;;
@@ -48,7 +63,17 @@ while [ $# -gt 0 ]; do
     shift
 done
 [ ${#args[@]} -ge 1 ] && [ ${#args[@]} -le 2 ] \
-    || fail "usage: start.sh [--fresh] [--owner-pid PID] [--keystone AUTH_URL] DIR [PORT|auto]"
+    || fail "usage: start.sh [--fresh] [--owner-pid PID] [--keystone AUTH_URL] [--db sqlite|mariadb] [--workers N] DIR [PORT|auto]"
+case "$db" in
+    sqlite) workers=${workers:-1} ;;
+    mariadb) workers=${workers:-4} ;;
+    *) fail "--db needs 'sqlite' or 'mariadb', got '$db'" ;;
+esac
+case "$workers" in
+    ''|*[!0-9]*|0) fail "--workers needs a positive number, got '$workers'" ;;
+esac
+[ "$db" = mariadb ] || [ "$workers" = 1 ] \
+    || fail "--workers $workers needs --db mariadb: SQLite answers 500 'database is locked' to concurrent writers"
 port=${args[1]:-auto}
 case "$port" in
     auto|0) port=auto ;;
@@ -87,6 +112,8 @@ case "$DIR" in *[[:space:]\$%\"\'\\\#\;]*) fail "DIR '$DIR' must be a plain path
 mkdir -p "$DIR/etc" "$DIR/data" "$DIR/logs" "$DIR/run"
 PIDFILE=$DIR/run/placement.pid
 GPIDFILE=$DIR/run/gunicorn.pid
+MPIDFILE=$DIR/run/mariadb.pid
+MSOCK=$DIR/run/mariadb.sock
 # shellcheck source=../lib/gunicorn.sh
 . "$(dirname -- "${BASH_SOURCE[0]}")/../lib/gunicorn.sh"
 
@@ -126,6 +153,10 @@ if [ -f "$PIDFILE" ]; then
             || fail "already running on port $oldport (pid $old), not $port"
         oldauth=$(cat "$DIR/run/auth" 2>/dev/null || echo noauth2)
         [ "$auth" = "$oldauth" ] || fail "already running with auth '$oldauth' (pid $old), not '$auth'"
+        olddb=$(cat "$DIR/run/db" 2>/dev/null || echo "sqlite 1")
+        [ "$db $workers" = "$olddb" ] || fail "already running with database and workers '$olddb' (pid $old), not '$db $workers'"
+        [ "$db" = sqlite ] || mariadb_ours "$(cat "$MPIDFILE" 2>/dev/null || true)" \
+            || fail "pid $old runs but its mariadbd does not: $HERE/stop.sh $DIR"
         ready "http://127.0.0.1:$oldport" 30 >/dev/null || fail "pid $old runs but does not answer"
         watch_owner
         echo "http://127.0.0.1:$oldport"
@@ -139,7 +170,57 @@ fi
 VENV=${PLACEMENT_VENV:-$REPO/target/placement-venv}
 # shellcheck source=../lib/venv.sh
 . "$(dirname -- "${BASH_SOURCE[0]}")/../lib/venv.sh"
-venv_ensure "$VENV" "$HERE/requirements.txt" "$HERE/constraints.txt" 'import placement.wsgi, gunicorn' "$DIR/logs/install.log"
+venv_ensure "$VENV" "$HERE/requirements.txt" "$HERE/constraints.txt" 'import placement.wsgi, gunicorn, pymysql' "$DIR/logs/install.log"
+
+# ---- MariaDB (--db mariadb): our own mariadbd on DIR/mariadb, unix socket only
+if [ "$db" = mariadb ]; then
+    for tool in mariadbd mariadb-install-db mariadb mariadb-admin; do
+        command -v "$tool" >/dev/null || [ -x "/usr/sbin/$tool" ] \
+            || fail "'$tool' not found: --db mariadb needs MariaDB (Debian: apt-get install mariadb-server mariadb-client)"
+    done
+    MARIADBD=$(command -v mariadbd || echo /usr/sbin/mariadbd)
+    [ ${#MSOCK} -lt 100 ] || fail "the socket path $MSOCK is too long for a unix socket; use a shorter DIR"
+    oldm=$(cat "$MPIDFILE" 2>/dev/null || true)
+    if ! mariadb_ours "$oldm"; then
+        [ -z "$oldm" ] || say "removing stale mariadbd pid file (pid '$oldm' is not our mariadbd)"
+        rm -f "$MPIDFILE" "$MSOCK"
+        if [ ! -d "$DIR/mariadb/mysql" ]; then
+            rm -rf -- "$DIR/mariadb"
+            mariadb-install-db --no-defaults --datadir="$DIR/mariadb" --user="$(id -un)" \
+                --auth-root-authentication-method=normal --skip-test-db --skip-name-resolve \
+                >>"$DIR/logs/mariadb-install.log" 2>&1 \
+                || { tail -n 20 "$DIR/logs/mariadb-install.log" >&2; rm -rf -- "$DIR/mariadb"; fail "mariadb-install-db failed (log: $DIR/logs/mariadb-install.log)"; }
+        fi
+        (
+            exec 8>&- 9>&-
+            exec setsid "$MARIADBD" --no-defaults --user="$(id -un)" --datadir="$DIR/mariadb" \
+                --socket="$MSOCK" --pid-file="$MPIDFILE" --skip-networking --skip-grant-tables \
+                --skip-name-resolve --log-error="$DIR/logs/mariadb.log" --max-connections=500 \
+                --innodb-buffer-pool-size=256M --innodb-flush-log-at-trx-commit=2 \
+                --character-set-server=utf8mb4 --collation-server=utf8mb4_general_ci
+        ) </dev/null >>"$DIR/logs/mariadb.out" 2>&1 &
+        mpid=$!
+        for _ in $(seq 1 300); do
+            mariadb-admin --no-defaults --socket="$MSOCK" -u root ping >/dev/null 2>&1 && break
+            kill -0 "$mpid" 2>/dev/null || { tail -n 20 "$DIR/logs/mariadb.log" >&2; fail "mariadbd exited at start (log: $DIR/logs/mariadb.log)"; }
+            sleep 0.1
+        done
+        mariadb-admin --no-defaults --socket="$MSOCK" -u root ping >/dev/null 2>&1 \
+            || { kill -TERM "$mpid" 2>/dev/null || true; tail -n 20 "$DIR/logs/mariadb.log" >&2; fail "mariadbd did not answer on $MSOCK in 30 s"; }
+        # mariadbd writes its pid file itself; ours is the process we started.
+        echo "$mpid" >"$MPIDFILE"
+    fi
+    if [ "$fresh" = 1 ]; then
+        mariadb --no-defaults --socket="$MSOCK" -u root -e 'DROP DATABASE IF EXISTS placement' \
+            || fail "cannot drop the placement database on $MSOCK"
+    fi
+    mariadb --no-defaults --socket="$MSOCK" -u root \
+        -e 'CREATE DATABASE IF NOT EXISTS placement CHARACTER SET utf8mb4' \
+        || fail "cannot create the placement database on $MSOCK"
+    connection="mysql+pymysql://root@localhost/placement?unix_socket=$MSOCK&charset=utf8mb4"
+else
+    connection="sqlite:///$DIR/data/placement.sqlite"
+fi
 
 # ---- config and database
 cat >"$DIR/etc/placement.conf" <<EOF
@@ -152,7 +233,7 @@ use_stderr = false
 auth_strategy = ${auth%% *}
 
 [placement_database]
-connection = sqlite:///$DIR/data/placement.sqlite
+connection = $connection
 EOF
 if [ -n "$keystone" ]; then
     # No memcached_servers: keystonemiddleware then caches in-process, which token_cache_time = -1
@@ -189,7 +270,7 @@ url="http://127.0.0.1:$port"
     cd "$DIR"
     export OS_PLACEMENT_CONFIG_DIR="$DIR/etc"
     exec setsid "$VENV/bin/python" "$VENV/bin/gunicorn" --bind "127.0.0.1:$port" \
-        --worker-class gthread --workers 1 --threads 1 --timeout 60 --graceful-timeout 3 \
+        --worker-class gthread --workers "$workers" --threads 1 --timeout 60 --graceful-timeout 3 \
         --pid "$GPIDFILE" --error-logfile "$DIR/logs/gunicorn.log" --capture-output \
         --access-logfile "$DIR/logs/access.log" \
         --access-logformat '%(t)s %(m)s %(U)s %(s)s %(D)s' \
@@ -201,11 +282,13 @@ if ! versions=$(ready "$url" 60 "$pid"); then
     tail -n 20 "$DIR/logs/gunicorn.log" >&2 || true
     kill -TERM -- "-$pid" 2>/dev/null || true
     rm -f "$PIDFILE"
+    [ "$db" = sqlite ] || stop_mariadb
     fail "placement did not come up on $url"
 fi
 echo "$port" >"$DIR/run/port"
 echo "$auth" >"$DIR/run/auth"
+echo "$db $workers" >"$DIR/run/db"
 echo "$url" >"$DIR/run/url"
 watch_owner
-say "up at $url (pid $pid, microversions ${versions/ /..})"
+say "up at $url (pid $pid, $db, $workers worker(s), microversions ${versions/ /..})"
 echo "$url"

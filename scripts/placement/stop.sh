@@ -5,7 +5,9 @@
 #
 # Signals only the pid in DIR/run/placement.pid, after checking that it is the gunicorn master
 # started for DIR: SIGTERM, then SIGKILL to its own process group after 10 s. Nothing running, a
-# stale pid file or a missing DIR is not an error. --purge also deletes the database and logs.
+# stale pid file or a missing DIR is not an error. The mariadbd of --db mariadb (DIR/run/mariadb.pid,
+# checked the same way) is stopped after it: SIGTERM, SIGKILL after 30 s. --purge also deletes
+# the databases (SQLite's and MariaDB's data directory) and logs.
 set -Eeuo pipefail
 
 say() { printf 'placement/stop: %s\n' "$*" >&2; }
@@ -16,6 +18,8 @@ if [ "${1:-}" = --purge ]; then purge=1; shift; fi
 DIR=$(cd -- "$1" && pwd -P)
 PIDFILE=$DIR/run/placement.pid
 GPIDFILE=$DIR/run/gunicorn.pid
+MPIDFILE=$DIR/run/mariadb.pid
+MSOCK=$DIR/run/mariadb.sock
 # shellcheck source=../lib/gunicorn.sh
 . "$(dirname -- "${BASH_SOURCE[0]}")/../lib/gunicorn.sh"
 
@@ -25,7 +29,8 @@ if [ -d "$DIR/run" ]; then
 fi
 
 stop_ours "$PIDFILE"
-rm -f "$PIDFILE" "$GPIDFILE" "$DIR/run/url" "$DIR/run/port"
+stop_mariadb
+rm -f "$PIDFILE" "$GPIDFILE" "$DIR/run/url" "$DIR/run/port" "$DIR/run/db"
 if [ "$purge" = 1 ]; then
-    rm -rf -- "$DIR/data" "$DIR/logs"
+    rm -rf -- "$DIR/data" "$DIR/mariadb" "$DIR/logs"
 fi

@@ -241,11 +241,13 @@ impl<P: PlacementApi> Reporter<P> {
         &mut self,
         p: &mut CachedProvider,
     ) -> Result<(), UpstreamError> {
-        let (_, inv) = self.api.get_inventories(p.uuid).await?;
+        // The first read's generation: a write by someone else between these reads (an
+        // operator's traits) moves the generation past it, so our next write conflicts and
+        // re-reads. The last read's generation would vouch for traits read before that write,
+        // and our next PUT traits would remove what the operator had just added.
+        let (g, inv) = self.api.get_inventories(p.uuid).await?;
         let (_, traits) = self.api.get_traits(p.uuid).await?;
-        // The last read's generation: a write in between makes our next write conflict and
-        // re-read, which is safe.
-        let (g, aggs) = self.api.get_aggregates(p.uuid).await?;
+        let (_, aggs) = self.api.get_aggregates(p.uuid).await?;
         p.inventories = inv;
         p.traits = traits;
         p.aggregates = aggs;

@@ -89,6 +89,7 @@ fn reporter(cfg: &ValidConfig) -> Reporter<HttpPlacement> {
 
 mod daemon;
 mod keystone;
+mod mariadb;
 mod nested;
 mod pci;
 mod reporter;

@@ -51,6 +51,34 @@ pub fn osc(srv: &Server, args: &[&str]) -> Value {
 
 /// Starts a server for `name`, or returns None when the tests are skipped on purpose.
 pub fn server(name: &str) -> Option<Server> {
+    server_with(name, &[])
+}
+
+/// Starts a server for `name` on its own MariaDB with 4 gunicorn workers (`start.sh --db
+/// mariadb`), or returns None when the tests are skipped on purpose: RTRACK_SKIP_PLACEMENT=1, or
+/// mariadbd is absent and RTRACK_SKIP_MARIADB=1 says that is expected. mariadbd absent without
+/// that is a failure (scripts/test installs it).
+pub fn mariadb_server(name: &str) -> Option<Server> {
+    let found = Command::new("bash")
+        .args(["-c", "command -v mariadbd || test -x /usr/sbin/mariadbd"])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        if std::env::var("RTRACK_SKIP_MARIADB").is_ok_and(|v| v == "1") {
+            eprintln!("mariadbd not found and RTRACK_SKIP_MARIADB=1: skipping the MariaDB Placement test {name}");
+            return None;
+        }
+        panic!(
+            "the MariaDB Placement test {name} needs mariadbd (Debian: apt-get install \
+             mariadb-server mariadb-client; scripts/test installs them); \
+             set RTRACK_SKIP_MARIADB=1 to skip it where MariaDB cannot be installed"
+        );
+    }
+    server_with(name, &["--db", "mariadb"])
+}
+
+fn server_with(name: &str, extra: &[&str]) -> Option<Server> {
     if std::env::var("RTRACK_SKIP_PLACEMENT").is_ok_and(|v| v == "1") {
         eprintln!("RTRACK_SKIP_PLACEMENT=1: skipping the Placement test {name}");
         return None;
@@ -77,7 +105,10 @@ pub fn server(name: &str) -> Option<Server> {
     // A previous run that crashed may have left a server or a database behind.
     run_script(&[&stop, "--purge", &d]);
     let pid = std::process::id().to_string();
-    let url = run_script(&[&start, "--owner-pid", &pid, &d, "auto"]);
+    let mut args = vec![start.as_str(), "--owner-pid", &pid];
+    args.extend_from_slice(extra);
+    args.extend([d.as_str(), "auto"]);
+    let url = run_script(&args);
     let port = url.rsplit(':').next().unwrap_or_default().to_string();
     Some(Server { dir, url, port })
 }
