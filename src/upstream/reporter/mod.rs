@@ -450,7 +450,7 @@ impl<P: PlacementApi> Reporter<P> {
                     self.write_inventories(uuid, inventories, outcome).await?;
                 }
                 Action::PutTraits { uuid, traits } => {
-                    let g = self.current_generation(uuid).await?;
+                    let g = self.traits_generation(uuid).await?;
                     match self.api.put_traits(uuid, g, &traits).await {
                         Ok(ng) => {
                             let p = self.provider_mut(uuid);
@@ -465,7 +465,7 @@ impl<P: PlacementApi> Reporter<P> {
                     }
                 }
                 Action::PutAggregates { uuid, aggregates } => {
-                    let g = self.current_generation(uuid).await?;
+                    let g = self.aggregates_generation(uuid).await?;
                     match self.api.put_aggregates(uuid, g, &aggregates).await {
                         Ok(ng) => {
                             let p = self.provider_mut(uuid);
@@ -507,6 +507,38 @@ impl<P: PlacementApi> Reporter<P> {
                 c.generation = STALE_GENERATION;
             }
         }
+    }
+
+    /// The generation to send with `uuid`'s traits. The plan kept the traits it does not own
+    /// from the cache; when an allocation made the cached generation stale, a generation read
+    /// alone would vouch for traits someone else changed since (an operator's), and the PUT
+    /// would remove theirs. So the generation comes from reading the traits themselves, and
+    /// when they are not the cached ones the plan is made again from a fresh read.
+    async fn traits_generation(&mut self, uuid: Uuid) -> Result<u64, Stop> {
+        if self.generation(uuid) != STALE_GENERATION {
+            return Ok(self.generation(uuid));
+        }
+        let (g, now) = self.api.get_traits(uuid).await?;
+        if self.cache.providers.get(&uuid).map(|p| &p.traits) != Some(&now) {
+            return Err(Stop::Conflict(Target::Provider(uuid)));
+        }
+        self.provider_mut(uuid).generation = g;
+        self.needs_read.insert(uuid);
+        Ok(g)
+    }
+
+    /// As [`Self::traits_generation`], for the aggregates (the plan keeps others' as well).
+    async fn aggregates_generation(&mut self, uuid: Uuid) -> Result<u64, Stop> {
+        if self.generation(uuid) != STALE_GENERATION {
+            return Ok(self.generation(uuid));
+        }
+        let (g, now) = self.api.get_aggregates(uuid).await?;
+        if self.cache.providers.get(&uuid).map(|p| &p.aggregates) != Some(&now) {
+            return Err(Stop::Conflict(Target::Provider(uuid)));
+        }
+        self.provider_mut(uuid).generation = g;
+        self.needs_read.insert(uuid);
+        Ok(g)
     }
 
     /// The generation to send for `uuid`, read from Placement when an allocation made the
