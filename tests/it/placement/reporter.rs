@@ -248,6 +248,70 @@ async fn traits_sync_and_foreign_traits_survive_a_concurrent_writer() {
     assert!(set.contains("CUSTOM_OPERATOR_RACK_7"));
 }
 
+/// After rtrack writes an allocation, it knows the provider's generation moved but not to what.
+/// An operator's trait added then must survive rtrack's next change of its own traits: a
+/// generation read alone would vouch for the cached traits, which lack the operator's.
+#[tokio::test(flavor = "current_thread")]
+async fn a_foreign_trait_added_after_an_allocation_write_survives_the_next_trait_change() {
+    let Some(srv) = server("traits-after-alloc") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let inv = probe(&SyntheticHost::small(), &tmp.path().join("host"));
+    let cfg = config(&srv.url, "report_allocations = true\n");
+    let node = Uuid::new_v4();
+    let raw = srv.client();
+    let mut r = reporter(&cfg);
+    let d = DesiredState::build(&view(&inv, &cfg), &cfg, node, "cmp-ta", false, &[]).unwrap();
+    r.report(&d).await.unwrap();
+
+    // A claim: rtrack writes its allocation, which moves the root's generation.
+    let claim = Consumer {
+        uuid: Uuid::new_v4(),
+        project_id: Some(Uuid::new_v4().simple().to_string()),
+        user_id: Some(Uuid::new_v4().simple().to_string()),
+        consumer_type: CONSUMER_INSTANCE.into(),
+        resources: BTreeMap::from([
+            (ResourceKey::Host("VCPU".into()), 1),
+            (ResourceKey::Host("MEMORY_MB".into()), 512),
+        ]),
+    };
+    let claims = std::slice::from_ref(&claim);
+    let d = DesiredState::build(&view(&inv, &cfg), &cfg, node, "cmp-ta", false, claims).unwrap();
+    let o = r.report(&d).await.unwrap();
+    assert_eq!(o.requests.get("put_allocation"), 1, "{}", o.requests);
+
+    // The operator adds a trait of their own.
+    let (s, _) = raw.put("/traits/CUSTOM_OPERATOR_RACK_9", json!(null)).await;
+    assert!(s == 201 || s == 204);
+    let now = raw.get(&format!("/resource_providers/{node}/traits")).await;
+    let mut traits: Vec<String> = serde_json::from_value(now["traits"].clone()).unwrap();
+    traits.push("CUSTOM_OPERATOR_RACK_9".into());
+    let (s, v) = raw
+        .put(
+            &format!("/resource_providers/{node}/traits"),
+            json!({"resource_provider_generation": now["resource_provider_generation"], "traits": traits}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+
+    // rtrack changes one of its own traits (the service is disabled): it sees the traits it
+    // planned from are not Placement's, reads the provider again and keeps the operator's.
+    let d = DesiredState::build(&view(&inv, &cfg), &cfg, node, "cmp-ta", true, claims).unwrap();
+    let o = r.report(&d).await.unwrap();
+    let set: BTreeSet<String> = serde_json::from_value(
+        raw.get(&format!("/resource_providers/{node}/traits")).await["traits"].clone(),
+    )
+    .unwrap();
+    assert!(set.contains("COMPUTE_STATUS_DISABLED"), "{set:?}");
+    assert!(
+        set.contains("CUSTOM_OPERATOR_RACK_9"),
+        "the operator's trait was removed: {set:?}"
+    );
+    assert_eq!(o.conflicts, 1, "{}", o.requests);
+    assert_placement_matches(&raw, &d).await;
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn inventory_conflict_from_a_concurrent_writer_is_retried() {
     let Some(srv) = server("conflict") else {
