@@ -179,6 +179,12 @@ enum Target {
     Consumer(Uuid),
 }
 
+/// A part of a provider that the plan merges with what others wrote.
+enum Part {
+    Traits,
+    Aggregates,
+}
+
 /// A generation conflict on `t` when `e` is one (Placement's `placement.concurrent_update`).
 fn conflict_on(e: &UpstreamError, t: Target) -> Option<Stop> {
     e.is_concurrent_update().then_some(Stop::Conflict(t))
@@ -450,7 +456,7 @@ impl<P: PlacementApi> Reporter<P> {
                     self.write_inventories(uuid, inventories, outcome).await?;
                 }
                 Action::PutTraits { uuid, traits } => {
-                    let g = self.traits_generation(uuid).await?;
+                    let g = self.part_generation(uuid, Part::Traits).await?;
                     match self.api.put_traits(uuid, g, &traits).await {
                         Ok(ng) => {
                             let p = self.provider_mut(uuid);
@@ -465,7 +471,7 @@ impl<P: PlacementApi> Reporter<P> {
                     }
                 }
                 Action::PutAggregates { uuid, aggregates } => {
-                    let g = self.aggregates_generation(uuid).await?;
+                    let g = self.part_generation(uuid, Part::Aggregates).await?;
                     match self.api.put_aggregates(uuid, g, &aggregates).await {
                         Ok(ng) => {
                             let p = self.provider_mut(uuid);
@@ -509,31 +515,30 @@ impl<P: PlacementApi> Reporter<P> {
         }
     }
 
-    /// The generation to send with `uuid`'s traits. The plan kept the traits it does not own
-    /// from the cache; when an allocation made the cached generation stale, a generation read
-    /// alone would vouch for traits someone else changed since (an operator's), and the PUT
-    /// would remove theirs. So the generation comes from reading the traits themselves, and
-    /// when they are not the cached ones the plan is made again from a fresh read.
-    async fn traits_generation(&mut self, uuid: Uuid) -> Result<u64, Stop> {
-        if self.generation(uuid) != STALE_GENERATION {
-            return Ok(self.generation(uuid));
+    /// The generation to send with `uuid`'s traits or aggregates. The plan kept the parts it
+    /// does not own from the cache; when an allocation made the cached generation stale, a
+    /// generation read alone would vouch for a part someone else changed since (an operator's
+    /// trait), and the PUT would remove theirs. So the generation comes from reading that part,
+    /// and when it is not the cached one the plan is made again from a fresh read.
+    async fn part_generation(&mut self, uuid: Uuid, part: Part) -> Result<u64, Stop> {
+        let g = self.generation(uuid);
+        if g != STALE_GENERATION {
+            return Ok(g);
         }
-        let (g, now) = self.api.get_traits(uuid).await?;
-        if self.cache.providers.get(&uuid).map(|p| &p.traits) != Some(&now) {
-            return Err(Stop::Conflict(Target::Provider(uuid)));
-        }
-        self.provider_mut(uuid).generation = g;
-        self.needs_read.insert(uuid);
-        Ok(g)
-    }
-
-    /// As [`Self::traits_generation`], for the aggregates (the plan keeps others' as well).
-    async fn aggregates_generation(&mut self, uuid: Uuid) -> Result<u64, Stop> {
-        if self.generation(uuid) != STALE_GENERATION {
-            return Ok(self.generation(uuid));
-        }
-        let (g, now) = self.api.get_aggregates(uuid).await?;
-        if self.cache.providers.get(&uuid).map(|p| &p.aggregates) != Some(&now) {
+        let cached = self.cache.providers.get(&uuid);
+        let (g, same) = match part {
+            Part::Traits => {
+                let had = cached.map(|p| p.traits.clone());
+                let (g, now) = self.api.get_traits(uuid).await?;
+                (g, had.as_ref() == Some(&now))
+            }
+            Part::Aggregates => {
+                let had = cached.map(|p| p.aggregates.clone());
+                let (g, now) = self.api.get_aggregates(uuid).await?;
+                (g, had.as_ref() == Some(&now))
+            }
+        };
+        if !same {
             return Err(Stop::Conflict(Target::Provider(uuid)));
         }
         self.provider_mut(uuid).generation = g;
