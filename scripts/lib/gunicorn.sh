@@ -3,15 +3,18 @@
 # (gunicorn's pid file in it), HERE (the caller's script directory, holding stop.sh), owner (a
 # pid, or empty) and say().
 
-# Is $1 the gunicorn master started for this DIR (and not a zombie)? Its command line names
-# GPIDFILE, which no other process's does.
-ours() {
+# Is $1 a live process (not a zombie) with the argument $2 on its command line?
+runs_with_arg() {
     local pid=$1
     case "$pid" in ''|*[!0-9]*) return 1 ;; esac
     [ -r "/proc/$pid/cmdline" ] || return 1
     [ "$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)" != Z ] || return 1
-    tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qxF -- "$GPIDFILE"
+    tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qxF -- "$2"
 }
+
+# Is $1 the gunicorn master started for this DIR? Its command line names GPIDFILE, which no
+# other process's does.
+ours() { runs_with_arg "$1" "$GPIDFILE"; }
 
 # Stops the server once the owner process is gone (a test binary that panics, aborts or is
 # killed leaves nothing running).
@@ -42,13 +45,7 @@ stop_ours() {
 
 # Is $1 the mariadbd that scripts/placement/start.sh --db mariadb started for this DIR (and not a
 # zombie)? Its command line names MSOCK (the caller sets it), which no other process's does.
-mariadb_ours() {
-    local pid=$1
-    case "$pid" in ''|*[!0-9]*) return 1 ;; esac
-    [ -r "/proc/$pid/cmdline" ] || return 1
-    [ "$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)" != Z ] || return 1
-    tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qxF -- "--socket=$MSOCK"
-}
+mariadb_ours() { runs_with_arg "$1" "--socket=$MSOCK"; }
 
 # Stops the mariadbd whose pid is in MPIDFILE, if it is ours: SIGTERM (a clean shutdown), then
 # SIGKILL after 30 s.

@@ -156,7 +156,7 @@ if [ -f "$PIDFILE" ]; then
         olddb=$(cat "$DIR/run/db" 2>/dev/null || echo "sqlite 1")
         [ "$db $workers" = "$olddb" ] || fail "already running with database and workers '$olddb' (pid $old), not '$db $workers'"
         [ "$db" = sqlite ] || mariadb_ours "$(cat "$MPIDFILE" 2>/dev/null || true)" \
-            || fail "pid $old runs but its mariadbd does not: $HERE/stop.sh $DIR"
+            || fail "Placement (pid $old) runs but its mariadbd does not: stop it with $HERE/stop.sh $DIR, then start again"
         ready "http://127.0.0.1:$oldport" 30 >/dev/null || fail "pid $old runs but does not answer"
         watch_owner
         echo "http://127.0.0.1:$oldport"
