@@ -22,6 +22,7 @@ use super::allocations::{Amounts, Owner};
 use super::api::{reshaper_body, sendable_type, BEFORE_CONSUMER_TYPES, CONSUMER_TYPES};
 use super::api::{ConsumerAllocations, PlacementApi, ProviderInfo, RequestCounts};
 use super::auth::Authenticator;
+use super::patience::Patience;
 use super::plan::InventoryRecord;
 use super::transport::{
     choose_microversion, decode, error_from_body, parse_version, transport_reason,
@@ -39,6 +40,8 @@ pub struct HttpPlacement {
     auth: Authenticator,
     version: Option<(u32, u32)>,
     counts: RequestCounts,
+    /// The wait for each answer: `timeout_s`, longer while Placement is slow (see `patience`).
+    patience: Patience,
 }
 
 #[derive(Deserialize)]
@@ -101,6 +104,8 @@ impl HttpPlacement {
             // longer than servers keep theirs (gunicorn 2 s, Apache 5 s) would be closed under
             // the next request ("connection closed before message completed").
             .pool_idle_timeout(std::time::Duration::from_millis(900))
+            // Keystone's answers; Placement's wait is set per request (`patience`), which
+            // overrides this. Connecting is never stretched: a full listen queue holds no work.
             .timeout(settings.timeout)
             .connect_timeout(settings.timeout)
             .user_agent(concat!("rtrack/", env!("CARGO_PKG_VERSION")))
@@ -119,6 +124,7 @@ impl HttpPlacement {
             auth: Authenticator::new(settings.auth.clone(), settings.endpoint.is_some()),
             version: None,
             counts: RequestCounts::default(),
+            patience: Patience::new(settings.timeout),
         })
     }
 
@@ -146,6 +152,32 @@ impl HttpPlacement {
     /// The negotiated microversion.
     pub fn microversion(&self) -> Option<(u32, u32)> {
         self.version
+    }
+
+    /// A request that got no answer; a timeout makes the next wait longer.
+    fn no_answer(
+        &mut self,
+        method: &Method,
+        base: &str,
+        path: &str,
+        e: &reqwest::Error,
+    ) -> UpstreamError {
+        if e.is_timeout() && !e.is_connect() {
+            let waited = self.patience.current();
+            let next = self.patience.timed_out();
+            if next > waited {
+                tracing::warn!(
+                    waited_s = waited.as_secs_f64(),
+                    next_wait_s = next.as_secs_f64(),
+                    "placement did not answer in time (overloaded?): waiting longer for its next answers"
+                );
+            }
+        }
+        UpstreamError::Transport {
+            method: method.to_string(),
+            url: format!("{base}{path}"),
+            reason: transport_reason(e),
+        }
     }
 
     /// Sends one request and returns the status and JSON body (Null when empty). Error
@@ -180,6 +212,7 @@ impl HttpPlacement {
             let mut req = self
                 .http
                 .request(method.clone(), url.clone())
+                .timeout(self.patience.current())
                 .headers(headers)
                 .header("openstack-api-version", &version)
                 .header("accept", "application/json");
@@ -188,11 +221,11 @@ impl HttpPlacement {
             }
             *self.counts.0.entry(kind).or_default() += 1;
             tracing::debug!(%method, path, "placement request");
-            let resp = req.send().await.map_err(|e| UpstreamError::Transport {
-                method: method.to_string(),
-                url: format!("{base}{path}"),
-                reason: transport_reason(&e),
-            })?;
+            let sent = std::time::Instant::now();
+            let resp = req
+                .send()
+                .await
+                .map_err(|e| self.no_answer(&method, &base, path, &e))?;
             let status = resp.status();
             if status == StatusCode::UNAUTHORIZED && self.auth.can_renew() && !renewed {
                 // The cached token was revoked or expired early: get a new one, once.
@@ -200,11 +233,11 @@ impl HttpPlacement {
                 renewed = true;
                 continue;
             }
-            let text = resp.text().await.map_err(|e| UpstreamError::Transport {
-                method: method.to_string(),
-                url: format!("{base}{path}"),
-                reason: transport_reason(&e),
-            })?;
+            let text = resp
+                .text()
+                .await
+                .map_err(|e| self.no_answer(&method, &base, path, &e))?;
+            self.patience.answered(sent.elapsed());
             if status.is_client_error() || status.is_server_error() {
                 if ok_errors.contains(&status.as_u16()) {
                     return Ok((status, Value::Null));
@@ -624,6 +657,61 @@ mod tests {
         let e = error_from_body("GET", "/p", 503, "<html>busy</html>");
         assert!(e.is_outage());
         assert!(e.to_string().contains("busy"));
+    }
+
+    /// A server answering `GET /` after the given delays, one per connection, in turn.
+    async fn slow_server(delays: Vec<std::time::Duration>) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            for delay in delays {
+                let (mut conn, _) = listener.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let mut seen = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match conn.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => seen.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    tokio::time::sleep(delay).await;
+                    let body = r#"{"versions": [{"min_version": "1.0", "max_version": "1.39"}]}"#;
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = conn.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        url
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_timeout_doubles_the_wait_for_the_next_answer_until_one_comes_promptly() {
+        use std::time::Duration;
+        let slow = Duration::from_millis(1500);
+        let url = slow_server(vec![slow, slow, Duration::ZERO, slow]).await;
+        let text = format!("[placement]\nendpoint = \"{url}\"\ntimeout_s = 1\n");
+        let f = std::path::Path::new("t.toml");
+        let cfg = crate::config::Config::parse(&text, f)
+            .unwrap()
+            .validate_in(f, &crate::config::placement_sources::Environment::empty())
+            .unwrap();
+        let mut api = HttpPlacement::new(cfg.placement_settings.as_ref().unwrap()).unwrap();
+        // 1.5 s is beyond timeout_s: no answer, and the next request waits 2 s.
+        let e = api.negotiate().await.unwrap_err();
+        assert!(e.to_string().contains("timed out"), "{e}");
+        assert_eq!(api.patience.current(), Duration::from_secs(2));
+        // The same delay is answered now; the wait stays long (the answer was slow).
+        assert_eq!(api.negotiate().await.unwrap(), (1, 39));
+        assert_eq!(api.patience.current(), Duration::from_secs(2));
+        // A prompt answer brings timeout_s back: 1.5 s is too long again.
+        api.negotiate().await.unwrap();
+        assert_eq!(api.patience.current(), Duration::from_secs(1));
+        assert!(api.negotiate().await.is_err());
     }
 
     #[test]

@@ -34,6 +34,7 @@ pub mod desired;
 pub mod expected;
 pub mod http_push;
 pub mod identity;
+pub mod patience;
 pub mod plan;
 pub mod reconcile;
 pub mod reporter;
@@ -182,6 +183,14 @@ impl UpstreamError {
         self.status() == Some(409) && self.code() == Some("placement.inventory.inuse")
     }
 
+    /// The server refused the negotiated microversion (406: it was replaced by an older
+    /// Placement): negotiate again before the next request. Nothing else calls for it; a
+    /// timeout or a refused connection says nothing about the version, and asking at every
+    /// retry would add a request to each attempt of every host while Placement is overloaded.
+    pub fn calls_for_negotiation(&self) -> bool {
+        matches!(self, UpstreamError::Placement { status: 406, .. })
+    }
+
     /// The server is unreachable or failing (transport error or 5xx): back off exponentially.
     pub fn is_outage(&self) -> bool {
         match self {
@@ -273,4 +282,34 @@ pub fn install_crypto_provider() {
         // Err means another provider was installed first, which is as good.
         let _ = rustls::crypto::ring::default_provider().install_default();
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::UpstreamError;
+
+    fn answered(status: u16) -> UpstreamError {
+        UpstreamError::Placement {
+            method: "GET".into(),
+            path: "/resource_providers".into(),
+            status,
+            code: None,
+            detail: String::new(),
+            verbatim: String::new(),
+        }
+    }
+
+    #[test]
+    fn only_a_refused_microversion_calls_for_negotiation() {
+        assert!(answered(406).calls_for_negotiation());
+        for status in [400, 404, 409, 500, 503] {
+            assert!(!answered(status).calls_for_negotiation(), "{status}");
+        }
+        let timeout = UpstreamError::Transport {
+            method: "GET".into(),
+            url: "http://placement/".into(),
+            reason: "timed out".into(),
+        };
+        assert!(!timeout.calls_for_negotiation());
+    }
 }

@@ -218,6 +218,9 @@ pub struct Reporter<P: PlacementApi> {
     needs_read: BTreeSet<Uuid>,
     /// Refreshes by generation since everything was last read.
     refreshes_since_full_read: u32,
+    /// The microversion was negotiated and Placement has not refused it since (406): a light
+    /// refresh skips `GET /`.
+    negotiated: bool,
     /// Released consumers whose part is gone from Placement, not yet taken by the caller.
     released_done: Vec<(Uuid, i64)>,
     /// What `warn_unwritable` said last (each said once while it lasts).
@@ -245,6 +248,7 @@ impl<P: PlacementApi> Reporter<P> {
             suspects: Default::default(),
             needs_read: Default::default(),
             refreshes_since_full_read: 0,
+            negotiated: false,
             released_done: Vec::new(),
             unwritable_warned: BTreeSet::new(),
             unclaimed_grace: settings.unclaimed_grace,
@@ -326,6 +330,9 @@ impl<P: PlacementApi> Reporter<P> {
             Err(e) => {
                 // Whatever failed, Placement may differ from the cache now: re-read next time.
                 self.cache_valid = false;
+                if e.calls_for_negotiation() {
+                    self.negotiated = false;
+                }
                 let wait = self.backoff.failed(Instant::now());
                 tracing::warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "placement report failed");
                 Err(e)

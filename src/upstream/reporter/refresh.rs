@@ -29,10 +29,15 @@ impl<P: PlacementApi> Reporter<P> {
     /// allocations (`DELETE /allocations`, or a rewrite that leaves a provider out) does not
     /// bump the providers it leaves; usages are summed from them. Every
     /// [`FULL_READ_EVERY`]th refresh reads everything (aggregates set below 1.19 bump nothing,
-    /// and a restored database can repeat a generation).
+    /// and a restored database can repeat a generation) and negotiates the microversion again.
     pub(super) async fn refresh(&mut self, desired: &DesiredState) -> Result<(), UpstreamError> {
-        self.api.negotiate().await?;
         let light = self.cache_known && self.refreshes_since_full_read + 1 < FULL_READ_EVERY;
+        // Microversions: at the first refresh, at each full read (a Placement upgraded in
+        // place is picked up within the hour) and after Placement refused ours (406).
+        if !light || !self.negotiated {
+            self.api.negotiate().await?;
+            self.negotiated = true;
+        }
         let old = light.then(|| std::mem::take(&mut self.cache));
         let result = self.refresh_from(desired, old.as_ref()).await;
         match (&result, old) {
