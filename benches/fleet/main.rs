@@ -1,13 +1,15 @@
 //! The fleet benchmark (`cargo bench --bench fleet [-- --hosts N] [--db mariadb|sqlite]
-//! [--short]`): N of rtrack's reporters in one process, each for its own synthetic host (four
-//! kinds: a small SR-IOV host with three PCI children, a two-socket host without PCI, a vGPU host
-//! with mdev parents and SEV, the large host with four PFs of VFs; memory varied per host),
-//! against one real Placement on 127.0.0.1 (`scripts/placement/start.sh`): by default on MariaDB
-//! with 4 gunicorn workers, as production runs it (`--db mariadb`); `--db sqlite` is the earlier
-//! setup, one worker on SQLite. Request figures are read from Placement's access log (requests,
-//! status, 409 conflicts, server time); Placement's CPU time from /proc (the gunicorn master and
-//! workers, and mariadbd) before and after each phase. `--short` runs the cold start, the
-//! steady state and nova-compute's pattern only (for 5,000 hosts).
+//! [--short] [--cold-start-only] [--timeout S]`): N of rtrack's reporters in one process, each
+//! for its own synthetic host (four kinds: a small SR-IOV host with three PCI children, a
+//! two-socket host without PCI, a vGPU host with mdev parents and SEV, the large host with four
+//! PFs of VFs; memory varied per host), against one real Placement on 127.0.0.1
+//! (`scripts/placement/start.sh`): by default on MariaDB with 4 gunicorn workers, as production
+//! runs it (`--db mariadb`); `--db sqlite` is the earlier setup, one worker on SQLite. Request
+//! figures are read from Placement's access log (requests, status, 409 conflicts, server time);
+//! Placement's CPU time from /proc (the gunicorn master and workers, and mariadbd) before and
+//! after each phase. `--short` runs the cold start, the steady state and nova-compute's pattern
+//! only (for 5,000 hosts); `--cold-start-only` the cold start alone; `--timeout S` sets the
+//! reporters' `[placement] timeout_s` (30 by default). Failed reports are counted by kind.
 //!
 //! Phases: cold start (each host's first report after rtrackd's start jitter, retried with its
 //! backoff); the scheduler's allocations (two instances per host, as Nova's scheduler writes
@@ -68,13 +70,13 @@ fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-fn templates(url: &str, scratch: &Path) -> Vec<Template> {
+fn templates(url: &str, scratch: &Path, timeout_s: u64) -> Vec<Template> {
     let probe = |dir: &Path| {
         probes::probe_host(&HostRoot::under(dir), &probes::ProbeOptions::default()).unwrap()
     };
     let cfg = |extra: &str| {
         let text = format!(
-            "[placement]\nendpoint = \"{url}\"\nrefresh_interval_s = 3600\ntimeout_s = 30\n{extra}"
+            "[placement]\nendpoint = \"{url}\"\nrefresh_interval_s = 3600\ntimeout_s = {timeout_s}\n{extra}"
         );
         let f = Path::new("fleet.toml");
         Config::parse(&text, f)
@@ -136,13 +138,50 @@ fn desired(t: &Template, name: &str, node: Uuid, mem_kb: u64) -> DesiredState {
 }
 
 /// Reports until a report succeeds (the reporter's own backoff between tries); the time it took.
+/// Failed reports since the last [`take_failures`], by kind (a transport error's reason, a
+/// status, or the error's kind): what a phase's retries were for.
+static FAILURES: std::sync::Mutex<std::collections::BTreeMap<String, u64>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+fn failure_kind(e: &rtrack::upstream::UpstreamError) -> String {
+    use rtrack::upstream::UpstreamError as E;
+    match e {
+        E::Transport { reason, .. } => format!("no answer ({reason})"),
+        E::Placement { status, .. } => format!("answered {status}"),
+        other => {
+            let text = other.to_string();
+            text.chars().take(60).collect()
+        }
+    }
+}
+
+/// The failures counted since the last call, as "N kind; ..." (empty when none).
+fn take_failures() -> String {
+    let taken = std::mem::take(&mut *FAILURES.lock().unwrap());
+    let parts: Vec<String> = taken.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    parts.join("; ")
+}
+
+fn none_if_empty(s: String) -> String {
+    if s.is_empty() {
+        "none".into()
+    } else {
+        s
+    }
+}
+
 async fn converge(h: &mut Host) -> Duration {
     let t0 = Instant::now();
     loop {
         match h.reporter.report(&h.desired).await {
             Ok(o) if o.backing_off.is_none() => return t0.elapsed(),
             Ok(o) => tokio::time::sleep(o.backing_off.unwrap_or_default()).await,
-            Err(_) => {
+            Err(e) => {
+                *FAILURES
+                    .lock()
+                    .unwrap()
+                    .entry(failure_kind(&e))
+                    .or_default() += 1;
                 tokio::time::sleep(
                     h.reporter
                         .backoff_remaining()
@@ -230,6 +269,14 @@ fn main() {
         "--db takes mariadb or sqlite, not {db}"
     );
     let short = args.iter().any(|a| a == "--short");
+    let cold_only = args.iter().any(|a| a == "--cold-start-only");
+    // `[placement] timeout_s` of every reporter (30 unless `--timeout S`).
+    let timeout_s: u64 = args
+        .iter()
+        .position(|a| a == "--timeout")
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.parse().expect("--timeout takes seconds"))
+        .unwrap_or(30);
     let started = Instant::now();
     let dir = repo().join(format!("target/fleet-{db}"));
     let pdir = dir.join("placement");
@@ -245,7 +292,7 @@ fn main() {
     let access = AccessLog::new(pdir.join("logs/access.log"));
     let cpu = || log::placement_cpu_s(&pdir);
     let scratch = tempfile::tempdir().unwrap();
-    let templates = Arc::new(templates(&url, scratch.path()));
+    let templates = Arc::new(templates(&url, scratch.path(), timeout_s));
     rtrack::upstream::install_crypto_provider();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -291,11 +338,32 @@ fn main() {
     let cpu0 = cpu();
     let t0 = Instant::now();
     let interval = Duration::from_secs(60);
-    let (h, times) = rt.block_on(all(hosts, move |mut h| async move {
-        tokio::time::sleep(rtrack::upstream::backoff::first_report_delay(interval)).await;
-        let t = converge(&mut h).await;
-        (h, t)
+    // Progress on stderr every 30 s: a large fleet's cold start takes minutes.
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let progress = {
+        let done = done.clone();
+        rt.spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                let failures = FAILURES.lock().unwrap().clone();
+                eprintln!(
+                    "cold start, {:.0} s: {} of {n} hosts in step; failed reports so far {failures:?}",
+                    t0.elapsed().as_secs_f64(),
+                    done.load(std::sync::atomic::Ordering::Relaxed),
+                );
+            }
+        })
+    };
+    let (h, times) = rt.block_on(all(hosts, move |mut h| {
+        let done = done.clone();
+        async move {
+            tokio::time::sleep(rtrack::upstream::backoff::first_report_delay(interval)).await;
+            let t = converge(&mut h).await;
+            done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            (h, t)
+        }
     }));
+    progress.abort();
     hosts = h;
     let wall = t0.elapsed();
     let slowest = times.iter().max().copied().unwrap_or_default();
@@ -306,11 +374,25 @@ fn main() {
         cpu_s: Some(cpu() - cpu0),
         wall,
         note: format!(
-            "fleet converged {:.1} s after the first start; slowest host {:.1} s from its start",
+            "fleet converged {:.1} s after the first start; slowest host {:.1} s from its start; failed reports (each retried after its backoff, with a re-read): {}",
             wall.as_secs_f64(),
-            slowest.as_secs_f64()
+            slowest.as_secs_f64(),
+            none_if_empty(take_failures())
         ),
     });
+
+    if cold_only {
+        let mut s = format!(
+            "Fleet of {n} hosts, cold start only, Placement on {db}, reporters' timeout_s = {timeout_s}\n\n| phase | requests | per host | 409 | 5xx | server p50 | server p99 | busiest second | Placement CPU | wall |\n|---|---|---|---|---|---|---|---|---|---|\n"
+        );
+        for r in &rows.0 {
+            s.push_str(&r.line());
+            s.push_str(&format!("\n- {}\n", r.note));
+        }
+        run(Command::new(scripts.join("stop.sh")).arg(&pdir));
+        println!("{s}");
+        return;
+    }
 
     // ---- the scheduler's allocations: two instances per host (setup)
     let mark = access.mark();
@@ -447,7 +529,11 @@ fn main() {
             hosts: n,
             cpu_s: Some(cpu() - cpu0),
             wall: t0.elapsed(),
-            note: format!("last host in step after {:.1} s", slowest.as_secs_f64()),
+            note: format!(
+                "last host in step after {:.1} s; failed reports: {}",
+                slowest.as_secs_f64(),
+                none_if_empty(take_failures())
+            ),
             stats: access.since(mark),
         });
 
@@ -489,8 +575,9 @@ fn main() {
         cpu_s: None,
         wall: last.saturating_duration_since(back),
         note: format!(
-            "wall = from Placement answering again to the last host in step; backoff 1 s, 2 s, 4 s... +-20 %; busiest second {} requests",
-            stats.peak_per_second
+            "wall = from Placement answering again to the last host in step; backoff 1 s, 2 s, 4 s... +-20 %; busiest second {} requests; failed reports: {}",
+            stats.peak_per_second,
+            none_if_empty(take_failures())
         ),
         stats,
     });
