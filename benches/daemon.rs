@@ -1,6 +1,7 @@
-//! Daemon benchmarks (`cargo bench --bench daemon`): the release `rtrackd` on the large
-//! synthetic host (256 CPUs, 8 NUMA nodes, 1,024 tracked VFs), state on the build directory's
-//! filesystem (real fsyncs), driven over its Unix socket.
+//! Daemon benchmarks (`cargo bench --bench daemon [-- --base PATH] [--rounds N]
+//! [--claims-only]`): the release `rtrackd` on the large synthetic host (256 CPUs, 8 NUMA nodes,
+//! 1,024 tracked VFs), state on the build directory's filesystem (real fsyncs), driven over its
+//! Unix socket.
 //!
 //! - claim latency over the socket (connect, POST /v1/claims, durable commit, answer), p50 /
 //!   p99 / max, with 1 and with 32 concurrent clients, the two runs side by side;
@@ -9,8 +10,13 @@
 //! - a claim of 2 VFs against a claim without PCI, p50 and p99, at 1 and 8 clients, on the large
 //!   host (1,024 VFs) and on the same host with 4 PFs of 1,024 VFs (4,096 VFs).
 //!
-//! Targets: idle RSS under 20 MB, no CPU between audits (issue 5); a 2-VF claim at most twice a
-//! plain one at p99, at 1 and 8 clients, with 1,024 and with 4,096 VFs (issue 12).
+//! `--base PATH` measures another `rtrackd` (an earlier build) in turn with this one, each on a
+//! fresh state, `--rounds` times (3 by default with a base), and the summary puts the medians
+//! side by side with their ratio, beside the goals and the figures before issue 25.
+//!
+//! Targets: idle RSS at most 16 MB, no CPU between audits, at least 12,000 claims/s at 32
+//! clients with p99 no worse, 1 client p50 at most 0.3 ms (issues 5 and 25); a 2-VF claim at
+//! most twice a plain one at p99, at 1 and 8 clients, with 1,024 and with 4,096 VFs (issue 12).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test or bench: a panic is its failure
 
@@ -111,16 +117,7 @@ fn pci_against_plain(host: SyntheticHost, vfs: usize) {
         .prefix("rtrack-bench-")
         .tempdir_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
         .unwrap();
-    let config = base_config(&root, state.path())
-        .replace(
-            "cpu_allocation_ratio = 4.0",
-            "cpu_allocation_ratio = 1000.0",
-        )
-        .replace(
-            "ram_allocation_ratio = 1.0",
-            "ram_allocation_ratio = 100.0\ndisk_allocation_ratio = 1000.0",
-        )
-        + "[audit]\ninterval_s = 3600\n";
+    let config = config_for(&root, state.path());
     let d = Daemon::start_with(Path::new(RTRACKD), state.path(), &config, &[]);
     run_claims(&d, 1, 20, 9_000_000, 0);
     let mut rows = Vec::new();
@@ -161,27 +158,48 @@ fn pci_against_plain(host: SyntheticHost, vfs: usize) {
     }
 }
 
-fn main() {
-    if std::env::args().any(|a| a == "--list") {
-        println!("daemon: bench");
-        return;
-    }
-    pci_against_plain(SyntheticHost::large(), 1024);
-    let mut big = SyntheticHost::large();
-    for pf in &mut big.pfs {
-        pf.total_vfs = 1024;
-        pf.num_vfs = 1024;
-    }
-    pci_against_plain(big, 4096);
-    let scratch = rtrack_fixtures::real::scratch_dir();
-    let root = scratch.path().join("host");
-    SyntheticHost::large().write(&root);
-    // The state on a real filesystem: fsync costs what it costs on the host.
-    let state = tempfile::Builder::new()
-        .prefix("rtrack-bench-")
-        .tempdir_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
-        .unwrap();
-    let config = base_config(&root, state.path())
+/// What one binary measured: claims at 1 and at 32 clients, and the idle footprint after a
+/// restart with 500 claims holding 1,000 VFs.
+#[derive(Clone, Copy, Default)]
+struct Figures {
+    one_p50_ms: f64,
+    one_p99_ms: f64,
+    many_p50_ms: f64,
+    many_p99_ms: f64,
+    many_per_s: f64,
+    rss_kb: u64,
+    anon_kb: u64,
+    file_kb: u64,
+    idle_ticks: u64,
+}
+
+/// The issue's goals (issue 25) and the figures before it (the issue's own, measured on a
+/// quieter machine than the one that ran the later stops: compare the same run's columns).
+const GOALS: Figures = Figures {
+    one_p50_ms: 0.3,
+    one_p99_ms: f64::NAN,
+    many_p50_ms: f64::NAN,
+    many_p99_ms: f64::NAN,
+    many_per_s: 12_000.0,
+    rss_kb: 16_384,
+    anon_kb: 0,
+    file_kb: 0,
+    idle_ticks: 0,
+};
+const BEFORE_ISSUE_25: Figures = Figures {
+    one_p50_ms: 0.35,
+    one_p99_ms: f64::NAN,
+    many_p50_ms: f64::NAN,
+    many_p99_ms: f64::NAN,
+    many_per_s: 9_000.0,
+    rss_kb: 23_859,
+    anon_kb: 0,
+    file_kb: 0,
+    idle_ticks: 0,
+};
+
+fn config_for(root: &Path, state: &Path) -> String {
+    base_config(root, state)
         .replace(
             "cpu_allocation_ratio = 4.0",
             "cpu_allocation_ratio = 1000.0",
@@ -190,11 +208,26 @@ fn main() {
             "ram_allocation_ratio = 1.0",
             "ram_allocation_ratio = 100.0\ndisk_allocation_ratio = 1000.0",
         )
-        + "[audit]\ninterval_s = 3600\n";
-    let mut d = Daemon::start_with(Path::new(RTRACKD), state.path(), &config, &[]);
+        + "[audit]\ninterval_s = 3600\n"
+}
+
+/// Claims at 1 and 32 clients, then the footprint, for `rtrackd` on a fresh state directory.
+fn daemon_figures(rtrackd: &Path, label: &str) -> Figures {
+    let scratch = rtrack_fixtures::real::scratch_dir();
+    let root = scratch.path().join("host");
+    SyntheticHost::large().write(&root);
+    // The state on a real filesystem: fsync costs what it costs on the host.
+    let state = tempfile::Builder::new()
+        .prefix("rtrack-bench-")
+        .tempdir_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
+        .unwrap();
+    let config = config_for(&root, state.path());
+    let mut d = Daemon::start_with(rtrackd, state.path(), &config, &[]);
     let pid = d.pid();
+    println!();
     println!(
-        "rtrackd (release) on the large synthetic host, state in {}",
+        "{label}: {} on the large synthetic host, state in {}",
+        rtrackd.display(),
         state.path().display()
     );
     println!("rss after start: {} kB", proc_status(pid, "VmRSS:"));
@@ -203,7 +236,24 @@ fn main() {
     run_claims(&d, 1, 50, 1_000_000, 0);
     let (one, wall1) = run_claims(&d, 1, 2000, 2_000_000, 0);
     let (many, wall32) = run_claims(&d, 32, 125, 3_000_000, 0);
-    println!();
+    print_claims(&one, wall1, &many, wall32);
+    let mut f = Figures {
+        one_p50_ms: ms_f(percentile(&one, 0.5)),
+        one_p99_ms: ms_f(percentile(&one, 0.99)),
+        many_p50_ms: ms_f(percentile(&many, 0.5)),
+        many_p99_ms: ms_f(percentile(&many, 0.99)),
+        many_per_s: many.len() as f64 / wall32.as_secs_f64(),
+        ..Figures::default()
+    };
+    footprint(&mut d, &mut f);
+    f
+}
+
+fn ms_f(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn print_claims(one: &[Duration], wall1: Duration, many: &[Duration], wall32: Duration) {
     println!(
         "claim latency over the socket (no PCI), {} and {} claims:",
         one.len(),
@@ -213,7 +263,7 @@ fn main() {
         "{:>10} {:>10} {:>10} {:>10} {:>12}",
         "clients", "p50", "p99", "max", "claims/s"
     );
-    for (c, v, wall) in [(1, &one, wall1), (32, &many, wall32)] {
+    for (c, v, wall) in [(1, one, wall1), (32, many, wall32)] {
         println!(
             "{:>10} {:>10} {:>10} {:>10} {:>12.0}",
             c,
@@ -225,18 +275,21 @@ fn main() {
     }
     println!(
         "ratios 32/1: p50 {:.2}, p99 {:.2}, throughput {:.2}",
-        percentile(&many, 0.5).as_secs_f64() / percentile(&one, 0.5).as_secs_f64(),
-        percentile(&many, 0.99).as_secs_f64() / percentile(&one, 0.99).as_secs_f64(),
+        percentile(many, 0.5).as_secs_f64() / percentile(one, 0.5).as_secs_f64(),
+        percentile(many, 0.99).as_secs_f64() / percentile(one, 0.99).as_secs_f64(),
         (many.len() as f64 / wall32.as_secs_f64()) / (one.len() as f64 / wall1.as_secs_f64())
     );
+}
 
-    // Footprint: drop those, then 500 claims holding 2 VFs each (1,000 of 1,024 VFs).
+/// Drops the claims made so far, makes 500 holding 2 VFs each (1,000 of 1,024), restarts the
+/// daemon and measures it idle.
+fn footprint(d: &mut Daemon, f: &mut Figures) {
     let (_, claims) = d.call("GET", "/v1/claims", None);
     for c in claims.as_array().unwrap() {
         let u = c["instance_uuid"].as_str().unwrap();
         assert_eq!(d.call("DELETE", &format!("/v1/claims/{u}"), None).0, 200);
     }
-    let (vf, _) = run_claims(&d, 8, 63, 4_000_000, 1);
+    let (vf, _) = run_claims(d, 8, 63, 4_000_000, 1);
     let (_, u) = d.call("GET", "/v1/usage", None);
     let free: u64 = u["pci_pools"]
         .as_array()
@@ -244,7 +297,6 @@ fn main() {
         .iter()
         .map(|p| p["free"].as_u64().unwrap())
         .sum();
-    println!();
     println!(
         "{} claims with 2 VFs each: p50 {}, p99 {}; VFs free {} of 1024",
         vf.len(),
@@ -265,7 +317,10 @@ fn main() {
     std::thread::sleep(idle);
     let t1 = cpu_ticks(pid);
     let (_, m) = d.call("GET", "/v1/usage", None);
-    println!();
+    f.rss_kb = proc_status(pid, "VmRSS:");
+    f.anon_kb = proc_status(pid, "RssAnon:");
+    f.file_kb = proc_status(pid, "RssFile:");
+    f.idle_ticks = t1 - t0;
     println!(
         "after restart with {} instances and {} VFs in use:",
         m["instances"],
@@ -273,29 +328,139 @@ fn main() {
     );
     println!(
         "  idle RSS {} kB (anonymous {} kB, file-backed {} kB: the binary's pages; peak {} kB), threads {}",
-        proc_status(pid, "VmRSS:"),
-        proc_status(pid, "RssAnon:"),
-        proc_status(pid, "RssFile:"),
+        f.rss_kb,
+        f.anon_kb,
+        f.file_kb,
         proc_status(pid, "VmHWM:"),
         proc_status(pid, "Threads:")
     );
     println!(
         "  CPU used in {} s idle between audits: {} ticks of 10 ms",
         idle.as_secs(),
-        t1 - t0
+        f.idle_ticks
     );
     let r = client::request(&d.socket, "GET", "/metrics", None, Duration::from_secs(10)).unwrap();
     let body = String::from_utf8_lossy(&r.body).into_owned();
-    let metric = |name: &str| {
-        body.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .map(|v| v.trim().to_string())
-            .unwrap_or_default()
-    };
-    println!(
-        "  startup audit {} s (rtrack_audit_duration_seconds_sum)",
-        metric("rtrack_audit_duration_seconds_sum ")
-    );
+    let audit = body
+        .lines()
+        .find_map(|l| l.strip_prefix("rtrack_audit_duration_seconds_sum "))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_default();
+    println!("  startup audit {audit} s (rtrack_audit_duration_seconds_sum)");
     d.signal(nix::sys::signal::Signal::SIGTERM);
     d.wait_exit(Duration::from_secs(10));
+}
+
+/// The median of each figure over the rounds.
+fn median(rounds: &[Figures]) -> Figures {
+    let mid = |get: fn(&Figures) -> f64| {
+        let mut v: Vec<f64> = rounds.iter().map(get).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Figures {
+        one_p50_ms: mid(|f| f.one_p50_ms),
+        one_p99_ms: mid(|f| f.one_p99_ms),
+        many_p50_ms: mid(|f| f.many_p50_ms),
+        many_p99_ms: mid(|f| f.many_p99_ms),
+        many_per_s: mid(|f| f.many_per_s),
+        rss_kb: mid(|f| f.rss_kb as f64) as u64,
+        anon_kb: mid(|f| f.anon_kb as f64) as u64,
+        file_kb: mid(|f| f.file_kb as f64) as u64,
+        idle_ticks: mid(|f| f.idle_ticks as f64) as u64,
+    }
+}
+
+/// Each figure beside its goal, the figure before issue 25, and (given `--base`) the other
+/// binary's figure from the same run, with the ratio.
+fn print_summary(rounds: usize, this: &Figures, base: Option<&Figures>) {
+    println!();
+    println!("summary (median of {rounds} round(s), each binary on a fresh state, in turn):");
+    let cell = |v: f64, prec: usize| {
+        if v.is_nan() {
+            "-".to_string()
+        } else {
+            format!("{v:.prec$}")
+        }
+    };
+    println!(
+        "{:<30} {:>10} {:>12} {:>10} {:>10} {:>8}",
+        "figure", "goal", "before #25", "this", "--base", "ratio"
+    );
+    type Get = fn(&Figures) -> f64;
+    let rows: [(&str, Get, usize); 9] = [
+        ("1 client p50 (ms)", |f| f.one_p50_ms, 3),
+        ("1 client p99 (ms)", |f| f.one_p99_ms, 3),
+        ("32 clients p50 (ms)", |f| f.many_p50_ms, 3),
+        ("32 clients p99 (ms)", |f| f.many_p99_ms, 3),
+        ("32 clients claims/s", |f| f.many_per_s, 0),
+        ("idle RSS (kB)", |f| f.rss_kb as f64, 0),
+        ("  anonymous (kB)", |f| f.anon_kb as f64, 0),
+        ("  the binary's pages (kB)", |f| f.file_kb as f64, 0),
+        ("idle CPU ticks in 10 s", |f| f.idle_ticks as f64, 0),
+    ];
+    for (name, get, prec) in rows {
+        let goal = get(&GOALS);
+        let before = get(&BEFORE_ISSUE_25);
+        let (b, ratio) = match base {
+            Some(b) if get(b) == 0.0 => (cell(get(b), prec), "-".into()),
+            Some(b) => (cell(get(b), prec), format!("{:.2}", get(this) / get(b))),
+            None => ("-".into(), "-".into()),
+        };
+        let goal = if goal == 0.0 && !name.starts_with("idle CPU") {
+            "-".into()
+        } else {
+            cell(goal, prec)
+        };
+        println!(
+            "{:<30} {:>10} {:>12} {:>10} {:>10} {:>8}",
+            name,
+            goal,
+            cell(if before == 0.0 { f64::NAN } else { before }, prec),
+            cell(get(this), prec),
+            b,
+            ratio
+        );
+    }
+}
+
+/// `-- NAME VALUE` from the bench's arguments.
+fn arg_value(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        println!("daemon: bench");
+        return;
+    }
+    // `-- --base PATH`: another rtrackd (an earlier build) measured in turn with this one.
+    let base = arg_value("--base").map(std::path::PathBuf::from);
+    let rounds: usize = arg_value("--rounds")
+        .map(|r| r.parse().expect("--rounds N"))
+        .unwrap_or(if base.is_some() { 3 } else { 1 });
+    if !std::env::args().any(|a| a == "--claims-only") {
+        pci_against_plain(SyntheticHost::large(), 1024);
+        let mut big = SyntheticHost::large();
+        for pf in &mut big.pfs {
+            pf.total_vfs = 1024;
+            pf.num_vfs = 1024;
+        }
+        pci_against_plain(big, 4096);
+    }
+    let (mut this, mut other) = (Vec::new(), Vec::new());
+    for round in 1..=rounds {
+        this.push(daemon_figures(
+            Path::new(RTRACKD),
+            &format!("round {round}, this build"),
+        ));
+        if let Some(b) = &base {
+            other.push(daemon_figures(b, &format!("round {round}, --base")));
+        }
+    }
+    let base_median = (!other.is_empty()).then(|| median(&other));
+    print_summary(rounds, &median(&this), base_median.as_ref());
 }
