@@ -24,9 +24,7 @@ use super::api::{ConsumerAllocations, PlacementApi, ProviderInfo, RequestCounts}
 use super::auth::Authenticator;
 use super::patience::Patience;
 use super::plan::InventoryRecord;
-use super::transport::{
-    choose_microversion, decode, error_from_body, parse_version, transport_reason,
-};
+use super::transport::{choose_microversion, decode, error_from_body, no_answer, parse_version};
 pub use super::transport::{MAX_MICROVERSION, MIN_MICROVERSION};
 use super::UpstreamError;
 use crate::config::upstream::PlacementSettings;
@@ -154,32 +152,6 @@ impl HttpPlacement {
         self.version
     }
 
-    /// A request that got no answer; a timeout makes the next wait longer.
-    fn no_answer(
-        &mut self,
-        method: &Method,
-        base: &str,
-        path: &str,
-        e: &reqwest::Error,
-    ) -> UpstreamError {
-        if e.is_timeout() && !e.is_connect() {
-            let waited = self.patience.current();
-            let next = self.patience.timed_out();
-            if next > waited {
-                tracing::warn!(
-                    waited_s = waited.as_secs_f64(),
-                    next_wait_s = next.as_secs_f64(),
-                    "placement did not answer in time (overloaded?): waiting longer for its next answers"
-                );
-            }
-        }
-        UpstreamError::Transport {
-            method: method.to_string(),
-            url: format!("{base}{path}"),
-            reason: transport_reason(e),
-        }
-    }
-
     /// Sends one request and returns the status and JSON body (Null when empty). Error
     /// statuses become [`UpstreamError::Placement`] unless listed in `ok_errors`.
     async fn call(
@@ -225,7 +197,7 @@ impl HttpPlacement {
             let resp = req
                 .send()
                 .await
-                .map_err(|e| self.no_answer(&method, &base, path, &e))?;
+                .map_err(|e| no_answer(&mut self.patience, &method, format!("{base}{path}"), &e))?;
             let status = resp.status();
             if status == StatusCode::UNAUTHORIZED && self.auth.can_renew() && !renewed {
                 // The cached token was revoked or expired early: get a new one, once.
@@ -236,7 +208,7 @@ impl HttpPlacement {
             let text = resp
                 .text()
                 .await
-                .map_err(|e| self.no_answer(&method, &base, path, &e))?;
+                .map_err(|e| no_answer(&mut self.patience, &method, format!("{base}{path}"), &e))?;
             self.patience.answered(sent.elapsed());
             if status.is_client_error() || status.is_server_error() {
                 if ok_errors.contains(&status.as_u16()) {

@@ -49,6 +49,19 @@ impl Patience {
         self.current
     }
 
+    /// [`Patience::timed_out`], with a warning when the wait grows.
+    pub fn no_answer_in_time(&mut self) {
+        let waited = self.current;
+        let next = self.timed_out();
+        if next > waited {
+            tracing::warn!(
+                waited_s = waited.as_secs_f64(),
+                next_wait_s = next.as_secs_f64(),
+                "placement did not answer in time (overloaded?): waiting longer for its next answers"
+            );
+        }
+    }
+
     /// An answer came after `took`: within `base`, Placement keeps up again and the wait
     /// goes back to `base`. A slower answer keeps the longer wait (the queue is still long).
     pub fn answered(&mut self, took: Duration) {

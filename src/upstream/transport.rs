@@ -7,6 +7,7 @@
 
 use serde_json::Value;
 
+use super::patience::Patience;
 use super::UpstreamError;
 
 /// Lowest microversion rtrack works with (`reserved` may equal `total`; codes in errors).
@@ -34,6 +35,24 @@ pub fn transport_reason(e: &reqwest::Error) -> String {
         reason.push_str(&l);
     }
     reason
+}
+
+/// A request that got no answer from `url`; a timeout (not of connecting) makes the next wait
+/// longer.
+pub fn no_answer(
+    patience: &mut Patience,
+    method: &reqwest::Method,
+    url: String,
+    e: &reqwest::Error,
+) -> UpstreamError {
+    if e.is_timeout() && !e.is_connect() {
+        patience.no_answer_in_time();
+    }
+    UpstreamError::Transport {
+        method: method.to_string(),
+        url,
+        reason: transport_reason(e),
+    }
 }
 
 pub fn parse_version(s: &str) -> Option<(u32, u32)> {
