@@ -173,31 +173,6 @@ struct Figures {
     idle_ticks: u64,
 }
 
-/// The issue's goals (issue 25) and the figures before it (the issue's own, measured on a
-/// quieter machine than the one that ran the later stops: compare the same run's columns).
-const GOALS: Figures = Figures {
-    one_p50_ms: 0.3,
-    one_p99_ms: f64::NAN,
-    many_p50_ms: f64::NAN,
-    many_p99_ms: f64::NAN,
-    many_per_s: 12_000.0,
-    rss_kb: 16_384,
-    anon_kb: 0,
-    file_kb: 0,
-    idle_ticks: 0,
-};
-const BEFORE_ISSUE_25: Figures = Figures {
-    one_p50_ms: 0.35,
-    one_p99_ms: f64::NAN,
-    many_p50_ms: f64::NAN,
-    many_p99_ms: f64::NAN,
-    many_per_s: 9_000.0,
-    rss_kb: 23_859,
-    anon_kb: 0,
-    file_kb: 0,
-    idle_ticks: 0,
-};
-
 fn config_for(root: &Path, state: &Path) -> String {
     base_config(root, state)
         .replace(
@@ -371,54 +346,78 @@ fn median(rounds: &[Figures]) -> Figures {
     }
 }
 
-/// Each figure beside its goal, the figure before issue 25, and (given `--base`) the other
-/// binary's figure from the same run, with the ratio.
+/// Each figure beside its goal, the figure before issue 25 (the issue's own, measured on
+/// another machine: compare the same run's columns), and (given `--base`) the other binary's
+/// figure from the same run, with the ratio.
 fn print_summary(rounds: usize, this: &Figures, base: Option<&Figures>) {
     println!();
     println!("summary (median of {rounds} round(s), each binary on a fresh state, in turn):");
-    let cell = |v: f64, prec: usize| {
-        if v.is_nan() {
-            "-".to_string()
-        } else {
-            format!("{v:.prec$}")
-        }
-    };
+    let cell = |v: Option<f64>, prec: usize| v.map_or("-".to_string(), |v| format!("{v:.prec$}"));
     println!(
         "{:<30} {:>10} {:>12} {:>10} {:>10} {:>8}",
         "figure", "goal", "before #25", "this", "--base", "ratio"
     );
-    type Get = fn(&Figures) -> f64;
-    let rows: [(&str, Get, usize); 9] = [
-        ("1 client p50 (ms)", |f| f.one_p50_ms, 3),
-        ("1 client p99 (ms)", |f| f.one_p99_ms, 3),
-        ("32 clients p50 (ms)", |f| f.many_p50_ms, 3),
-        ("32 clients p99 (ms)", |f| f.many_p99_ms, 3),
-        ("32 clients claims/s", |f| f.many_per_s, 0),
-        ("idle RSS (kB)", |f| f.rss_kb as f64, 0),
-        ("  anonymous (kB)", |f| f.anon_kb as f64, 0),
-        ("  the binary's pages (kB)", |f| f.file_kb as f64, 0),
-        ("idle CPU ticks in 10 s", |f| f.idle_ticks as f64, 0),
+    // (figure, how to read it, decimals, goal, before issue 25)
+    type Row = (
+        &'static str,
+        fn(&Figures) -> f64,
+        usize,
+        Option<f64>,
+        Option<f64>,
+    );
+    let rows: [Row; 9] = [
+        (
+            "1 client p50 (ms)",
+            |f| f.one_p50_ms,
+            3,
+            Some(0.3),
+            Some(0.35),
+        ),
+        ("1 client p99 (ms)", |f| f.one_p99_ms, 3, None, None),
+        ("32 clients p50 (ms)", |f| f.many_p50_ms, 3, None, None),
+        ("32 clients p99 (ms)", |f| f.many_p99_ms, 3, None, None),
+        (
+            "32 clients claims/s",
+            |f| f.many_per_s,
+            0,
+            Some(12_000.0),
+            Some(9_000.0),
+        ),
+        (
+            "idle RSS (kB)",
+            |f| f.rss_kb as f64,
+            0,
+            Some(16_384.0),
+            Some(23_859.0),
+        ),
+        ("  anonymous (kB)", |f| f.anon_kb as f64, 0, None, None),
+        (
+            "  the binary's pages (kB)",
+            |f| f.file_kb as f64,
+            0,
+            None,
+            None,
+        ),
+        (
+            "idle CPU ticks in 10 s",
+            |f| f.idle_ticks as f64,
+            0,
+            Some(0.0),
+            None,
+        ),
     ];
-    for (name, get, prec) in rows {
-        let goal = get(&GOALS);
-        let before = get(&BEFORE_ISSUE_25);
-        let (b, ratio) = match base {
-            Some(b) if get(b) == 0.0 => (cell(get(b), prec), "-".into()),
-            Some(b) => (cell(get(b), prec), format!("{:.2}", get(this) / get(b))),
-            None => ("-".into(), "-".into()),
-        };
-        let goal = if goal == 0.0 && !name.starts_with("idle CPU") {
-            "-".into()
-        } else {
-            cell(goal, prec)
+    for (name, get, prec, goal, before) in rows {
+        let (b, ratio) = match base.map(get) {
+            Some(b) if b != 0.0 => (Some(b), format!("{:.2}", get(this) / b)),
+            b => (b, "-".to_string()),
         };
         println!(
             "{:<30} {:>10} {:>12} {:>10} {:>10} {:>8}",
             name,
-            goal,
-            cell(if before == 0.0 { f64::NAN } else { before }, prec),
-            cell(get(this), prec),
-            b,
+            cell(goal, prec),
+            cell(before, prec),
+            cell(Some(get(this)), prec),
+            cell(b, prec),
             ratio
         );
     }
