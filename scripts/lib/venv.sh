@@ -3,8 +3,12 @@
 # 3.11 with venv) and fail().
 
 # venv_ensure VENV REQUIREMENTS CONSTRAINTS CHECK LOG: (re)builds VENV from the pin files when
-# the interpreter or the pins changed (a stamp file holds their hash) or when `python -c CHECK`
-# fails in it; one installer at a time (flock on VENV.lock); pip's output appended to LOG.
+# the interpreter or the pins changed (a stamp file holds their hash) or its python is gone; one
+# installer at a time (flock on VENV.lock); pip's output appended to LOG. `python -c CHECK` runs
+# once, after the install: the stamp is written only when it passed. Not at every call: importing
+# a service's WSGI application costs seconds, and the tests start servers and clients by the
+# dozen (a venv broken by hand afterwards shows in the server's own log; remove the stamp to
+# rebuild it).
 venv_ensure() {
     local venv=$1 req=$2 con=$3 check=$4 log=$5 stamp
     mkdir -p "$(dirname -- "$venv")"
@@ -12,14 +16,15 @@ venv_ensure() {
               cat "$req" "$con"; } | sha256sum | cut -d' ' -f1)
     exec 8>"$venv.lock"
     flock -w 900 8 || fail "another install into $venv takes too long ($venv.lock)"
-    if [ "$(cat "$venv/.rtrack-stamp" 2>/dev/null)" != "$stamp" ] \
-        || ! "$venv/bin/python" -c "$check" >/dev/null 2>&1; then
+    if [ "$(cat "$venv/.rtrack-stamp" 2>/dev/null)" != "$stamp" ] || [ ! -x "$venv/bin/python" ]; then
         printf 'installing %s into %s (log: %s)\n' "$(basename -- "$req")" "$venv" "$log" >&2
         rm -rf -- "$venv"
         { "$PY" -m venv "$venv" \
             && "$venv/bin/python" -m pip install --disable-pip-version-check --no-input \
                 -r "$req" -c "$con"; } >>"$log" 2>&1 \
             || { tail -n 20 "$log" >&2; rm -rf -- "$venv"; fail "venv install into $venv failed (PyPI reachable? log: $log)"; }
+        "$venv/bin/python" -c "$check" >>"$log" 2>&1 \
+            || { tail -n 20 "$log" >&2; rm -rf -- "$venv"; fail "the venv in $venv installed but 'python -c \"$check\"' fails in it (log: $log)"; }
         echo "$stamp" >"$venv/.rtrack-stamp"
     fi
     flock -u 8

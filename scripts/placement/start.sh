@@ -172,6 +172,23 @@ VENV=${PLACEMENT_VENV:-$REPO/target/placement-venv}
 . "$(dirname -- "${BASH_SOURCE[0]}")/../lib/venv.sh"
 venv_ensure "$VENV" "$HERE/requirements.txt" "$HERE/constraints.txt" 'import placement.wsgi, gunicorn, pymysql' "$DIR/logs/install.log"
 
+# sqlite_template LOG: $VENV/placement-template.sqlite, an empty database synced by this venv's
+# Placement (made once, under a lock; it goes when the venv is rebuilt).
+sqlite_template() {
+    local tpl=$VENV/placement-template.sqlite conf=$VENV/placement-template.conf
+    exec 7>"$VENV/placement-template.lock"
+    flock -w 300 7 || fail "another start holds $VENV/placement-template.lock"
+    if [ ! -f "$tpl" ]; then
+        rm -f -- "$tpl.new"
+        printf '[placement_database]\nconnection = sqlite:///%s.new\n' "$tpl" >"$conf"
+        "$VENV/bin/placement-manage" --config-file "$conf" db sync >>"$1" 2>&1 \
+            || { tail -n 20 "$1" >&2; rm -f -- "$tpl.new"; fail "db sync of $tpl.new failed (log: $1)"; }
+        mv -- "$tpl.new" "$tpl"
+    fi
+    flock -u 7
+    exec 7>&-
+}
+
 # ---- MariaDB (--db mariadb): our own mariadbd on DIR/mariadb, unix socket only
 if [ "$db" = mariadb ]; then
     for tool in mariadbd mariadb-install-db mariadb mariadb-admin; do
@@ -257,8 +274,16 @@ fi
 if [ "$fresh" = 1 ]; then
     rm -f "$DIR/data/placement.sqlite" "$DIR/data/placement.sqlite-journal"
 fi
-"$VENV/bin/placement-manage" --config-file "$DIR/etc/placement.conf" db sync \
-    >>"$DIR/logs/db-sync.log" 2>&1 || { tail -n 20 "$DIR/logs/db-sync.log" >&2; fail "db sync failed"; }
+if [ "$db" = sqlite ] && [ ! -f "$DIR/data/placement.sqlite" ]; then
+    # A new SQLite database is a copy of one synced once per venv: `db sync` spends seconds
+    # importing Placement, and the tests start dozens of servers.
+    sqlite_template "$DIR/logs/db-sync.log"
+    cp -- "$VENV/placement-template.sqlite" "$DIR/data/placement.sqlite.new"
+    mv -- "$DIR/data/placement.sqlite.new" "$DIR/data/placement.sqlite"
+else
+    "$VENV/bin/placement-manage" --config-file "$DIR/etc/placement.conf" db sync \
+        >>"$DIR/logs/db-sync.log" 2>&1 || { tail -n 20 "$DIR/logs/db-sync.log" >&2; fail "db sync failed"; }
+fi
 
 # ---- server
 if [ "$port" = auto ]; then
