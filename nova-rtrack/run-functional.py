@@ -3,13 +3,17 @@
 Nova's own tracker), one process per module, and prints ``N passed, N failed, N skipped``.
 
     run-functional.py [--baseline] [--junit-dir DIR] [--python PY] [--out DIR]
-                      [--rtrackd BIN] [MODULE_OR_TEST...]
+                      [--rtrackd BIN] [--together LABEL] [--exclude NAME]...
+                      [MODULE_OR_TEST...]
 
 MODULE may be short (``test_rt_servers``: looked up under nova.tests.functional.libvirt) or a
 dotted name down to one test. JUnit XML goes to ``--junit-dir`` as ``<module>.xml`` when given,
 else to ``OUT/<mode>/<module>.xml`` (default OUT: the repository's target/nova-functional);
 each module's output goes to ``OUT/<mode>/<module>.log``, its JSON summary beside it. The last
 line printed is ``N passed, N failed, N skipped``; the exit status is 0 when nothing failed.
+``--together LABEL`` runs all the names in one process whose files are named LABEL;
+``--exclude NAME`` (a class or a test, repeatable) leaves those tests out: how
+scripts/nova-functional runs one long module in parts.
 """
 
 from __future__ import annotations
@@ -57,6 +61,15 @@ def full_name(name: str) -> str:
     return name if name.startswith(('nova.', 'nova_rtrack.')) else PREFIX + name
 
 
+def units(names: list[str], together: str | None) -> list[tuple[str, list[str]]]:
+    """``(label, full names)`` per test process: one per name, or all of them under the label
+    ``together``."""
+    fulls = [full_name(n) for n in names]
+    if together is not None:
+        return [(together, fulls)]
+    return [(f[len(PREFIX):] if f.startswith(PREFIX) else f, [f]) for f in fulls]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -68,8 +81,14 @@ def main() -> int:
     p.add_argument('--rtrackd', default=os.environ.get('RTRACKD', DEFAULT_RTRACKD))
     p.add_argument('--nice', type=int, default=10)
     p.add_argument('--quiet', action='store_true', help='no per-test lines')
+    p.add_argument('--together', metavar='LABEL', default=None,
+                   help='run all the names in one test process, its files named LABEL')
+    p.add_argument('--exclude', action='append', default=[], metavar='NAME',
+                   help='leave out the tests under this class or test (repeatable)')
     p.add_argument('names', nargs='*', default=['test_rt_servers'])
     a = p.parse_args()
+    if a.together is not None and not a.together.replace('-', '').replace('_', '').isalnum():
+        p.error('--together needs a label of letters, digits, - and _, got %r' % a.together[:80])
 
     mode = 'baseline' if a.baseline else 'rtrack'
     outdir = os.path.join(a.out, mode)
@@ -89,9 +108,9 @@ def main() -> int:
     totals = {'passed': 0, 'failed': 0, 'skipped': 0}
     rows = []
     t_all = time.time()
-    for name in a.names:
-        full = full_name(name)
-        short = full[len(PREFIX):] if full.startswith(PREFIX) else full
+    excluded = [full_name(e) for e in a.exclude]
+    for short, fulls in units(a.names, a.together):
+        full = fulls[0] if len(fulls) == 1 else short
         junit = os.path.join(junit_dir, short + '.xml')
         summary = os.path.join(outdir, short + '.json')
         log = os.path.join(outdir, short + '.log')
@@ -99,7 +118,9 @@ def main() -> int:
                '--junit', junit, '--summary', summary, '--suite', short]
         if a.baseline:
             cmd.append('--baseline')
-        cmd.append(full)
+        for e in excluded:
+            cmd += ['--exclude', e]
+        cmd += fulls
         t0 = time.time()
         with open(log, 'w') as logf:
             proc = subprocess.Popen(cmd, cwd=sp, env=env, stdout=logf,
