@@ -2,7 +2,7 @@
 """Real Nova 34's answers for Intel TDX, vPMEM and the memory encryption and vPMEM requests of
 flavors and images, for the differential test tests/it/facts_diff.rs.
 
-Run: target/nova-venv/bin/python tests/interop/facts_diff.py CASES.json
+Run: target/nova-functional-venv/bin/python tests/interop/facts_diff.py CASES.json
 
 Input: {"tdx": [case], "vpmem": [case], "requests": [case]}.
   tdx:      {"id", "node", "arch", "domcap_tdx": bool, "cpu_mode": str|null,

@@ -3,7 +3,7 @@
 test of rtrack's PCI probe (tests/it/vdpa_diff.rs): each function's dev_type and parent_addr, vDPA
 devices included.
 
-Run: target/nova-venv/bin/python tests/interop/pci_devices_diff.py HOSTS.json
+Run: target/nova-functional-venv/bin/python tests/interop/pci_devices_diff.py HOSTS.json
 
 Input: {"hosts": [{"id": "...",
                    "pfs": [{"bus", "slot", "function", "vendor_id", "product_id",

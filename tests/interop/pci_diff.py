@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Real Nova 34's answers to PCI scenarios, for the differential test of rtrack's PCI tracker.
 
-Run: target/nova-venv/bin/python tests/interop/pci_diff.py CASES.json   (or --selftest)
+Run: target/nova-functional-venv/bin/python tests/interop/pci_diff.py CASES.json   (or --selftest)
 
 Input: a JSON file {"cases": [case, ...]}. A case:
   {"id": "...",

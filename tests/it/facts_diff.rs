@@ -17,7 +17,7 @@
 //! The one difference allowed is listed in docs/differences.md: a named namespace that is not
 //! in devdax mode makes Nova's driver fail (KeyError) whatever the configuration names; rtrack
 //! leaves it out. `RTRACK_SKIP_NOVA=1` skips the test; `RTRACK_NOVA_VENV=DIR` uses an existing
-//! venv holding nova 34.0.0 instead of building `target/nova-venv`.
+//! venv holding nova 34.0.0 instead of building `target/nova-functional-venv`.
 
 use crate::support::nova::repo;
 use std::collections::BTreeMap;

@@ -1,6 +1,6 @@
 //! Interop with a real client no one here wrote: every ComputeNode primitive `rtrackd --once`
 //! emits for every fixture, at the newest version and backported to 1.10-1.18, goes through real
-//! Nova 34.0.0 (`tests/interop/nova_interop.py` in a venv under `target/nova-venv`):
+//! Nova 34.0.0 (`tests/interop/nova_interop.py` in a venv under `target/nova-functional-venv`):
 //! `obj_from_primitive`, re-serialization to the same JSON, Nova's own backport of the newest
 //! primitive equal to rtrack's, and the scheduler's `HostState.update`.
 //!

@@ -1,6 +1,6 @@
 //! Differential test of NUMA fitting, pinning, hugepages and per-cell usage against real Nova
 //! 34 (`nova.virt.hardware`, the libvirt driver's host topology, the NUMATopologyFilter), run by
-//! `tests/interop/numa_diff.py` in the venv under `target/nova-venv`.
+//! `tests/interop/numa_diff.py` in the venv under `target/nova-functional-venv`.
 //!
 //! Cases: the named scenarios in `fixtures/numa/scenarios/` (19 from the Nova scenario set, see
 //! `fixtures/README.md`, and rtrack's own) and `RTRACK_NUMA_CASES` (default 2,000) seeded random

@@ -1,7 +1,7 @@
 //! Differential test of rtrack's PCI tracker against real Nova 34 (`nova.pci.manager`,
 //! `nova.pci.stats`, the PciDevice state machine, `nova.compute.claims`,
 //! `nova.compute.pci_placement_translator`), run by `tests/interop/pci_diff.py` in the venv
-//! under `target/nova-venv`.
+//! under `target/nova-functional-venv`.
 //!
 //! Cases: the named scenarios in `tests/it/pci_cases/mod.rs` (tags, tie order, parent_ifname
 //! layouts, PF/VF exclusivity, NUMA policies, one-time use, Placement's provider mapping, live

@@ -1,7 +1,7 @@
 //! Differential test of the PCI probe's device types against real Nova 34's libvirt driver,
 //! vDPA devices included: `LibvirtDriver._get_pci_passthrough_devices` on Nova's own fake
 //! libvirt connection (`tests/interop/pci_devices_diff.py`, in the venv under
-//! `target/nova-venv`) describing the same PFs, VFs and vDPA devices as the generated sysfs
+//! `target/nova-functional-venv`) describing the same PFs, VFs and vDPA devices as the generated sysfs
 //! tree rtrack probes. Per function: `dev_type` (a VF with a vDPA device is `vdpa`; a PF with
 //! one on a sub-function stays `type-PF`) and `parent_addr`.
 //!

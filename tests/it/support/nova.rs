@@ -1,5 +1,6 @@
-//! Real Nova 34.0.0 for the interop and differential tests: a venv in `target/nova-venv`, built
-//! by `tests/interop/setup-nova-venv.sh` from PyPI (about a minute the first time).
+//! Real Nova 34.0.0 for the interop and differential tests: the venv `scripts/nova-functional`
+//! uses, `target/nova-functional-venv`, built by `tests/interop/setup-nova-venv.sh` (or by that
+//! script, whichever comes first) from PyPI (about two minutes the first time).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -10,7 +11,7 @@ pub fn repo() -> PathBuf {
 }
 
 /// The Nova venv: `RTRACK_NOVA_VENV` (an existing venv holding nova 34.0.0), else
-/// `target/nova-venv`, set up when needed; None when `RTRACK_SKIP_NOVA` is set (`test` names what
+/// `target/nova-functional-venv`, set up when needed; None when `RTRACK_SKIP_NOVA` is set (`test` names what
 /// is skipped). A venv that cannot be set up fails the test, naming how to skip it.
 pub fn venv(test: &str) -> Option<PathBuf> {
     if std::env::var_os("RTRACK_SKIP_NOVA").is_some() {
@@ -20,7 +21,7 @@ pub fn venv(test: &str) -> Option<PathBuf> {
     if let Some(dir) = std::env::var_os("RTRACK_NOVA_VENV") {
         return Some(PathBuf::from(dir));
     }
-    let venv = repo().join("target/nova-venv");
+    let venv = repo().join("target/nova-functional-venv");
     let script = repo().join("tests/interop/setup-nova-venv.sh");
     let out = Command::new(&script)
         .arg(&venv)
