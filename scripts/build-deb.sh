@@ -4,7 +4,7 @@
 #   1. release binaries (rtrackd, rtrackctl, rtrack-gen-assets);
 #   2. man pages (rtrackd.8, rtrackctl.1 and one per rtrackctl command) and shell completions
 #      into target/assets (rtrack-gen-assets);
-#   3. cargo-deb into target/tools, unless the pinned version is already there;
+#   3. cargo-deb into target/tools, built beside step 1, unless the pinned version is there;
 #   4. the .deb into target/debian (cargo deb --no-build: no second build);
 #   5. checks of the .deb: every expected path and mode, the conffile, the maintainer
 #      scripts, the packaged unit and configuration against packaging/, the changelog version,
@@ -38,6 +38,21 @@ for tool in cargo dpkg-deb lintian; do
     command -v "$tool" >/dev/null || fail "$tool is not installed (Debian: apt-get install -y --no-install-recommends ${tool/dpkg-deb/dpkg})"
 done
 
+CARGO_DEB=$TOOLS/bin/cargo-deb
+deb_install=
+if [ -x "$CARGO_DEB" ] && [ "$("$CARGO_DEB" --version)" = "cargo-deb $CARGO_DEB_VERSION" ]; then
+    step "cargo-deb $CARGO_DEB_VERSION already in ${TOOLS#"$ROOT"/}"
+else
+    # Beside the release build: each build ends on one crate and one link at a time, and the
+    # other fills the second core meanwhile. Its own temporary target directory, not ours
+    # (CARGO_TARGET_DIR would be shared); its output in a log, shown when it fails.
+    step "installing cargo-deb $CARGO_DEB_VERSION into ${TOOLS#"$ROOT"/} (in the background)"
+    mkdir -p "$TOOLS"
+    env -u CARGO_TARGET_DIR cargo install --quiet cargo-deb --version "=$CARGO_DEB_VERSION" \
+        --locked --root "$TOOLS" >"$TOOLS/install.log" 2>&1 &
+    deb_install=$!
+fi
+
 step "release build"
 cargo build --release --locked -p rtrack -p rtrack-assets --bins
 
@@ -45,13 +60,9 @@ step "man pages and completions -> ${ASSETS#"$ROOT"/}"
 rm -rf "$ASSETS"
 "$TARGET_DIR/release/rtrack-gen-assets" "$ASSETS"
 
-CARGO_DEB=$TOOLS/bin/cargo-deb
-if [ -x "$CARGO_DEB" ] && [ "$("$CARGO_DEB" --version)" = "cargo-deb $CARGO_DEB_VERSION" ]; then
-    step "cargo-deb $CARGO_DEB_VERSION already in ${TOOLS#"$ROOT"/}"
-else
-    step "installing cargo-deb $CARGO_DEB_VERSION into ${TOOLS#"$ROOT"/}"
-    # Its own temporary target directory, not ours (CARGO_TARGET_DIR would be shared).
-    env -u CARGO_TARGET_DIR cargo install cargo-deb --version "=$CARGO_DEB_VERSION" --locked --root "$TOOLS"
+if [ -n "$deb_install" ]; then
+    step "waiting for cargo-deb's install"
+    wait "$deb_install" || { tail -n 30 "$TOOLS/install.log" >&2; fail "cargo install cargo-deb $CARGO_DEB_VERSION failed (log: $TOOLS/install.log)"; }
 fi
 
 step "cargo deb --no-build"
