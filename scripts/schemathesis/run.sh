@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run.sh: runs `schemathesis run ARGS...` (schemathesis, pinned in requirements.txt and
-# constraints.txt beside this script) for rtrack's API test (tests/it/schemathesis.rs).
+# constraints.txt beside this script) for rtrack's API test (tests/it/api_schemathesis.rs).
 #
 #   scripts/schemathesis/run.sh [SCHEMATHESIS RUN ARGS...] LOCATION
 #
