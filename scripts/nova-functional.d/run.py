@@ -7,10 +7,9 @@ venv and rtrackd first).
            [MODULE...]
 
 Each module is one run-functional.py invocation (one test process), test_pci_sriov_servers
-three (PARTS below); N of them run at a time,
-the longest first (seconds from the table below: Nova's tracker, one module after another, on a
-2-core machine), so the longest module starts at once and
-the short ones fill the other workers. Per-module JUnit XML and logs: DIR/modules/<mode>/; the
+three (PARTS below); N of them run at a time, the longest first (seconds from the table below:
+Nova's tracker, one module after another, on a 2-core machine), so the longest starts at once
+and the short ones fill the other workers. Per-module JUnit XML and logs: DIR/modules/<mode>/; the
 merged JUnit XML: DIR/<mode>.xml; measured times: DIR/<mode>-times.json. The last line printed is
 ``N passed, N failed, N known failures, N skipped``; the exit status is 1 when a test failed (or
 a module did not produce its results), 0 otherwise.
@@ -134,10 +133,10 @@ class Job:
 
 def jobs_for(name: str) -> list[Job]:
     """The test processes for ``name``: its parts when PARTS splits it, else one."""
-    parts = PARTS.get(short_name(name))
+    module = short_name(name)
+    parts = PARTS.get(module)
     if not parts:
         return [Job(name)]
-    module = short_name(name)
     named = [c for _, classes, _ in parts for c in classes or []]
     jobs = []
     for label, classes, seconds in parts:
@@ -340,8 +339,8 @@ class Runner:
         self.queue = sorted(jobs, key=lambda j: -j.weight)
         n_workers = max(1, min(a.workers, len(jobs)))
         expected = sum(j.weight for j in jobs)
-        print('== nova-functional (%s): %d test processes, %d workers, about %.0f s of tests with Nova\'s '
-              'tracker' % (self.mode, len(jobs), n_workers, expected), flush=True)
+        print('== nova-functional (%s): %d test processes, %d workers, about %.0f s of tests with '
+              'Nova\'s tracker' % (self.mode, len(jobs), n_workers, expected), flush=True)
         t0 = time.time()
         threads = [threading.Thread(target=self.worker, args=(i + 1,), daemon=True)
                    for i in range(n_workers)]

@@ -282,7 +282,8 @@ if [ "$db" = sqlite ] && [ ! -f "$DIR/data/placement.sqlite" ]; then
     mv -- "$DIR/data/placement.sqlite.new" "$DIR/data/placement.sqlite"
 else
     "$VENV/bin/placement-manage" --config-file "$DIR/etc/placement.conf" db sync \
-        >>"$DIR/logs/db-sync.log" 2>&1 || { tail -n 20 "$DIR/logs/db-sync.log" >&2; fail "db sync failed"; }
+        >>"$DIR/logs/db-sync.log" 2>&1 \
+        || { tail -n 20 "$DIR/logs/db-sync.log" >&2; fail "db sync of $DIR's $db database failed (log: $DIR/logs/db-sync.log)"; }
 fi
 
 # ---- server

@@ -1,6 +1,6 @@
 //! Real Nova 34.0.0 for the interop and differential tests: the venv `scripts/nova-functional`
-//! uses, `target/nova-functional-venv`, built by `tests/interop/setup-nova-venv.sh` (or by that
-//! script, whichever comes first) from PyPI (about two minutes the first time).
+//! uses, `target/nova-functional-venv`, built from PyPI by `tests/interop/setup-nova-venv.sh` or
+//! by `scripts/nova-functional`, whichever comes first (about two minutes the first time).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -11,8 +11,8 @@ pub fn repo() -> PathBuf {
 }
 
 /// The Nova venv: `RTRACK_NOVA_VENV` (an existing venv holding nova 34.0.0), else
-/// `target/nova-functional-venv`, set up when needed; None when `RTRACK_SKIP_NOVA` is set (`test` names what
-/// is skipped). A venv that cannot be set up fails the test, naming how to skip it.
+/// `target/nova-functional-venv`, set up when needed; None when `RTRACK_SKIP_NOVA` is set
+/// (`test` names what is skipped). A venv that cannot be set up fails the test, naming how to skip it.
 pub fn venv(test: &str) -> Option<PathBuf> {
     if std::env::var_os("RTRACK_SKIP_NOVA").is_some() {
         eprintln!("RTRACK_SKIP_NOVA is set: {test} skipped");
