@@ -9,7 +9,13 @@
 //! `lstopo` agree on the same tree: a cache's CPUs are its shared set restricted to the online
 //! CPUs, an instance is one distinct (level, type, CPUs), a missing `type` means unified, and a
 //! `size` is read as the number before its `K`. Level 1 caches are skipped after reading their
-//! `level` (no policy needs them). A CPU without a `cache` directory (guests, some ARM boards,
+//! `level` (no policy needs them).
+//!
+//! Each cache is read once, from its first CPU: the kernel lists in `index<M>/shared_cpu_list`
+//! the CPUs whose `index<M>` is that same cache, so their `index<M>` is not opened; and a
+//! thread whose core sibling, read before it, has caches of level 2 and above that all hold
+//! the thread is not read at all (threads of a core share its level 1 caches too). On a
+//! 256-CPU host that is 3 opens per core plus 5 per cache instead of 14 per CPU. A CPU without a `cache` directory (guests, some ARM boards,
 //! captures that left it out) or an index whose files are missing or odd is a warning; the
 //! rest of the caches are still reported.
 
@@ -36,86 +42,157 @@ pub struct CacheInstance {
     pub cpus: CpuSet,
 }
 
-/// What one `index<M>` directory says, before instances are merged.
+/// What one `index<M>` directory says.
+enum IndexRead {
+    /// A level 1 cache: not reported.
+    LevelOne,
+    /// One of level 2 or above.
+    Cache(CacheRead),
+    /// Its level or CPUs cannot be read (warned about).
+    Unreadable,
+}
+
+/// A cache of level 2 or above as one `index<M>` says, before instances are merged.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct IndexRead {
+struct CacheRead {
     level: u32,
     kind: String,
     cpus: CpuSet,
     id: Option<u64>,
 }
 
-/// Reads the caches of the online CPUs.
-pub fn probe_caches(root: &HostRoot, online: &CpuSet, w: &mut Warnings) -> Vec<CacheInstance> {
+/// Reads the caches of the online CPUs. `siblings` maps a CPU to its core's CPUs (the CPU
+/// probe's `thread_siblings`); pass an empty map when unknown.
+pub fn probe_caches(
+    root: &HostRoot,
+    online: &CpuSet,
+    siblings: &BTreeMap<u32, CpuSet>,
+    w: &mut Warnings,
+) -> Vec<CacheInstance> {
     let cpu_dir = root.sys_path("devices/system/cpu");
-    let mut found: BTreeMap<(u32, String, CpuSet), CacheInstance> = BTreeMap::new();
-    // (level, type, id) -> the CPUs of the first instance seen with that id.
-    let mut ids: BTreeMap<(u32, String, u64), CpuSet> = BTreeMap::new();
-    // (index name, level) -> the CPUs whose cache there is known already: the other CPUs of an
-    // instance are not read again (a 256-CPU host would otherwise read each L3 256 times).
-    let mut covered: BTreeMap<(String, u32), CpuSet> = BTreeMap::new();
+    let mut scan = Scan::default();
+    // CPUs whose caches are those of a thread sibling read before them.
+    let mut same_as_read = CpuSet::new();
     let mut without = CpuSet::new();
     for cpu in online.iter() {
-        let dir = cpu_dir.join(format!("cpu{cpu}/cache"));
-        // Listed once; each index's files are opened relative to it (`index2/level`), without
-        // opening the index directory: most indexes are only asked their level.
-        let Some(mut cache) = SysDir::open(&dir, w) else {
-            without.insert(cpu);
+        if same_as_read.contains(cpu) {
             continue;
-        };
-        let mut entries = cache.entries(w);
-        entries.sort();
-        for name in entries.iter().filter(|n| index_number(n).is_some()) {
-            let index_dir = dir.join(name);
-            let index = Index {
-                cache: &cache,
-                name,
-            };
-            let Some(read) = read_index(&index, cpu, online, &covered, w) else {
-                continue;
-            };
-            let seen = covered.entry((name.clone(), read.level)).or_default();
-            for c in read.cpus.iter() {
-                seen.insert(c);
-            }
-            if let Some(id) = read.id {
-                let key = (read.level, read.kind.clone(), id);
-                match ids.get(&key) {
-                    Some(seen) if *seen != read.cpus => w.push(
-                        &index_dir,
-                        format!(
-                            "L{} {} cache id {id} is shared by CPUs {} here and {seen} elsewhere: counted as two caches",
-                            read.level, read.kind, read.cpus
-                        ),
-                    ),
-                    Some(_) => {}
-                    None => {
-                        ids.insert(key, read.cpus.clone());
-                    }
-                }
-            }
-            let key = (read.level, read.kind.clone(), read.cpus.clone());
-            if found.contains_key(&key) {
-                continue;
-            }
-            let size_kb = read_size(&index_dir, w);
-            found.insert(
-                key,
-                CacheInstance {
-                    level: read.level,
-                    kind: read.kind,
-                    size_kb,
-                    cpus: read.cpus,
-                },
-            );
+        }
+        let core = siblings.get(&cpu).cloned().unwrap_or_default();
+        match scan.read_cpu(&cpu_dir, cpu, online, &core, w) {
+            Some(same) => same.iter().for_each(|c| same_as_read.insert(c)),
+            None => without.insert(cpu),
         }
     }
     warn_missing(&cpu_dir, online, &without, w);
-    let mut out: Vec<CacheInstance> = found.into_values().collect();
+    let mut out: Vec<CacheInstance> = scan.found.into_values().collect();
     out.sort_by(|a, b| {
         (a.level, &a.kind, a.cpus.iter().next()).cmp(&(b.level, &b.kind, b.cpus.iter().next()))
     });
     out
+}
+
+/// What the caches read so far say.
+#[derive(Default)]
+struct Scan {
+    found: BTreeMap<(u32, String, CpuSet), CacheInstance>,
+    /// (level, type, id) -> the CPUs of the first instance seen with that id.
+    ids: BTreeMap<(u32, String, u64), CpuSet>,
+    /// (index number, CPU) -> the CPUs of the cache at that index of that CPU, for every CPU
+    /// of every cache read: the kernel lists in `index<M>/shared_cpu_list` the CPUs whose
+    /// `index<M>` is the same cache, so theirs is not read again (a 256-CPU host would
+    /// otherwise read each L3 256 times).
+    at_index: BTreeMap<(u32, u32), usize>,
+    sets: Vec<CpuSet>,
+}
+
+impl Scan {
+    /// Reads `cpu`'s caches (those not known already): `None` when it has no `cache`
+    /// directory, else the other CPUs of its core that have all of its caches of level 2 and
+    /// above, and so all of its caches (threads of a core share its level 1 caches): theirs
+    /// are not read.
+    fn read_cpu(
+        &mut self,
+        cpu_dir: &Path,
+        cpu: u32,
+        online: &CpuSet,
+        core: &CpuSet,
+        w: &mut Warnings,
+    ) -> Option<CpuSet> {
+        let dir = cpu_dir.join(format!("cpu{cpu}/cache"));
+        // Listed once; each index's files are opened relative to it (`index2/level`), without
+        // opening the index directory: most indexes are only asked their level.
+        let mut cache = SysDir::open(&dir, w)?;
+        let mut entries = cache.entries(w);
+        entries.sort();
+        let mut same = core.intersection(online);
+        same.remove(cpu);
+        for name in &entries {
+            let Some(number) = index_number(name) else {
+                continue;
+            };
+            if let Some(&known) = self.at_index.get(&(number, cpu)) {
+                same = same.intersection(&self.sets[known]);
+                continue;
+            }
+            let index = Index {
+                cache: &cache,
+                name,
+            };
+            match read_index(&index, cpu, online, w) {
+                IndexRead::LevelOne => {}
+                IndexRead::Unreadable => same = CpuSet::new(),
+                IndexRead::Cache(read) => {
+                    same = same.intersection(&read.cpus);
+                    self.record(number, &dir.join(name), read, w);
+                }
+            }
+        }
+        Some(same)
+    }
+
+    /// Records one cache read at `index<number>` (`path`).
+    fn record(&mut self, number: u32, path: &Path, read: CacheRead, w: &mut Warnings) {
+        self.sets.push(read.cpus.clone());
+        for c in read.cpus.iter() {
+            self.at_index.insert((number, c), self.sets.len() - 1);
+        }
+        if let Some(id) = read.id {
+            self.check_id(path, id, &read, w);
+        }
+        let key = (read.level, read.kind.clone(), read.cpus.clone());
+        if self.found.contains_key(&key) {
+            return;
+        }
+        let size_kb = read_size(path, w);
+        self.found.insert(
+            key,
+            CacheInstance {
+                level: read.level,
+                kind: read.kind,
+                size_kb,
+                cpus: read.cpus,
+            },
+        );
+    }
+
+    /// Warns when a cache id was seen before with other CPUs.
+    fn check_id(&mut self, path: &Path, id: u64, read: &CacheRead, w: &mut Warnings) {
+        let key = (read.level, read.kind.clone(), id);
+        match self.ids.get(&key) {
+            Some(seen) if *seen != read.cpus => w.push(
+                path,
+                format!(
+                    "L{} {} cache id {id} is shared by CPUs {} here and {seen} elsewhere: counted as two caches",
+                    read.level, read.kind, read.cpus
+                ),
+            ),
+            Some(_) => {}
+            None => {
+                self.ids.insert(key, read.cpus.clone());
+            }
+        }
+    }
 }
 
 /// `index<M>` -> M.
@@ -168,38 +245,30 @@ impl Index<'_> {
     }
 }
 
-/// Reads one `index<M>` of `cpu`: `None` for a level 1 cache, for one `covered` says was read
-/// from another of its CPUs, or, with a warning, when its level or CPUs cannot be read.
-fn read_index(
+/// Reads one `index<M>` of `cpu`: its level, and for a cache of level 2 or above, what it
+/// is and which online CPUs share it.
+fn read_index(d: &Index<'_>, cpu: u32, online: &CpuSet, w: &mut Warnings) -> IndexRead {
+    let Some(level) = read_level(d, w) else {
+        return IndexRead::Unreadable;
+    };
+    if level < 2 {
+        return IndexRead::LevelOne;
+    }
+    match read_cache(d, cpu, level, online, w) {
+        Some(read) => IndexRead::Cache(read),
+        None => IndexRead::Unreadable,
+    }
+}
+
+/// The type, CPUs and id of a cache of level 2 or above; `None`, with a warning, when its CPUs
+/// cannot be read.
+fn read_cache(
     d: &Index<'_>,
     cpu: u32,
+    level: u32,
     online: &CpuSet,
-    covered: &BTreeMap<(String, u32), CpuSet>,
     w: &mut Warnings,
-) -> Option<IndexRead> {
-    let name = d.name.to_string();
-    let level = match read_level(d, w)? {
-        Some(raw) => match raw.parse::<u32>() {
-            Ok(l) => l,
-            Err(_) => {
-                w.push(
-                    &d.join("level"),
-                    format!("value {} is not a cache level: cache skipped", quoted(&raw)),
-                );
-                return None;
-            }
-        },
-        None => {
-            w.push(
-                &d.join("level"),
-                "file is missing: cache level unknown, cache skipped",
-            );
-            return None;
-        }
-    };
-    if level < 2 || covered.get(&(name, level)).is_some_and(|c| c.contains(cpu)) {
-        return None;
-    }
+) -> Option<CacheRead> {
     let kind = match d.read_optional("type", w) {
         Some(t) if ["Unified", "Data", "Instruction"].contains(&t.as_str()) => t,
         Some(t) => {
@@ -234,7 +303,7 @@ fn read_index(
             None
         }
     });
-    Some(IndexRead {
+    Some(CacheRead {
         level,
         kind,
         cpus,
@@ -242,17 +311,34 @@ fn read_index(
     })
 }
 
-/// `index<M>/level`, read without opening `index<M>`. When it cannot be read, `index<M>` is
-/// opened as a directory after all, so that an odd one (a file, a dangling link, unreadable) is
-/// skipped and warned about as such rather than as a missing `level`: outer `None`.
-fn read_level(d: &Index<'_>, w: &mut Warnings) -> Option<Option<String>> {
+/// `index<M>/level`, read without opening `index<M>`; `None`, with a warning, when it is
+/// missing or not a level. When it cannot be read, `index<M>` is opened as a directory after
+/// all, so that an odd one (a file, a dangling link, unreadable) is skipped and warned about
+/// as such rather than as a missing `level`.
+fn read_level(d: &Index<'_>, w: &mut Warnings) -> Option<u32> {
     let mut level_w = Warnings::new();
     let raw = d.read_optional("level", &mut level_w);
     if raw.is_none() {
         SysDir::open_unlisted(&d.path(), w)?;
     }
     w.extend(level_w);
-    Some(raw)
+    let Some(raw) = raw else {
+        w.push(
+            &d.join("level"),
+            "file is missing: cache level unknown, cache skipped",
+        );
+        return None;
+    };
+    match raw.parse::<u32>() {
+        Ok(level) => Some(level),
+        Err(_) => {
+            w.push(
+                &d.join("level"),
+                format!("value {} is not a cache level: cache skipped", quoted(&raw)),
+            );
+            None
+        }
+    }
 }
 
 /// `shared_cpu_list`, else `shared_cpu_map`; a warning and `None` when neither is readable.
@@ -357,7 +443,12 @@ mod tests {
         }
         let mut w = Warnings::new();
         let online = CpuSet::parse_list("0-3").unwrap();
-        let c = probe_caches(&HostRoot::under(dir.path()), &online, &mut w);
+        let c = probe_caches(
+            &HostRoot::under(dir.path()),
+            &online,
+            &BTreeMap::new(),
+            &mut w,
+        );
         assert!(w.is_empty(), "{w:?}");
         let shown: Vec<(u32, &str, Option<u64>, String)> = c
             .iter()
@@ -379,6 +470,44 @@ mod tests {
     }
 
     #[test]
+    fn a_threads_caches_are_its_siblings_and_a_known_index_is_not_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        // Cores {0,2} and {1,3}; an L3 over all four. CPU 2 has only broken files: it is
+        // never read, since CPU 0 of its core has every cache it has.
+        for cpu in [0u32, 1, 3] {
+            index(dir.path(), cpu, 0, 1, "Data", "48K", "");
+            // CPU 1's and 3's L2s do not hold each other, though the topology says they share
+            // a core: both are read (an L2 each).
+            let l2 = ["0,2", "1", "", "3"][cpu as usize];
+            index(dir.path(), cpu, 2, 2, "Unified", "2048K", l2);
+            index(dir.path(), cpu, 3, 3, "Unified", "32768K", "0-3");
+        }
+        write(
+            dir.path(),
+            "sys/devices/system/cpu/cpu2/cache/index2/level",
+            "x\n",
+        );
+        let siblings: BTreeMap<u32, CpuSet> = [(0, "0,2"), (2, "0,2"), (1, "1,3"), (3, "1,3")]
+            .into_iter()
+            .map(|(c, s)| (c, CpuSet::parse_list(s).unwrap()))
+            .collect();
+        let online = CpuSet::parse_list("0-3").unwrap();
+        let mut w = Warnings::new();
+        let before = crate::confine::opens_attempted();
+        let c = probe_caches(&HostRoot::under(dir.path()), &online, &siblings, &mut w);
+        let opens = crate::confine::opens_attempted() - before;
+        assert!(w.is_empty(), "{w:?}");
+        let shown: Vec<String> = c
+            .iter()
+            .map(|c| format!("L{} {}", c.level, c.cpus))
+            .collect();
+        assert_eq!(shown, ["L2 0,2", "L2 1", "L2 3", "L3 0-3"]);
+        // CPU 0: its listing, index0's level, then level, type, shared_cpu_list, id (missing)
+        // and size of its L2 and L3; CPUs 1 and 3: the same but for the L3, known from CPU 0.
+        assert_eq!(opens, (1 + 1 + 5 + 5) + (1 + 1 + 5) + (1 + 1 + 5));
+    }
+
+    #[test]
     fn missing_and_odd_cache_files_are_warnings() {
         let dir = tempfile::tempdir().unwrap();
         index(dir.path(), 0, 2, 2, "Unified", "lots", "0");
@@ -395,7 +524,12 @@ mod tests {
         );
         let mut w = Warnings::new();
         let online = CpuSet::parse_list("0-2").unwrap();
-        let c = probe_caches(&HostRoot::under(dir.path()), &online, &mut w);
+        let c = probe_caches(
+            &HostRoot::under(dir.path()),
+            &online,
+            &BTreeMap::new(),
+            &mut w,
+        );
         assert_eq!(c.len(), 2);
         assert_eq!(c[0].size_kb, None);
         // The L3's list lacks CPU 0 itself: it is added, as for thread siblings.
@@ -428,7 +562,12 @@ mod tests {
         );
         let mut w = Warnings::new();
         let online = CpuSet::parse_list("0").unwrap();
-        let c = probe_caches(&HostRoot::under(dir.path()), &online, &mut w);
+        let c = probe_caches(
+            &HostRoot::under(dir.path()),
+            &online,
+            &BTreeMap::new(),
+            &mut w,
+        );
         assert_eq!(c.len(), 1);
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(w.as_slice()[0].path.ends_with("cache/index2"), "{w:?}");
@@ -444,7 +583,13 @@ mod tests {
         fs::create_dir_all(dir.path().join("sys/devices/system/cpu/cpu0")).unwrap();
         let mut w = Warnings::new();
         let online = CpuSet::parse_list("0-7").unwrap();
-        assert!(probe_caches(&HostRoot::under(dir.path()), &online, &mut w).is_empty());
+        assert!(probe_caches(
+            &HostRoot::under(dir.path()),
+            &online,
+            &BTreeMap::new(),
+            &mut w
+        )
+        .is_empty());
         assert_eq!(w.len(), 1);
         assert!(w.as_slice()[0]
             .message

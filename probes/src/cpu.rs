@@ -10,17 +10,18 @@
 //! ([`crate::cpuinfo`]). Offline CPUs have no `topology/` directory; that is normal and not a
 //! warning: each present offline CPU is listed with the NUMA node its `node<M>/cpu<N>` link
 //! names ([`crate::cpu_power::offline_cpu_nodes`] finds it), as a core of its own.
+//!
+//! A core's `topology` files are read once for its threads, a package's and a die's id once
+//! for its CPUs (`cpu_topology.rs`).
 
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
 
 use crate::cpu_power::CpuGovernor;
+use crate::cpu_topology::{read_core, Core, SharedIds};
 pub use crate::cpuinfo::{parse_cpuinfo, CpuinfoSummary};
 use crate::cpulist::CpuSet;
-use crate::read::{
-    list_dir, parse_int, read_optional, read_text, ReadFailure, SysDir, Warnings, PROCFS_CAP,
-};
+use crate::read::{list_dir, read_optional, read_text, ReadFailure, SysDir, Warnings, PROCFS_CAP};
 use crate::HostRoot;
 
 /// What the host's processors are and how they are arranged.
@@ -210,6 +211,7 @@ pub fn probe_cpu(
     let mut cpus: Vec<LogicalCpu> = Vec::with_capacity(online.len());
     // Threads of a core share its package, die, cluster and core ids: read them once per core.
     let mut core_of: BTreeMap<u32, usize> = BTreeMap::new();
+    let mut shared = SharedIds::new(&online);
     for id in online.iter() {
         let numa_node = cpu_nodes.get(&id).copied();
         if let Some(&first) = core_of.get(&id) {
@@ -228,7 +230,7 @@ pub fn probe_cpu(
             cluster,
             core,
             thread_siblings,
-        }) = read_core(cpus_fd.as_ref(), &cpu_dir, id, w)
+        }) = read_core(cpus_fd.as_ref(), &cpu_dir, id, &mut shared, w)
         else {
             cpus.push(LogicalCpu {
                 id,
@@ -333,121 +335,6 @@ fn offline_cpus(offline: &CpuSet, cpu_nodes: &BTreeMap<u32, u32>) -> Vec<Offline
         .collect()
 }
 
-/// What a core's `topology` directory says.
-struct Core {
-    package: Option<i64>,
-    die: Option<i64>,
-    cluster: Option<i64>,
-    core: Option<i64>,
-    thread_siblings: CpuSet,
-}
-
-/// A CPU's `topology` directory, its files opened relative to `dir` with `prefix`: the
-/// `cpu` directory and `cpu<N>/topology/`, or the `topology` directory itself and nothing.
-struct Topology<'a> {
-    dir: &'a SysDir,
-    prefix: String,
-    path: PathBuf,
-}
-
-impl Topology<'_> {
-    fn read_optional(&self, name: &str, w: &mut Warnings) -> Option<String> {
-        self.dir.read_optional(&format!("{}{name}", self.prefix), w)
-    }
-
-    fn join(&self, name: &str) -> PathBuf {
-        self.path.join(name)
-    }
-}
-
-/// Reads CPU `id`'s topology; `None`, with a warning, when it has no `topology` directory.
-/// Through `cpus` (the open `cpu` directory) one open per file; the `topology` directory is
-/// opened only when nothing in it could be read, to tell a missing (or odd) directory, warned
-/// about as before, from missing files.
-fn read_core(cpus: Option<&SysDir>, cpu_dir: &Path, id: u32, w: &mut Warnings) -> Option<Core> {
-    let path = cpu_dir.join(format!("cpu{id}/topology"));
-    let own;
-    let topo = match cpus {
-        Some(dir) => Topology {
-            dir,
-            prefix: format!("cpu{id}/topology/"),
-            path: path.clone(),
-        },
-        None => {
-            own = open_topology(&path, w)?;
-            Topology {
-                dir: &own,
-                prefix: String::new(),
-                path: path.clone(),
-            }
-        }
-    };
-    let mut tw = Warnings::new();
-    let int = |name: &str, w: &mut Warnings| -> Option<i64> {
-        let raw = topo.read_optional(name, w)?;
-        parse_int(&raw, &topo.join(name), "an integer id", w)
-    };
-    let package = int("physical_package_id", &mut tw);
-    let die = int("die_id", &mut tw);
-    let cluster = int("cluster_id", &mut tw);
-    let core = int("core_id", &mut tw);
-    let thread_siblings = read_siblings(&topo, id, &mut tw);
-    let found = [package, die, cluster, core].iter().any(Option::is_some);
-    if cpus.is_some() && !found && thread_siblings.is_none() {
-        open_topology(&path, w)?;
-    }
-    w.extend(tw);
-    Some(Core {
-        package,
-        die,
-        cluster,
-        core,
-        thread_siblings: thread_siblings.unwrap_or_else(|| CpuSet::from_ids([id])),
-    })
-}
-
-/// Opens a `topology` directory; `None`, with a warning, when the CPU has none.
-fn open_topology(path: &Path, w: &mut Warnings) -> Option<SysDir> {
-    let dir = SysDir::open_unlisted(path, w);
-    if dir.is_none() {
-        w.push(path, "online CPU has no topology directory");
-    }
-    dir
-}
-
-/// The CPUs sharing a core with `id`: `core_cpus_list` (kernels since 5.7), else
-/// `thread_siblings_list`, else the mask forms of either (some captures carry only masks);
-/// `None` when none is readable.
-fn read_siblings(topo: &Topology<'_>, id: u32, w: &mut Warnings) -> Option<CpuSet> {
-    type Parser = fn(&str) -> Result<CpuSet, String>;
-    let sources: [(&str, Parser); 4] = [
-        ("core_cpus_list", CpuSet::parse_list),
-        ("thread_siblings_list", CpuSet::parse_list),
-        ("core_cpus", CpuSet::parse_map),
-        ("thread_siblings", CpuSet::parse_map),
-    ];
-    for (name, parse) in sources {
-        let path = topo.join(name);
-        let Some(raw) = topo.read_optional(name, w) else {
-            continue;
-        };
-        match parse(&raw) {
-            Ok(mut s) => {
-                if !s.contains(id) {
-                    w.push(
-                        &path,
-                        format!("siblings {s} do not include CPU {id} itself"),
-                    );
-                    s.insert(id);
-                }
-                return Some(s);
-            }
-            Err(e) => w.push(&path, format!("not a CPU set: {e}")),
-        }
-    }
-    None
-}
-
 struct TopologyCounts {
     sockets: u32,
     cores: u32,
@@ -544,6 +431,50 @@ mod tests {
             .map(|(p, m)| (p.to_string(), m.to_string()))
             .collect();
         assert_eq!(topo, expect);
+    }
+
+    #[test]
+    fn package_and_die_ids_are_read_once_per_group_and_an_absent_cluster_id_once() {
+        // Two packages of two single-thread cores; the lists name each package's CPUs (CPU 4
+        // is offline). CPUs 1 and 3 have no id files of their own: their package and die come
+        // from the lists read on CPUs 0 and 2. No CPU has cluster_id.
+        let dir = tempfile::tempdir().unwrap();
+        let cpus = dir.path().join("sys/devices/system/cpu");
+        for cpu in 0..4u32 {
+            let topo = cpus.join(format!("cpu{cpu}/topology"));
+            std::fs::create_dir_all(&topo).unwrap();
+            std::fs::write(topo.join("core_id"), format!("{cpu}\n")).unwrap();
+            std::fs::write(topo.join("core_cpus_list"), format!("{cpu}\n")).unwrap();
+            if cpu % 2 == 0 {
+                let package = cpu / 2 + 7;
+                let list = if cpu == 0 { "0-1,4\n" } else { "2-3\n" };
+                std::fs::write(topo.join("physical_package_id"), format!("{package}\n")).unwrap();
+                std::fs::write(topo.join("package_cpus_list"), list).unwrap();
+                std::fs::write(topo.join("die_id"), "0\n").unwrap();
+                std::fs::write(topo.join("die_cpus_list"), list).unwrap();
+            }
+        }
+        let lists = CpuLists {
+            online: CpuSet::parse_list("0-3").unwrap(),
+            ..CpuLists::default()
+        };
+        let mut w = Warnings::new();
+        let root = HostRoot::under(dir.path());
+        let before = crate::confine::opens_attempted();
+        let info = probe_cpu(&root, lists, &BTreeMap::new(), &mut w);
+        let opens = crate::confine::opens_attempted() - before;
+        let ids: Vec<(Option<i64>, Option<i64>, Option<i64>)> = info
+            .cpus
+            .iter()
+            .map(|c| (c.package, c.die, c.cluster))
+            .collect();
+        let (p7, p8) = ((Some(7), Some(0), None), (Some(8), Some(0), None));
+        assert_eq!(ids, [p7, p7, p8, p8]);
+        assert_eq!(info.sockets, 2);
+        // Per CPU core_id and core_cpus_list; on CPUs 0 and 2 the package's and the die's id
+        // and list; cluster_id tried on CPU 0 only; once: the cpu directory, smt/active (missing),
+        // cpuinfo and kernel/arch (missing).
+        assert_eq!(opens, 4 * 2 + 2 * 4 + 1 + 4);
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod confine;
 pub mod core_type;
 pub mod cpu;
 pub mod cpu_power;
+mod cpu_topology;
 pub mod cpuinfo;
 pub mod cpulist;
 pub mod disk;
@@ -127,7 +128,12 @@ pub fn probe_host(root: &HostRoot, opts: &ProbeOptions) -> Result<HostInventory,
     cpu_nodes.extend(&numa.cpu_nodes);
     let mut cpu = cpu::probe_cpu(root, cpu_lists, &cpu_nodes, &mut w);
     cpu.governors = cpu_power::probe_governors(root, &opts.cpu_governors, &mut w);
-    let caches = cache::probe_caches(root, &cpu.online, &mut w);
+    let siblings = cpu
+        .cpus
+        .iter()
+        .map(|c| (c.id, c.thread_siblings.clone()))
+        .collect();
+    let caches = cache::probe_caches(root, &cpu.online, &siblings, &mut w);
     let core_types = core_type::probe_core_types(root, &cpu.present, &mut w);
     let memory = memory::probe_memory(root, &mut w);
     let disks = disk::probe_disks(root, &opts.disk, &mut w);

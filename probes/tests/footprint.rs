@@ -51,14 +51,21 @@ fn large_host_opens_few_files_per_function_and_per_cpu() {
     let lists = cpu::read_cpu_lists(&root, &mut w);
     let topo = numa::probe_numa_nodes(&root, &lists.online, &mut w);
     let (cpu, topology) = opens_of(|| cpu::probe_cpu(&root, lists, &topo.cpu_nodes, &mut w));
-    // Per core (its threads share it): physical_package_id, die_id, cluster_id, core_id and
-    // core_cpus_list, relative to the `cpu` directory; once: that directory, smt/active,
-    // cpuinfo, kernel/arch.
-    assert_eq!(topology, 5 * cores + 4, "CPU topology");
-    let (_, caches) = opens_of(|| cache::probe_caches(&root, &cpu.online, &mut w));
-    // Per CPU: its `cache` listing and each index's `level` (4 indexes); per cache instance
-    // found: type, shared_cpu_list, id and size.
-    assert_eq!(caches, 5 * cpus + 4 * instances, "CPU caches");
+    // Per core (its threads share it): core_id, core_cpus_list and cluster_id, relative to the
+    // `cpu` directory; per package (one die each): physical_package_id, package_cpus_list,
+    // die_id and die_cpus_list; once: that directory, smt/active, cpuinfo, kernel/arch.
+    let sockets = u64::from(inv.cpu.sockets);
+    assert_eq!(topology, 3 * cores + 4 * sockets + 4, "CPU topology");
+    let siblings = cpu
+        .cpus
+        .iter()
+        .map(|c| (c.id, c.thread_siblings.clone()))
+        .collect();
+    let (_, caches) = opens_of(|| cache::probe_caches(&root, &cpu.online, &siblings, &mut w));
+    // Per core, once for its threads (they share every cache): its `cache` listing and the
+    // level of its two L1 indexes; per cache instance, read from its first CPU only: level,
+    // type, shared_cpu_list, id and size. The other CPUs of an L3 do not read its index.
+    assert_eq!(caches, 3 * cores + 5 * instances, "CPU caches");
     let (devices, pci) = opens_of(|| pci::probe_pci(&root, &topo, false, &mut w));
     assert_eq!(devices.len() as u64, functions);
     // Per function: its directory, uevent, revision and numa_node; per PF: sriov_totalvfs,
