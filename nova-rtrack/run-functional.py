@@ -13,7 +13,10 @@ each module's output goes to ``OUT/<mode>/<module>.log``, its JSON summary besid
 line printed is ``N passed, N failed, N skipped``; the exit status is 0 when nothing failed.
 ``--together LABEL`` runs all the names in one process whose files are named LABEL;
 ``--exclude NAME`` (a class or a test, repeatable) leaves those tests out: how
-scripts/nova-functional runs one long module in parts.
+scripts/nova-functional runs one long module in parts. A test without a result after
+``RTRACK_NOVA_HANG_S`` seconds (default 180) is stopped and the rest run in a fresh test
+process (nova_rtrack.testing.supervise); the module's files then hold all its processes'
+results.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ import shutil
 import subprocess
 import sys
 import time
+
+from nova_rtrack.testing import supervise
+from nova_rtrack.testing.worker import write_junit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -104,46 +110,47 @@ def main() -> int:
     # oslotest's per-test timeout (Nova's base test case honours it): a test that hangs fails
     # after this many seconds instead of holding its module until the module's timeout.
     env.setdefault('OS_TEST_TIMEOUT', '300')
+    # A test without a result after this many seconds is stopped and run again in a fresh
+    # test process (nova_rtrack.testing.supervise): before OS_TEST_TIMEOUT, whose cleanup a
+    # deadlocked fixture hangs too.
+    hang_after = float(os.environ.get('RTRACK_NOVA_HANG_S', supervise.HANG_AFTER_S))
+
+    def echo(line: str) -> None:
+        if not a.quiet:
+            print('  ' + line, flush=True)
 
     totals = {'passed': 0, 'failed': 0, 'skipped': 0}
     rows = []
     t_all = time.time()
     excluded = [full_name(e) for e in a.exclude]
     for short, fulls in units(a.names, a.together):
-        full = fulls[0] if len(fulls) == 1 else short
         junit = os.path.join(junit_dir, short + '.xml')
         summary = os.path.join(outdir, short + '.json')
         log = os.path.join(outdir, short + '.log')
-        cmd = ['nice', '-n', str(a.nice), a.python, '-m', 'nova_rtrack.testing.worker',
-               '--junit', junit, '--summary', summary, '--suite', short]
+        base = ['nice', '-n', str(a.nice), a.python, '-m', 'nova_rtrack.testing.worker',
+                '--junit', junit, '--summary', summary, '--suite', short]
         if a.baseline:
-            cmd.append('--baseline')
-        for e in excluded:
-            cmd += ['--exclude', e]
-        cmd += fulls
+            base.append('--baseline')
+
+        def cmd_for(done: list[str], fulls: list[str] = fulls) -> list[str]:
+            # The tests of this unit, without the excluded ones and those a hung test
+            # process already ran.
+            return base + [x for e in excluded + done for x in ('--exclude', e)] + fulls
+
         t0 = time.time()
         with open(log, 'w') as logf:
-            proc = subprocess.Popen(cmd, cwd=sp, env=env, stdout=logf,
-                                    stderr=subprocess.PIPE, text=True)
-            assert proc.stderr is not None
-            for line in proc.stderr:
-                if line.startswith(('PASSED ', 'FAILED ', 'SKIPPED ')):
-                    if not a.quiet:
-                        print('  ' + line.rstrip(), flush=True)
-                elif not line.startswith('START '):
-                    logf.write(line)
-                    logf.flush()
-            rc = proc.wait()
+            run = supervise.run_resuming(cmd_for, summary, sp, env, logf, log, echo,
+                                         hang_after=hang_after)
         wall = time.time() - t0
-        try:
-            with open(summary) as f:
-                s = json.load(f)
-        except (OSError, ValueError):
-            s = {'records': [{'id': full, 'outcome': 'failed', 'time': 0.0,
-                              'detail': 'worker exited %s without a summary (see %s)' % (
-                                  rc, log)}]}
-            from nova_rtrack.testing.worker import write_junit
-            write_junit(junit, short, s['records'], wall)
+        s = {'records': run.records, **({'harness': run.summary['harness']}
+                                        if run.summary and 'harness' in run.summary else {})}
+        if run.attempts > 1 or run.summary is None:
+            # The worker's own XML holds its last process only: the whole unit's, merged.
+            write_junit(junit, short, run.records, wall)
+            with open(summary, 'w') as f:
+                json.dump(dict(s, wall=wall, hung_once=run.hung_once), f, indent=1)
+        for test_id in run.hung_once:
+            print('HUNG ONCE %s (see %s)' % (test_id, log), flush=True)
         counts = {'passed': 0, 'failed': 0, 'skipped': 0}
         for r in s['records']:
             counts[r['outcome']] += 1

@@ -78,6 +78,10 @@ PARTS: dict[str, list[tuple[str, Optional[list[str]], int]]] = {
 }
 KNOWN_FAILURES = os.path.join(HERE, 'known-failures.txt')
 
+# The runner's process handling (kill_tree: rtrackd daemons live in sessions of their own).
+sys.path.insert(0, os.path.join(REPO, 'nova-rtrack'))
+from nova_rtrack.testing.supervise import kill_tree  # noqa: E402
+
 
 def load_known(path: str) -> dict[str, str]:
     """``{test id relative to PREFIX: reason}`` from known-failures.txt."""
@@ -128,6 +132,7 @@ class Job:
         self.rc: Optional[int] = None
         self.wall = 0.0
         self.timed_out = False
+        self.hung_once: list[str] = []
         self.proc: Optional[subprocess.Popen] = None
 
 
@@ -145,51 +150,6 @@ def jobs_for(name: str) -> list[Job]:
         else:
             jobs.append(Job(label, ['%s.%s' % (module, c) for c in classes], None, seconds))
     return jobs
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (rtrackd runs in its own session, so a process group kill
-    would miss it)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir('/proc'):
-        if not entry.isdigit():
-            continue
-        try:
-            with open('/proc/%s/stat' % entry) as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(')', 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        for c in children.get(p, []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
-def kill_tree(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return
-    pids = descendants(proc.pid)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for p in [proc.pid] + pids:
-            try:
-                os.kill(p, sig)
-            except OSError:
-                pass
-        try:
-            proc.wait(timeout=5)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    for p in pids:   # stragglers that outlived their parent (rtrackd daemons)
-        try:
-            os.kill(p, signal.SIGKILL)
-        except OSError:
-            pass
 
 
 class Runner:
@@ -245,7 +205,9 @@ class Runner:
             for line in job.proc.stdout:
                 out.write(line)
                 s = line.strip()
-                if s.startswith('FAILED ') or (s.startswith(job.short + ':') and 'passed' in s):
+                if s.startswith('HUNG ONCE '):
+                    job.hung_once.append(s.split()[2])
+                if s.startswith(('FAILED ', 'HUNG ')) or (s.startswith(job.short + ':') and 'passed' in s):
                     self.say('[w%d] %s' % (wid, s))
             job.rc = job.proc.wait()
             timer.cancel()
@@ -393,6 +355,10 @@ class Runner:
         if not_run:
             print('  not run (interrupted): %s' % ' '.join(not_run))
         print('JUnit XML: %s (per module: %s/)' % (merged, self.mode_dir))
+        for job, _ in rows:
+            for test_id in job.hung_once:
+                print('  hung once, then ran again in a fresh test process: %s (stacks in %s)'
+                      % (test_id, os.path.join(self.mode_dir, job.short + '.log')))
         for test_id in self.now_passing:
             print('  now passes, remove it from %s: %s' % (KNOWN_FAILURES, test_id))
         print('%d passed, %d failed, %d known failures, %d skipped' % (

@@ -106,7 +106,7 @@ def dump_stacks(signum: int, frame: Any) -> None:
         pass
     for tid, fr in sys._current_frames().items():
         out.append('==== thread %s\n%s' % (tid, ''.join(traceback.format_stack(fr))))
-    sys.__stderr__.write('STACKS\n' + '\n'.join(out))
+    sys.__stderr__.write('STACKS\n' + '\n'.join(out) + '\nEND STACKS\n')
     sys.__stderr__.flush()
 
 
