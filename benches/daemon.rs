@@ -5,6 +5,8 @@
 //!
 //! - claim latency over the socket (connect, POST /v1/claims, durable commit, answer), p50 /
 //!   p99 / max, with 1 and with 32 concurrent clients, the two runs side by side;
+//! - where a claim's time goes: CPU per claim in the runtime thread, the blocking pool, the
+//!   store's writer and the clients, and claims per store transaction (group commit);
 //! - footprint after 500 claims holding 1,000 VFs: resident memory (VmRSS, VmHWM) and the CPU
 //!   time used while idle between audits;
 //! - a claim of 2 VFs against a claim without PCI, p50 and p99, at 1 and 8 clients, on the large
@@ -105,6 +107,110 @@ fn cpu_ticks(pid: i32) -> u64 {
     let f: Vec<&str> = rest.split_whitespace().collect();
     // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the name.
     f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+/// CPU ticks of the daemon's threads and of the whole machine, and the store's transactions,
+/// at one moment: the difference of two says where the claims between them spent their time.
+struct CpuSplit {
+    /// The process (every thread, exited ones included).
+    process: u64,
+    /// The main thread: the runtime (HTTP, JSON, routing).
+    runtime: u64,
+    /// The store's writer thread (SQLite, fsync).
+    writer: u64,
+    /// This bench's process: the clients.
+    clients: u64,
+    /// The machine (/proc/stat): busy, stolen by the hypervisor, and all ticks.
+    machine_busy: u64,
+    machine_steal: u64,
+    machine_all: u64,
+    transactions: u64,
+}
+
+impl CpuSplit {
+    fn read(d: &Daemon) -> CpuSplit {
+        let pid = d.pid();
+        let ticks = |path: &str| -> (String, u64) {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            let comm = text
+                .split_once('(')
+                .and_then(|(_, r)| r.rsplit_once(')'))
+                .map(|(c, _)| c.to_string())
+                .unwrap_or_default();
+            let rest = text.rfind(')').map(|i| &text[i + 2..]).unwrap_or("");
+            let f: Vec<u64> = rest
+                .split_whitespace()
+                .filter_map(|v| v.parse().ok())
+                .collect();
+            // utime and stime: fields 14 and 15 of the line, 12 and 13 after the state.
+            (
+                comm,
+                f.get(10).copied().unwrap_or(0) + f.get(11).copied().unwrap_or(0),
+            )
+        };
+        let writer = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| ticks(&format!("{}/stat", e.path().display())))
+            .filter(|(comm, _)| comm == "rtrack-store")
+            .map(|(_, t)| t)
+            .sum();
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let cpu: Vec<u64> = stat
+            .lines()
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        // user nice system idle iowait irq softirq steal (guest time is within user).
+        let field = |i: usize| cpu.get(i).copied().unwrap_or(0);
+        let all: u64 = (0..8).map(field).sum();
+        let r = client::request(&d.socket, "GET", "/metrics", None, Duration::from_secs(10));
+        let body = r
+            .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+            .unwrap_or_default();
+        let transactions = body
+            .lines()
+            .find_map(|l| l.strip_prefix("rtrack_store_commit_seconds_count "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        CpuSplit {
+            process: ticks(&format!("/proc/{pid}/stat")).1,
+            runtime: ticks(&format!("/proc/{pid}/task/{pid}/stat")).1,
+            writer,
+            clients: ticks("/proc/self/stat").1,
+            machine_busy: all - field(3) - field(4) - field(7),
+            machine_steal: field(7),
+            machine_all: all,
+            transactions,
+        }
+    }
+
+    /// One line: microseconds of CPU per claim in each thread group since `before`.
+    fn print_since(&self, before: &CpuSplit, label: &str, claims: usize) {
+        // A tick is 10 ms (USER_HZ 100): per claim in microseconds.
+        let us = |t: u64| t as f64 * 10_000.0 / claims.max(1) as f64;
+        let runtime = self.runtime - before.runtime;
+        let writer = self.writer - before.writer;
+        let pool = (self.process - before.process).saturating_sub(runtime + writer);
+        let commits = (self.transactions - before.transactions).max(1);
+        let all = (self.machine_all - before.machine_all).max(1) as f64;
+        println!(
+            "{label:>12}: runtime thread {:.0} us, blocking pool {:.0} us, store writer {:.0} us, \
+             clients {:.0} us; {:.2} claims per transaction; machine busy {:.0} % (any \
+             process), stolen {:.0} %",
+            us(runtime),
+            us(pool),
+            us(writer),
+            us(self.clients - before.clients),
+            claims as f64 / commits as f64,
+            (self.machine_busy - before.machine_busy) as f64 * 100.0 / all,
+            (self.machine_steal - before.machine_steal) as f64 * 100.0 / all
+        );
+    }
 }
 
 /// A 2-VF claim against a plain one on `host` (`vfs` tracked VFs), at 1 and at 8 clients,
@@ -209,9 +315,17 @@ fn daemon_figures(rtrackd: &Path, label: &str) -> Figures {
 
     // Warm up, then 1 client and 32 clients, side by side.
     run_claims(&d, 1, 50, 1_000_000, 0);
+    let before = CpuSplit::read(&d);
     let (one, wall1) = run_claims(&d, 1, 2000, 2_000_000, 0);
+    let middle = CpuSplit::read(&d);
     let (many, wall32) = run_claims(&d, 32, 125, 3_000_000, 0);
+    let after = CpuSplit::read(&d);
     print_claims(&one, wall1, &many, wall32);
+    println!(
+        "where a claim's time goes (CPU per claim by thread, from /proc; commits from /metrics):"
+    );
+    middle.print_since(&before, "1 client", one.len());
+    after.print_since(&middle, "32 clients", many.len());
     let mut f = Figures {
         one_p50_ms: ms_f(percentile(&one, 0.5)),
         one_p99_ms: ms_f(percentile(&one, 0.99)),
