@@ -6,7 +6,8 @@
 //! - claim latency over the socket (connect, POST /v1/claims, durable commit, answer), p50 /
 //!   p99 / max, with 1 and with 32 concurrent clients, the two runs side by side;
 //! - where a claim's time goes: CPU per claim in the runtime thread, the blocking pool, the
-//!   store's writer and the clients, and claims per store transaction (group commit);
+//!   store's writer and the clients, claims per store transaction (group commit), and the mean
+//!   time a claim spent in the API (the daemon's own histogram) beside what the client saw;
 //! - footprint after 500 claims holding 1,000 VFs: resident memory (VmRSS, VmHWM) and the CPU
 //!   time used while idle between audits;
 //! - a claim of 2 VFs against a claim without PCI, p50 and p99, at 1 and 8 clients, on the large
@@ -125,6 +126,8 @@ struct CpuSplit {
     machine_steal: u64,
     machine_all: u64,
     transactions: u64,
+    /// Seconds the API spent in `POST /v1/claims` (from reading the request to the answer).
+    server_seconds: f64,
 }
 
 impl CpuSplit {
@@ -177,7 +180,14 @@ impl CpuSplit {
             .find_map(|l| l.strip_prefix("rtrack_store_commit_seconds_count "))
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(0);
+        let claims_metric = |name: &str| -> f64 {
+            body.lines()
+                .filter(|l| l.starts_with(name) && l.contains("/v1/claims") && l.contains("POST"))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum()
+        };
         CpuSplit {
+            server_seconds: claims_metric("rtrack_api_request_seconds_sum{"),
             process: ticks(&format!("/proc/{pid}/stat")).1,
             runtime: ticks(&format!("/proc/{pid}/task/{pid}/stat")).1,
             writer,
@@ -198,17 +208,20 @@ impl CpuSplit {
         let pool = (self.process - before.process).saturating_sub(runtime + writer);
         let commits = (self.transactions - before.transactions).max(1);
         let all = (self.machine_all - before.machine_all).max(1) as f64;
+        let server_ms =
+            (self.server_seconds - before.server_seconds) * 1000.0 / claims.max(1) as f64;
         println!(
             "{label:>12}: runtime thread {:.0} us, blocking pool {:.0} us, store writer {:.0} us, \
              clients {:.0} us; {:.2} claims per transaction; machine busy {:.0} % (any \
-             process), stolen {:.0} %",
+             process), stolen {:.0} %; mean time in the API {:.2} ms",
             us(runtime),
             us(pool),
             us(writer),
             us(self.clients - before.clients),
             claims as f64 / commits as f64,
             (self.machine_busy - before.machine_busy) as f64 * 100.0 / all,
-            (self.machine_steal - before.machine_steal) as f64 * 100.0 / all
+            (self.machine_steal - before.machine_steal) as f64 * 100.0 / all,
+            server_ms
         );
     }
 }
