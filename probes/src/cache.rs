@@ -20,12 +20,14 @@
 //! rest of the caches are still reported.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Serialize;
 
+pub use crate::cache_index::parse_size_kb;
+use crate::cache_index::{read_cache, read_kind, read_level, read_size, CacheRead, Index};
 use crate::cpulist::CpuSet;
-use crate::read::{quoted, SysDir, Warnings};
+use crate::read::{SysDir, Warnings};
 use crate::HostRoot;
 
 /// One cache instance of level 2 or above.
@@ -42,23 +44,31 @@ pub struct CacheInstance {
     pub cpus: CpuSet,
 }
 
-/// What one `index<M>` directory says.
-enum IndexRead {
-    /// A level 1 cache: not reported.
-    LevelOne,
-    /// One of level 2 or above.
-    Cache(CacheRead),
-    /// Its level or CPUs cannot be read (warned about).
-    Unreadable,
+/// Whether `index<M>` is the same cache on every CPU whose `index<M>/shared_cpu_list` names
+/// it, so that a CPU's `index<M>` another CPU's list named need not be read at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexNumbering {
+    /// x86: every CPU numbers its caches alike (CPUID leaf 4 order: L1d, L1i, L2, L3, hybrid
+    /// P- and E-cores included), and the kernel builds `shared_cpu_list` index by index.
+    SameOnEveryCpu,
+    /// Elsewhere (device tree, ACPI PPTT): CPUs of different kinds number their caches
+    /// differently, and since Linux 6.3 `shared_cpu_list` names the CPUs with a cache of the
+    /// same level and type at any index. A named CPU's `index<M>` is the same cache only when
+    /// its level (and type, for a split cache) is: those are read first.
+    MayDiffer,
 }
 
-/// A cache of level 2 or above as one `index<M>` says, before instances are merged.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct CacheRead {
-    level: u32,
-    kind: String,
-    cpus: CpuSet,
-    id: Option<u64>,
+impl IndexNumbering {
+    /// The numbering of an architecture as `proc/sys/kernel/arch` (or `uname -m`) names it;
+    /// unknown means it may differ.
+    pub fn for_arch(arch: Option<&str>) -> IndexNumbering {
+        match arch {
+            Some("x86_64" | "x86" | "i386" | "i486" | "i586" | "i686") => {
+                IndexNumbering::SameOnEveryCpu
+            }
+            _ => IndexNumbering::MayDiffer,
+        }
+    }
 }
 
 /// Reads the caches of the online CPUs. `siblings` maps a CPU to its core's CPUs (the CPU
@@ -67,10 +77,14 @@ pub fn probe_caches(
     root: &HostRoot,
     online: &CpuSet,
     siblings: &BTreeMap<u32, CpuSet>,
+    numbering: IndexNumbering,
     w: &mut Warnings,
 ) -> Vec<CacheInstance> {
     let cpu_dir = root.sys_path("devices/system/cpu");
-    let mut scan = Scan::default();
+    let mut scan = Scan {
+        numbering,
+        ..Scan::default()
+    };
     // CPUs whose caches are those of a thread sibling read before them.
     let mut same_as_read = CpuSet::new();
     let mut without = CpuSet::new();
@@ -93,8 +107,8 @@ pub fn probe_caches(
 }
 
 /// What the caches read so far say.
-#[derive(Default)]
 struct Scan {
+    numbering: IndexNumbering,
     found: BTreeMap<(u32, String, CpuSet), CacheInstance>,
     /// (level, type, id) -> the CPUs of the first instance seen with that id.
     ids: BTreeMap<(u32, String, u64), CpuSet>,
@@ -103,7 +117,20 @@ struct Scan {
     /// `index<M>` is the same cache, so theirs is not read again (a 256-CPU host would
     /// otherwise read each L3 256 times).
     at_index: BTreeMap<(u32, u32), usize>,
-    sets: Vec<CpuSet>,
+    /// The caches of `at_index`: level, type and CPUs.
+    known: Vec<(u32, String, CpuSet)>,
+}
+
+impl Default for Scan {
+    fn default() -> Scan {
+        Scan {
+            numbering: IndexNumbering::MayDiffer,
+            found: BTreeMap::new(),
+            ids: BTreeMap::new(),
+            at_index: BTreeMap::new(),
+            known: Vec::new(),
+        }
+    }
 }
 
 impl Scan {
@@ -131,18 +158,29 @@ impl Scan {
             let Some(number) = index_number(name) else {
                 continue;
             };
-            if let Some(&known) = self.at_index.get(&(number, cpu)) {
-                same = same.intersection(&self.sets[known]);
+            let known = self.at_index.get(&(number, cpu)).copied();
+            if let (Some(k), IndexNumbering::SameOnEveryCpu) = (known, self.numbering) {
+                same = same.intersection(&self.known[k].2);
                 continue;
             }
             let index = Index {
                 cache: &cache,
                 name,
             };
-            match read_index(&index, cpu, online, w) {
-                IndexRead::LevelOne => {}
-                IndexRead::Unreadable => same = CpuSet::new(),
-                IndexRead::Cache(read) => {
+            let Some(level) = read_level(&index, w) else {
+                same = CpuSet::new();
+                continue;
+            };
+            if level < 2 {
+                continue;
+            }
+            if let Some(k) = known.filter(|&k| self.is_known(k, level, &index, w)) {
+                same = same.intersection(&self.known[k].2);
+                continue;
+            }
+            match read_cache(&index, cpu, level, online, w) {
+                None => same = CpuSet::new(),
+                Some(read) => {
                     same = same.intersection(&read.cpus);
                     self.record(number, &dir.join(name), read, w);
                 }
@@ -151,11 +189,20 @@ impl Scan {
         Some(same)
     }
 
+    /// True when the `index<M>` of level `level` at `index` is the known cache `k` another
+    /// CPU's `index<M>` named: the same level, and for a split cache the same type (a CPU has
+    /// one cache of each level and type).
+    fn is_known(&self, k: usize, level: u32, index: &Index<'_>, w: &mut Warnings) -> bool {
+        let (known_level, kind, _) = &self.known[k];
+        *known_level == level && (kind == "Unified" || read_kind(index, w) == *kind)
+    }
+
     /// Records one cache read at `index<number>` (`path`).
     fn record(&mut self, number: u32, path: &Path, read: CacheRead, w: &mut Warnings) {
-        self.sets.push(read.cpus.clone());
+        self.known
+            .push((read.level, read.kind.clone(), read.cpus.clone()));
         for c in read.cpus.iter() {
-            self.at_index.insert((number, c), self.sets.len() - 1);
+            self.at_index.insert((number, c), self.known.len() - 1);
         }
         if let Some(id) = read.id {
             self.check_id(path, id, &read, w);
@@ -221,183 +268,6 @@ fn warn_missing(cpu_dir: &Path, online: &CpuSet, without: &CpuSet, w: &mut Warni
     }
 }
 
-/// One `index<M>` of a CPU's listed `cache` directory, whose files are read relative to it.
-struct Index<'a> {
-    cache: &'a SysDir,
-    name: &'a str,
-}
-
-impl Index<'_> {
-    /// Reads `index<M>/<file>` like [`SysDir::read_optional`].
-    fn read_optional(&self, file: &str, w: &mut Warnings) -> Option<String> {
-        self.cache
-            .read_optional(&format!("{}/{file}", self.name), w)
-    }
-
-    /// Path of `index<M>/<file>`, for messages.
-    fn join(&self, file: &str) -> PathBuf {
-        self.cache.join(self.name).join(file)
-    }
-
-    /// Path of `index<M>`, for messages.
-    fn path(&self) -> PathBuf {
-        self.cache.join(self.name)
-    }
-}
-
-/// Reads one `index<M>` of `cpu`: its level, and for a cache of level 2 or above, what it
-/// is and which online CPUs share it.
-fn read_index(d: &Index<'_>, cpu: u32, online: &CpuSet, w: &mut Warnings) -> IndexRead {
-    let Some(level) = read_level(d, w) else {
-        return IndexRead::Unreadable;
-    };
-    if level < 2 {
-        return IndexRead::LevelOne;
-    }
-    match read_cache(d, cpu, level, online, w) {
-        Some(read) => IndexRead::Cache(read),
-        None => IndexRead::Unreadable,
-    }
-}
-
-/// The type, CPUs and id of a cache of level 2 or above; `None`, with a warning, when its CPUs
-/// cannot be read.
-fn read_cache(
-    d: &Index<'_>,
-    cpu: u32,
-    level: u32,
-    online: &CpuSet,
-    w: &mut Warnings,
-) -> Option<CacheRead> {
-    let kind = match d.read_optional("type", w) {
-        Some(t) if ["Unified", "Data", "Instruction"].contains(&t.as_str()) => t,
-        Some(t) => {
-            w.push(
-                &d.join("type"),
-                format!(
-                    "value {} is not Unified, Data or Instruction: taken as Unified (as hwloc does)",
-                    quoted(&t)
-                ),
-            );
-            "Unified".to_string()
-        }
-        None => "Unified".to_string(),
-    };
-    let mut cpus = read_shared(d, w)?.intersection(online);
-    if !cpus.contains(cpu) {
-        if !cpus.is_empty() {
-            w.push(
-                &d.join("shared_cpu_list"),
-                format!("CPUs {cpus} sharing the cache do not include CPU {cpu} itself"),
-            );
-        }
-        cpus.insert(cpu);
-    }
-    let id = d.read_optional("id", w).and_then(|raw| match raw.parse() {
-        Ok(id) => Some(id),
-        Err(_) => {
-            w.push(
-                &d.join("id"),
-                format!("value {} is not a cache id", quoted(&raw)),
-            );
-            None
-        }
-    });
-    Some(CacheRead {
-        level,
-        kind,
-        cpus,
-        id,
-    })
-}
-
-/// `index<M>/level`, read without opening `index<M>`; `None`, with a warning, when it is
-/// missing or not a level. When it cannot be read, `index<M>` is opened as a directory after
-/// all, so that an odd one (a file, a dangling link, unreadable) is skipped and warned about
-/// as such rather than as a missing `level`.
-fn read_level(d: &Index<'_>, w: &mut Warnings) -> Option<u32> {
-    let mut level_w = Warnings::new();
-    let raw = d.read_optional("level", &mut level_w);
-    if raw.is_none() {
-        SysDir::open_unlisted(&d.path(), w)?;
-    }
-    w.extend(level_w);
-    let Some(raw) = raw else {
-        w.push(
-            &d.join("level"),
-            "file is missing: cache level unknown, cache skipped",
-        );
-        return None;
-    };
-    match raw.parse::<u32>() {
-        Ok(level) => Some(level),
-        Err(_) => {
-            w.push(
-                &d.join("level"),
-                format!("value {} is not a cache level: cache skipped", quoted(&raw)),
-            );
-            None
-        }
-    }
-}
-
-/// `shared_cpu_list`, else `shared_cpu_map`; a warning and `None` when neither is readable.
-fn read_shared(d: &Index<'_>, w: &mut Warnings) -> Option<CpuSet> {
-    type Parser = fn(&str) -> Result<CpuSet, String>;
-    let sources: [(&str, Parser); 2] = [
-        ("shared_cpu_list", CpuSet::parse_list),
-        ("shared_cpu_map", CpuSet::parse_map),
-    ];
-    for (name, parse) in sources {
-        let Some(raw) = d.read_optional(name, w) else {
-            continue;
-        };
-        match parse(&raw) {
-            Ok(s) => return Some(s),
-            Err(e) => w.push(&d.join(name), format!("not a CPU set: {e}")),
-        }
-    }
-    w.push(
-        &d.path(),
-        "neither shared_cpu_list nor shared_cpu_map is readable: cache skipped",
-    );
-    None
-}
-
-/// `size` in KiB (`32768K`; `M` and a bare number are taken too), with a warning when it is
-/// missing or not a size.
-fn read_size(dir: &Path, w: &mut Warnings) -> Option<u64> {
-    let path = dir.join("size");
-    let Some(raw) = crate::read::read_optional(&path, w) else {
-        w.push(&path, "file is missing: cache size unknown");
-        return None;
-    };
-    match parse_size_kb(&raw) {
-        Some(kb) => Some(kb),
-        None => {
-            w.push(
-                &path,
-                format!("value {} is not a size like 32768K", quoted(&raw)),
-            );
-            None
-        }
-    }
-}
-
-/// `32768K` -> 32768; `32M` -> 32768; `1024` -> 1024 (KiB, as the kernel means it).
-pub fn parse_size_kb(raw: &str) -> Option<u64> {
-    let raw = raw.trim();
-    let (digits, scale) = match raw.as_bytes().last()? {
-        b'K' | b'k' => (&raw[..raw.len() - 1], 1),
-        b'M' | b'm' => (&raw[..raw.len() - 1], 1024),
-        _ => (raw, 1),
-    };
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse::<u64>().ok()?.checked_mul(scale)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -447,6 +317,7 @@ mod tests {
             &HostRoot::under(dir.path()),
             &online,
             &BTreeMap::new(),
+            IndexNumbering::MayDiffer,
             &mut w,
         );
         assert!(w.is_empty(), "{w:?}");
@@ -469,42 +340,93 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_threads_caches_are_its_siblings_and_a_known_index_is_not_read_again() {
-        let dir = tempfile::tempdir().unwrap();
-        // Cores {0,2} and {1,3}; an L3 over all four. CPU 2 has only broken files: it is
-        // never read, since CPU 0 of its core has every cache it has.
+    /// Cores {0,2} and {1,3}; an L3 over all four. CPU 2 has only broken files: it is never
+    /// read, since CPU 0 of its core has every cache it has.
+    fn two_cores_with_a_broken_thread(dir: &Path) {
         for cpu in [0u32, 1, 3] {
-            index(dir.path(), cpu, 0, 1, "Data", "48K", "");
+            index(dir, cpu, 0, 1, "Data", "48K", "");
             // CPU 1's and 3's L2s do not hold each other, though the topology says they share
             // a core: both are read (an L2 each).
             let l2 = ["0,2", "1", "", "3"][cpu as usize];
-            index(dir.path(), cpu, 2, 2, "Unified", "2048K", l2);
-            index(dir.path(), cpu, 3, 3, "Unified", "32768K", "0-3");
+            index(dir, cpu, 2, 2, "Unified", "2048K", l2);
+            index(dir, cpu, 3, 3, "Unified", "32768K", "0-3");
         }
-        write(
-            dir.path(),
-            "sys/devices/system/cpu/cpu2/cache/index2/level",
-            "x\n",
-        );
-        let siblings: BTreeMap<u32, CpuSet> = [(0, "0,2"), (2, "0,2"), (1, "1,3"), (3, "1,3")]
-            .into_iter()
-            .map(|(c, s)| (c, CpuSet::parse_list(s).unwrap()))
+        write(dir, "sys/devices/system/cpu/cpu2/cache/index2/level", "x\n");
+    }
+
+    /// The caches as `L<level> <cpus>`, and the files opened to read them.
+    fn caches_and_opens(
+        dir: &Path,
+        online: &str,
+        siblings: &[(u32, &str)],
+        numbering: IndexNumbering,
+    ) -> (Vec<String>, u64) {
+        let siblings: BTreeMap<u32, CpuSet> = siblings
+            .iter()
+            .map(|&(c, s)| (c, CpuSet::parse_list(s).unwrap()))
             .collect();
-        let online = CpuSet::parse_list("0-3").unwrap();
+        let online = CpuSet::parse_list(online).unwrap();
         let mut w = Warnings::new();
         let before = crate::confine::opens_attempted();
-        let c = probe_caches(&HostRoot::under(dir.path()), &online, &siblings, &mut w);
+        let c = probe_caches(&HostRoot::under(dir), &online, &siblings, numbering, &mut w);
         let opens = crate::confine::opens_attempted() - before;
         assert!(w.is_empty(), "{w:?}");
-        let shown: Vec<String> = c
-            .iter()
-            .map(|c| format!("L{} {}", c.level, c.cpus))
-            .collect();
+        let shown = c.iter().map(|c| format!("L{} {}", c.level, c.cpus));
+        (shown.collect(), opens)
+    }
+
+    #[test]
+    fn a_threads_caches_are_its_siblings_and_a_known_index_is_not_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        two_cores_with_a_broken_thread(dir.path());
+        let cores = [(0, "0,2"), (2, "0,2"), (1, "1,3"), (3, "1,3")];
+        let (shown, opens) =
+            caches_and_opens(dir.path(), "0-3", &cores, IndexNumbering::SameOnEveryCpu);
         assert_eq!(shown, ["L2 0,2", "L2 1", "L2 3", "L3 0-3"]);
         // CPU 0: its listing, index0's level, then level, type, shared_cpu_list, id (missing)
         // and size of its L2 and L3; CPUs 1 and 3: the same but for the L3, known from CPU 0.
         assert_eq!(opens, (1 + 1 + 5 + 5) + (1 + 1 + 5) + (1 + 1 + 5));
+        // Where the numbering may differ, the known L3's level is read first (it is unified:
+        // its type need not be).
+        let (shown, opens) = caches_and_opens(dir.path(), "0-3", &cores, IndexNumbering::MayDiffer);
+        assert_eq!(shown, ["L2 0,2", "L2 1", "L2 3", "L3 0-3"]);
+        assert_eq!(opens, (1 + 1 + 5 + 5) + (1 + 1 + 5 + 1) + (1 + 1 + 5 + 1));
+    }
+
+    #[test]
+    fn cpus_of_two_kinds_numbering_their_caches_differently_each_keep_their_own() {
+        // A device-tree host since Linux 6.3: CPUs 0-1 have L1s and an L3 at index2; CPUs 2-3
+        // have L1s, their own L2 at index2 and the L3 at index3. CPU 0's L3 lists CPUs 2-3
+        // (the kernel matches caches by level and type, not by index): their index2 is
+        // nevertheless their L2.
+        let dir = tempfile::tempdir().unwrap();
+        for cpu in 0..4u32 {
+            index(dir.path(), cpu, 0, 1, "Data", "64K", &cpu.to_string());
+            index(
+                dir.path(),
+                cpu,
+                1,
+                1,
+                "Instruction",
+                "64K",
+                &cpu.to_string(),
+            );
+            if cpu < 2 {
+                index(dir.path(), cpu, 2, 3, "Unified", "8192K", "0-3");
+            } else {
+                index(dir.path(), cpu, 2, 2, "Unified", "512K", &cpu.to_string());
+                index(dir.path(), cpu, 3, 3, "Unified", "8192K", "0-3");
+            }
+        }
+        let (shown, _) = caches_and_opens(dir.path(), "0-3", &[], IndexNumbering::MayDiffer);
+        assert_eq!(shown, ["L2 2", "L2 3", "L3 0-3"]);
+        // A split L2 named by another CPU's list is checked by its type too.
+        index(dir.path(), 0, 2, 2, "Data", "512K", "0-1");
+        index(dir.path(), 0, 3, 2, "Instruction", "512K", "0");
+        index(dir.path(), 1, 2, 2, "Instruction", "512K", "1");
+        index(dir.path(), 1, 3, 2, "Data", "512K", "0-1");
+        let (shown, _) = caches_and_opens(dir.path(), "0-1", &[], IndexNumbering::MayDiffer);
+        assert_eq!(shown, ["L2 0-1", "L2 0", "L2 1"]);
     }
 
     #[test]
@@ -528,6 +450,7 @@ mod tests {
             &HostRoot::under(dir.path()),
             &online,
             &BTreeMap::new(),
+            IndexNumbering::MayDiffer,
             &mut w,
         );
         assert_eq!(c.len(), 2);
@@ -566,6 +489,7 @@ mod tests {
             &HostRoot::under(dir.path()),
             &online,
             &BTreeMap::new(),
+            IndexNumbering::MayDiffer,
             &mut w,
         );
         assert_eq!(c.len(), 1);
@@ -587,6 +511,7 @@ mod tests {
             &HostRoot::under(dir.path()),
             &online,
             &BTreeMap::new(),
+            IndexNumbering::MayDiffer,
             &mut w
         )
         .is_empty());

@@ -433,48 +433,89 @@ mod tests {
         assert_eq!(topo, expect);
     }
 
-    #[test]
-    fn package_and_die_ids_are_read_once_per_group_and_an_absent_cluster_id_once() {
-        // Two packages of two single-thread cores; the lists name each package's CPUs (CPU 4
-        // is offline). CPUs 1 and 3 have no id files of their own: their package and die come
-        // from the lists read on CPUs 0 and 2. No CPU has cluster_id.
-        let dir = tempfile::tempdir().unwrap();
-        let cpus = dir.path().join("sys/devices/system/cpu");
+    /// Two packages (7 and 8) of two single-thread cores, CPUs 0-1 and 2-3 (CPU 4 offline):
+    /// every CPU has its core, package and die ids; CPUs 0 and 2 have the lists, `lists(cpu)`.
+    fn two_packages(dir: &std::path::Path, lists: impl Fn(u32) -> Option<&'static str>) {
+        let cpus = dir.join("sys/devices/system/cpu");
         for cpu in 0..4u32 {
             let topo = cpus.join(format!("cpu{cpu}/topology"));
             std::fs::create_dir_all(&topo).unwrap();
             std::fs::write(topo.join("core_id"), format!("{cpu}\n")).unwrap();
             std::fs::write(topo.join("core_cpus_list"), format!("{cpu}\n")).unwrap();
-            if cpu % 2 == 0 {
-                let package = cpu / 2 + 7;
-                let list = if cpu == 0 { "0-1,4\n" } else { "2-3\n" };
-                std::fs::write(topo.join("physical_package_id"), format!("{package}\n")).unwrap();
+            std::fs::write(
+                topo.join("physical_package_id"),
+                format!("{}\n", cpu / 2 + 7),
+            )
+            .unwrap();
+            std::fs::write(topo.join("die_id"), "0\n").unwrap();
+            if let Some(list) = lists(cpu) {
                 std::fs::write(topo.join("package_cpus_list"), list).unwrap();
-                std::fs::write(topo.join("die_id"), "0\n").unwrap();
                 std::fs::write(topo.join("die_cpus_list"), list).unwrap();
             }
         }
+    }
+
+    /// A CPU's (package, die, cluster) ids.
+    type Ids = (Option<i64>, Option<i64>, Option<i64>);
+
+    /// (package, die, cluster) per CPU, the number of sockets, and the files opened.
+    fn ids_and_opens(dir: &std::path::Path) -> (Vec<Ids>, u32, u64) {
         let lists = CpuLists {
             online: CpuSet::parse_list("0-3").unwrap(),
             ..CpuLists::default()
         };
         let mut w = Warnings::new();
-        let root = HostRoot::under(dir.path());
+        let root = HostRoot::under(dir);
         let before = crate::confine::opens_attempted();
         let info = probe_cpu(&root, lists, &BTreeMap::new(), &mut w);
         let opens = crate::confine::opens_attempted() - before;
-        let ids: Vec<(Option<i64>, Option<i64>, Option<i64>)> = info
-            .cpus
-            .iter()
-            .map(|c| (c.package, c.die, c.cluster))
-            .collect();
+        let ids = info.cpus.iter().map(|c| (c.package, c.die, c.cluster));
+        (ids.collect(), info.sockets, opens)
+    }
+
+    #[test]
+    fn package_and_die_ids_are_read_once_per_group_and_an_absent_cluster_id_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        two_packages(dir.path(), |cpu| {
+            [Some("0-1,4\n"), None, Some("2-3\n"), None][cpu as usize]
+        });
+        let (ids, sockets, opens) = ids_and_opens(dir.path());
         let (p7, p8) = ((Some(7), Some(0), None), (Some(8), Some(0), None));
         assert_eq!(ids, [p7, p7, p8, p8]);
-        assert_eq!(info.sockets, 2);
-        // Per CPU core_id and core_cpus_list; on CPUs 0 and 2 the package's and the die's id
-        // and list; cluster_id tried on CPU 0 only; once: the cpu directory, smt/active (missing),
-        // cpuinfo and kernel/arch (missing).
-        assert_eq!(opens, 4 * 2 + 2 * 4 + 1 + 4);
+        assert_eq!(sockets, 2);
+        // Per CPU core_id and core_cpus_list; on CPUs 0 and 2 the package's and the die's id,
+        // list, and the id of the list's last CPU (1 and 3) to check the list; cluster_id
+        // tried on CPUs 0 and 1; once: the cpu directory, smt/active (missing), cpuinfo and
+        // kernel/arch (missing).
+        assert_eq!(opens, 4 * 2 + 2 * 6 + 2 + 4);
+    }
+
+    #[test]
+    fn a_package_list_naming_another_package_is_not_taken_and_ids_are_read_per_core() {
+        // POWER: package_cpus_list is the NUMA node's CPUs, here both packages.
+        let dir = tempfile::tempdir().unwrap();
+        two_packages(dir.path(), |_| Some("0-3\n"));
+        let (ids, sockets, _) = ids_and_opens(dir.path());
+        let (p7, p8) = ((Some(7), Some(0), None), (Some(8), Some(0), None));
+        assert_eq!(ids, [p7, p7, p8, p8]);
+        assert_eq!(sockets, 2);
+    }
+
+    #[test]
+    fn a_die_id_missing_on_one_cpu_only_or_unreadable_is_still_read_on_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        two_packages(dir.path(), |_| None);
+        let cpus = dir.path().join("sys/devices/system/cpu");
+        std::fs::remove_file(cpus.join("cpu0/topology/die_id")).unwrap();
+        let (ids, _, _) = ids_and_opens(dir.path());
+        let dies: Vec<Option<i64>> = ids.iter().map(|i| i.1).collect();
+        assert_eq!(dies, [None, Some(0), Some(0), Some(0)]);
+        // Unreadable (a directory) is not absent either.
+        std::fs::create_dir(cpus.join("cpu0/topology/die_id")).unwrap();
+        std::fs::remove_file(cpus.join("cpu1/topology/die_id")).unwrap();
+        let (ids, _, _) = ids_and_opens(dir.path());
+        let dies: Vec<Option<i64>> = ids.iter().map(|i| i.1).collect();
+        assert_eq!(dies, [None, None, Some(0), Some(0)]);
     }
 
     #[test]

@@ -24,11 +24,20 @@ struct Topology<'a> {
     dir: &'a SysDir,
     prefix: String,
     path: PathBuf,
+    /// The `cpu` directory, through which other CPUs' files are read (when it could be opened).
+    cpus: Option<&'a SysDir>,
 }
 
 impl Topology<'_> {
     fn read_optional(&self, name: &str, w: &mut Warnings) -> Option<String> {
         self.dir.read_optional(&format!("{}{name}", self.prefix), w)
+    }
+
+    /// Another CPU's `topology/<name>`; `None` when it cannot be read.
+    fn read_other(&self, cpu: u32, name: &str) -> Option<String> {
+        let mut ignored = Warnings::new();
+        self.cpus?
+            .read_optional(&format!("cpu{cpu}/topology/{name}"), &mut ignored)
     }
 
     fn join(&self, name: &str) -> PathBuf {
@@ -55,6 +64,7 @@ pub(crate) fn read_core(
             dir,
             prefix: format!("cpu{id}/topology/"),
             path: path.clone(),
+            cpus,
         },
         None => {
             own = open_topology(&path, w)?;
@@ -62,6 +72,7 @@ pub(crate) fn read_core(
                 dir: &own,
                 prefix: String::new(),
                 path: path.clone(),
+                cpus: None,
             }
         }
     };
@@ -180,12 +191,15 @@ struct GroupId {
     /// in or not, for all CPUs alike): missing on the first CPU read, it is not looked for on
     /// the others.
     all_or_none: bool,
-    /// Nothing read yet.
-    first: bool,
-    /// The id file (when `all_or_none`) is missing on the first CPU read.
+    /// CPUs whose id file was read (or looked for).
+    reads: u32,
+    /// Of the first CPUs read, those in a row whose id file is missing (not unreadable).
+    missing_from_start: u32,
+    /// The id file (when `all_or_none`) is missing on the first two CPUs read.
     no_file: bool,
-    /// Every list is missing on the first CPU read (kernels before 5.7 have no die lists):
-    /// the id is read per core.
+    /// The id is read per core: every list is missing on the first CPU read (kernels before
+    /// 5.7 have no die lists), or a list named a CPU of another id (on POWER the package
+    /// lists are the NUMA node's CPUs), or other CPUs' files cannot be read.
     no_list: bool,
     online: CpuSet,
     /// The ids of the online CPUs named by a list read so far.
@@ -203,7 +217,8 @@ impl GroupId {
             file,
             lists,
             all_or_none,
-            first: true,
+            reads: 0,
+            missing_from_start: 0,
             no_file: false,
             no_list: lists.is_empty(),
             online: online.clone(),
@@ -220,23 +235,42 @@ impl GroupId {
         if self.no_file {
             return None;
         }
-        let first = std::mem::replace(&mut self.first, false);
-        let Some(raw) = topo.read_optional(self.file, w) else {
-            self.no_file = first && self.all_or_none;
-            return None;
-        };
-        let value = parse_int(&raw, &topo.join(self.file), "an integer id", w)?;
+        let first = self.reads == 0;
+        let mut rw = Warnings::new();
+        let raw = topo.read_optional(self.file, &mut rw);
+        let missing = raw.is_none() && rw.is_empty();
+        w.extend(rw);
+        if self.reads == self.missing_from_start && missing {
+            self.missing_from_start += 1;
+        }
+        self.reads += 1;
+        // Absent on the first two CPUs: built for none (one CPU's missing file may be a
+        // capture's gap, an unreadable one is not absent).
+        self.no_file = self.all_or_none && self.missing_from_start >= 2;
+        let value = parse_int(&raw?, &topo.join(self.file), "an integer id", w)?;
         if !self.no_list {
             let members = read_set(topo, id, self.lists, w);
             self.no_list = first && members.is_none();
-            for cpu in members
-                .unwrap_or_default()
-                .intersection(&self.online)
-                .iter()
-            {
-                self.known.entry(cpu).or_insert(value);
+            let members = members.unwrap_or_default().intersection(&self.online);
+            if self.list_holds(topo, id, value, &members) {
+                for cpu in members.iter() {
+                    self.known.entry(cpu).or_insert(value);
+                }
+            } else {
+                self.no_list = true;
             }
         }
         Some(value)
+    }
+
+    /// True when the last CPU of `members` but `id` has the id `value` too: a list that names
+    /// a CPU of another id (POWER's `package_cpus_list` is its NUMA node's CPUs, a hostile tree)
+    /// is not the group's, and the ids are read per core from then on.
+    fn list_holds(&self, topo: &Topology<'_>, id: u32, value: i64, members: &CpuSet) -> bool {
+        let Some(last) = members.iter().filter(|&c| c != id).last() else {
+            return true;
+        };
+        let other = topo.read_other(last, self.file);
+        other.and_then(|raw| raw.trim().parse::<i64>().ok()) == Some(value)
     }
 }

@@ -18,6 +18,7 @@
 //! [`probe_host`] runs them all in the order their inputs need.
 
 pub mod cache;
+mod cache_index;
 pub mod confine;
 pub mod core_type;
 pub mod cpu;
@@ -133,7 +134,8 @@ pub fn probe_host(root: &HostRoot, opts: &ProbeOptions) -> Result<HostInventory,
         .iter()
         .map(|c| (c.id, c.thread_siblings.clone()))
         .collect();
-    let caches = cache::probe_caches(root, &cpu.online, &siblings, &mut w);
+    let numbering = cache::IndexNumbering::for_arch(cpu.arch.as_deref());
+    let caches = cache::probe_caches(root, &cpu.online, &siblings, numbering, &mut w);
     let core_types = core_type::probe_core_types(root, &cpu.present, &mut w);
     let memory = memory::probe_memory(root, &mut w);
     let disks = disk::probe_disks(root, &opts.disk, &mut w);

@@ -53,15 +53,23 @@ fn large_host_opens_few_files_per_function_and_per_cpu() {
     let (cpu, topology) = opens_of(|| cpu::probe_cpu(&root, lists, &topo.cpu_nodes, &mut w));
     // Per core (its threads share it): core_id, core_cpus_list and cluster_id, relative to the
     // `cpu` directory; per package (one die each): physical_package_id, package_cpus_list,
-    // die_id and die_cpus_list; once: that directory, smt/active, cpuinfo, kernel/arch.
+    // die_id and die_cpus_list, and the package and die ids of each list's last CPU (the
+    // lists' check); once: that directory, smt/active, cpuinfo, kernel/arch.
     let sockets = u64::from(inv.cpu.sockets);
-    assert_eq!(topology, 3 * cores + 4 * sockets + 4, "CPU topology");
+    assert_eq!(topology, 3 * cores + 6 * sockets + 4, "CPU topology");
     let siblings = cpu
         .cpus
         .iter()
         .map(|c| (c.id, c.thread_siblings.clone()))
         .collect();
-    let (_, caches) = opens_of(|| cache::probe_caches(&root, &cpu.online, &siblings, &mut w));
+    let numbering = cache::IndexNumbering::for_arch(cpu.arch.as_deref());
+    assert_eq!(
+        numbering,
+        cache::IndexNumbering::SameOnEveryCpu,
+        "an x86 host"
+    );
+    let (_, caches) =
+        opens_of(|| cache::probe_caches(&root, &cpu.online, &siblings, numbering, &mut w));
     // Per core, once for its threads (they share every cache): its `cache` listing and the
     // level of its two L1 indexes; per cache instance, read from its first CPU only: level,
     // type, shared_cpu_list, id and size. The other CPUs of an L3 do not read its index.
