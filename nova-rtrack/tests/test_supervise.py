@@ -10,6 +10,7 @@ import sys
 import tempfile
 import time
 import unittest
+from unittest import mock
 
 from nova_rtrack.testing import supervise
 
@@ -67,9 +68,10 @@ class SupervisedRun(unittest.TestCase):
         self.assertLess(took, 60, 'the hung test was not stopped')
 
     def test_a_test_that_hangs_again_fails_and_the_tests_after_it_run(self) -> None:
-        run, _, _ = self.run_cases(HANG_CASES_ALWAYS='1')
+        run, _, _ = self.run_cases(HANG_CASES_ALWAYS='b')
         self.assertEqual({'test_a': 'passed', 'test_b': 'failed', 'test_c': 'passed'},
                          self.outcomes(run))
+        self.assertEqual(3, len(run.records), run.records)
         b = [r for r in run.records if r['id'].endswith('test_b')]
         self.assertEqual(1, len(b))
         self.assertIn('hung again', b[0]['detail'])
@@ -88,9 +90,23 @@ class SupervisedRun(unittest.TestCase):
         self.assertIn('told to fail', c['detail'])
 
 
+    def test_past_the_hung_tests_allowed_the_rest_is_given_up_and_said_so(self) -> None:
+        with mock.patch.object(supervise, 'MAX_HUNG_TESTS', 1):
+            run, _, _ = self.run_cases(HANG_CASES_ALWAYS='abc')
+        # test_a hangs twice (failed); test_b is the second test to hang: given up, and
+        # test_c, never run, is named in the closing failure.
+        self.assertEqual({'test_a': 'failed', 'test_b': 'failed', 'hung_tests': 'failed'},
+                         self.outcomes(run))
+        self.assertIn('hung again', run.records[0]['detail'])
+        self.assertIn('the 1 tests after it', run.records[2]['detail'])
+        self.assertEqual(3, run.attempts)
+
+
 class StreamTest(unittest.TestCase):
     def test_results_details_and_the_running_test(self) -> None:
         s = supervise.Stream()
+        self.assertEqual('protocol', s.feed('TESTS 12\n', 9.0))
+        self.assertEqual(12, s.total)
         self.assertEqual('protocol', s.feed('START m.C.t1\n', 10.0))
         self.assertEqual(('m.C.t1', 5.0), s.running_for(15.0))
         self.assertEqual('log', s.feed('anything a test prints\n', 11.0))

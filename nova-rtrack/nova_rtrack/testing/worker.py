@@ -172,6 +172,9 @@ def main(argv: list[str]) -> int:
             load_errors.append({'id': name, 'outcome': 'failed', 'time': 0.0,
                                 'detail': traceback.format_exc()})
     suite = without_skipped(without_excluded(suite, a.exclude), result)
+    # How many tests this process runs: its supervisor can tell what a hang left unrun.
+    sys.__stderr__.write('TESTS %d\n' % suite.countTestCases())
+    sys.__stderr__.flush()
     try:
         suite.run(result)
     except Exception:  # noqa
