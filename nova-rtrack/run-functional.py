@@ -142,8 +142,7 @@ def main() -> int:
             run = supervise.run_resuming(cmd_for, summary, sp, env, logf, log, echo,
                                          hang_after=hang_after)
         wall = time.time() - t0
-        s = {'records': run.records, **({'harness': run.summary['harness']}
-                                        if run.summary and 'harness' in run.summary else {})}
+        s = {'records': run.records, 'harness': (run.summary or {}).get('harness')}
         if run.attempts > 1 or run.summary is None:
             # The worker's own XML holds its last process only: the whole unit's, merged.
             write_junit(junit, short, run.records, wall)

@@ -11,9 +11,10 @@
 //! `size` is read as the number before its `K`. Level 1 caches are skipped after reading their
 //! `level` (no policy needs them).
 //!
-//! Each cache is read once, from its first CPU: the kernel lists in `index<M>/shared_cpu_list`
-//! the CPUs whose `index<M>` is that same cache, so their `index<M>` is not opened; and a
-//! thread whose core sibling, read before it, has caches of level 2 and above that all hold
+//! Each cache is read once, from its first CPU: the CPUs its `index<M>/shared_cpu_list` names
+//! share it, so on x86 (where every CPU numbers its caches alike) their `index<M>` is not
+//! opened, and elsewhere only its `level` (and `type`, for a split cache) is read to confirm it
+//! is that cache ([`IndexNumbering`]); and a thread whose core sibling, read before it, has caches of level 2 and above that all hold
 //! the thread is not read at all (threads of a core share its level 1 caches too). On a
 //! 256-CPU host that is 3 opens per core plus 5 per cache instead of 14 per CPU. A CPU without a `cache` directory (guests, some ARM boards,
 //! captures that left it out) or an index whose files are missing or odd is a warning; the
@@ -46,7 +47,7 @@ pub struct CacheInstance {
 
 /// Whether `index<M>` is the same cache on every CPU whose `index<M>/shared_cpu_list` names
 /// it, so that a CPU's `index<M>` another CPU's list named need not be read at all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum IndexNumbering {
     /// x86: every CPU numbers its caches alike (CPUID leaf 4 order: L1d, L1i, L2, L3, hybrid
     /// P- and E-cores included), and the kernel builds `shared_cpu_list` index by index.
@@ -55,6 +56,7 @@ pub enum IndexNumbering {
     /// differently, and since Linux 6.3 `shared_cpu_list` names the CPUs with a cache of the
     /// same level and type at any index. A named CPU's `index<M>` is the same cache only when
     /// its level (and type, for a split cache) is: those are read first.
+    #[default]
     MayDiffer,
 }
 
@@ -107,30 +109,19 @@ pub fn probe_caches(
 }
 
 /// What the caches read so far say.
+#[derive(Default)]
 struct Scan {
     numbering: IndexNumbering,
     found: BTreeMap<(u32, String, CpuSet), CacheInstance>,
     /// (level, type, id) -> the CPUs of the first instance seen with that id.
     ids: BTreeMap<(u32, String, u64), CpuSet>,
-    /// (index number, CPU) -> the CPUs of the cache at that index of that CPU, for every CPU
-    /// of every cache read: the kernel lists in `index<M>/shared_cpu_list` the CPUs whose
-    /// `index<M>` is the same cache, so theirs is not read again (a 256-CPU host would
-    /// otherwise read each L3 256 times).
+    /// (index number, CPU) -> the cache read at that index of another CPU whose
+    /// `shared_cpu_list` names this one: on x86 the same cache, not read again (a 256-CPU host
+    /// would otherwise read each L3 256 times); elsewhere, the same cache if its level (and
+    /// type) say so ([`IndexNumbering`]).
     at_index: BTreeMap<(u32, u32), usize>,
     /// The caches of `at_index`: level, type and CPUs.
     known: Vec<(u32, String, CpuSet)>,
-}
-
-impl Default for Scan {
-    fn default() -> Scan {
-        Scan {
-            numbering: IndexNumbering::MayDiffer,
-            found: BTreeMap::new(),
-            ids: BTreeMap::new(),
-            at_index: BTreeMap::new(),
-            known: Vec::new(),
-        }
-    }
 }
 
 impl Scan {
@@ -174,11 +165,14 @@ impl Scan {
             if level < 2 {
                 continue;
             }
-            if let Some(k) = known.filter(|&k| self.is_known(k, level, &index, w)) {
-                same = same.intersection(&self.known[k].2);
-                continue;
+            let mut kind = None;
+            if let Some(k) = known {
+                if self.is_known(k, level, &index, &mut kind, w) {
+                    same = same.intersection(&self.known[k].2);
+                    continue;
+                }
             }
-            match read_cache(&index, cpu, level, online, w) {
+            match read_cache(&index, cpu, level, kind, online, w) {
                 None => same = CpuSet::new(),
                 Some(read) => {
                     same = same.intersection(&read.cpus);
@@ -191,10 +185,21 @@ impl Scan {
 
     /// True when the `index<M>` of level `level` at `index` is the known cache `k` another
     /// CPU's `index<M>` named: the same level, and for a split cache the same type (a CPU has
-    /// one cache of each level and type).
-    fn is_known(&self, k: usize, level: u32, index: &Index<'_>, w: &mut Warnings) -> bool {
+    /// one cache of each level and type). A type read to tell is left in `read`, so that it is
+    /// not read again.
+    fn is_known(
+        &self,
+        k: usize,
+        level: u32,
+        index: &Index<'_>,
+        read: &mut Option<String>,
+        w: &mut Warnings,
+    ) -> bool {
         let (known_level, kind, _) = &self.known[k];
-        *known_level == level && (kind == "Unified" || read_kind(index, w) == *kind)
+        if *known_level != level {
+            return false;
+        }
+        kind == "Unified" || read.insert(read_kind(index, w)) == kind
     }
 
     /// Records one cache read at `index<number>` (`path`).
@@ -425,8 +430,13 @@ mod tests {
         index(dir.path(), 0, 3, 2, "Instruction", "512K", "0");
         index(dir.path(), 1, 2, 2, "Instruction", "512K", "1");
         index(dir.path(), 1, 3, 2, "Data", "512K", "0-1");
-        let (shown, _) = caches_and_opens(dir.path(), "0-1", &[], IndexNumbering::MayDiffer);
+        let (shown, opens) = caches_and_opens(dir.path(), "0-1", &[], IndexNumbering::MayDiffer);
         assert_eq!(shown, ["L2 0-1", "L2 0", "L2 1"]);
+        // Each CPU: its listing, two L1 levels, and two L2s of 5 files each (level, type,
+        // shared_cpu_list, id, size), but for the size of CPU 1's data L2, the instance CPU 0
+        // found. CPU 1's index2, named by CPU 0's, has its type read once, to tell it is not
+        // that cache, and not again to read it.
+        assert_eq!(opens, 2 * (1 + 2 + 5 + 5) - 1);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::cpulist::CpuSet;
-use crate::read::{quoted, SysDir, Warnings};
+use crate::read::{parse_int, quoted, SysDir, Warnings};
 
 /// A cache of level 2 or above as one `index<M>` says, before instances are merged.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,10 +46,12 @@ pub(crate) fn read_cache(
     d: &Index<'_>,
     cpu: u32,
     level: u32,
+    kind: Option<String>,
     online: &CpuSet,
     w: &mut Warnings,
 ) -> Option<CacheRead> {
-    let kind = read_kind(d, w);
+    // The type, unless the caller has read it already.
+    let kind = kind.unwrap_or_else(|| read_kind(d, w));
     let mut cpus = read_shared(d, w)?.intersection(online);
     if !cpus.contains(cpu) {
         if !cpus.is_empty() {
@@ -60,16 +62,9 @@ pub(crate) fn read_cache(
         }
         cpus.insert(cpu);
     }
-    let id = d.read_optional("id", w).and_then(|raw| match raw.parse() {
-        Ok(id) => Some(id),
-        Err(_) => {
-            w.push(
-                &d.join("id"),
-                format!("value {} is not a cache id", quoted(&raw)),
-            );
-            None
-        }
-    });
+    let id = d
+        .read_optional("id", w)
+        .and_then(|raw| parse_int(&raw, &d.join("id"), "a cache id", w));
     Some(CacheRead {
         level,
         kind,
@@ -115,16 +110,7 @@ pub(crate) fn read_level(d: &Index<'_>, w: &mut Warnings) -> Option<u32> {
         );
         return None;
     };
-    match raw.parse::<u32>() {
-        Ok(level) => Some(level),
-        Err(_) => {
-            w.push(
-                &d.join("level"),
-                format!("value {} is not a cache level: cache skipped", quoted(&raw)),
-            );
-            None
-        }
-    }
+    parse_int(&raw, &d.join("level"), "a cache level: cache skipped", w)
 }
 
 /// `shared_cpu_list`, else `shared_cpu_map`; a warning and `None` when neither is readable.

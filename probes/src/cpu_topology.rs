@@ -1,7 +1,8 @@
 //! One core's `topology` directory, read for the CPU probe ([`crate::cpu`]): its ids and
 //! the CPUs sharing it. Package and die ids are read once per package and die with the list of
-//! their CPUs; `die_id` and `cluster_id` missing on the first CPU are not looked for again
-//! (the kernel builds them for every CPU or for none).
+//! their CPUs (a list is checked by its last CPU's id first); `die_id` and `cluster_id`
+//! missing on the first two CPUs are not looked for again (the kernel builds them for every
+//! CPU or for none).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -188,8 +189,8 @@ struct GroupId {
     file: &'static str,
     lists: &'static [(&'static str, SetParser)],
     /// A file the kernel either gives every CPU or none (die and cluster attributes are built
-    /// in or not, for all CPUs alike): missing on the first CPU read, it is not looked for on
-    /// the others.
+    /// in or not, for all CPUs alike): missing on the first two CPUs read, it is not looked for
+    /// on the others.
     all_or_none: bool,
     /// CPUs whose id file was read (or looked for).
     reads: u32,
@@ -271,6 +272,6 @@ impl GroupId {
             return true;
         };
         let other = topo.read_other(last, self.file);
-        other.and_then(|raw| raw.trim().parse::<i64>().ok()) == Some(value)
+        other.and_then(|raw| raw.parse::<i64>().ok()) == Some(value)
     }
 }
