@@ -102,12 +102,22 @@ fn proc_status(pid: i32, key: &str) -> u64 {
 }
 
 fn cpu_ticks(pid: i32) -> u64 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // Fields after the command name (which may contain spaces) start after the last ')'.
-    let rest = &text[text.rfind(')').unwrap() + 2..];
+    stat_ticks(&format!("/proc/{pid}/stat")).1
+}
+
+/// The command name and the CPU ticks (utime + stime) of a `/proc/.../stat` file (a process's
+/// or a thread's); empty and 0 when it cannot be read.
+fn stat_ticks(path: &str) -> (String, u64) {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    // The name may hold spaces and parentheses: it ends at the last ')'.
+    let Some((head, rest)) = text.rsplit_once(')') else {
+        return (String::new(), 0);
+    };
+    let comm = head.split_once('(').map(|(_, c)| c.to_string());
     let f: Vec<&str> = rest.split_whitespace().collect();
     // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the name.
-    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+    let field = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    (comm.unwrap_or_default(), field(11) + field(12))
 }
 
 /// CPU ticks of the daemon's threads and of the whole machine, and the store's transactions,
@@ -133,29 +143,11 @@ struct CpuSplit {
 impl CpuSplit {
     fn read(d: &Daemon) -> CpuSplit {
         let pid = d.pid();
-        let ticks = |path: &str| -> (String, u64) {
-            let text = std::fs::read_to_string(path).unwrap_or_default();
-            let comm = text
-                .split_once('(')
-                .and_then(|(_, r)| r.rsplit_once(')'))
-                .map(|(c, _)| c.to_string())
-                .unwrap_or_default();
-            let rest = text.rfind(')').map(|i| &text[i + 2..]).unwrap_or("");
-            let f: Vec<u64> = rest
-                .split_whitespace()
-                .filter_map(|v| v.parse().ok())
-                .collect();
-            // utime and stime: fields 14 and 15 of the line, 12 and 13 after the state.
-            (
-                comm,
-                f.get(10).copied().unwrap_or(0) + f.get(11).copied().unwrap_or(0),
-            )
-        };
         let writer = std::fs::read_dir(format!("/proc/{pid}/task"))
             .into_iter()
             .flatten()
             .flatten()
-            .map(|e| ticks(&format!("{}/stat", e.path().display())))
+            .map(|e| stat_ticks(&format!("{}/stat", e.path().display())))
             .filter(|(comm, _)| comm == "rtrack-store")
             .map(|(_, t)| t)
             .sum();
@@ -188,10 +180,10 @@ impl CpuSplit {
         };
         CpuSplit {
             server_seconds: claims_metric("rtrack_api_request_seconds_sum{"),
-            process: ticks(&format!("/proc/{pid}/stat")).1,
-            runtime: ticks(&format!("/proc/{pid}/task/{pid}/stat")).1,
+            process: cpu_ticks(pid),
+            runtime: stat_ticks(&format!("/proc/{pid}/task/{pid}/stat")).1,
             writer,
-            clients: ticks("/proc/self/stat").1,
+            clients: stat_ticks("/proc/self/stat").1,
             machine_busy: all - field(3) - field(4) - field(7),
             machine_steal: field(7),
             machine_all: all,
