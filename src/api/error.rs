@@ -31,7 +31,7 @@ pub enum ErrorCode {
     UnsupportedMediaType,
     /// The peer is neither root nor in the socket group.
     Forbidden,
-    /// No such claim, migration or instance.
+    /// No such claim, migration, instance or device, or a path identifier that cannot name one.
     NotFound,
     /// No such route.
     NoSuchRoute,

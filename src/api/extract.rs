@@ -3,8 +3,9 @@
 //!
 //! In: the request (headers, body, query string, path parameters) and the shared state (the
 //! configured body limit). Out: the checked input, or an [`ApiError`]: 415 for a Content-Type
-//! that is not JSON, 413 over `[api] max_body_bytes`, 400 naming the JSON path of a bad field,
-//! the query string's or the path's fault, a path uuid that is not one.
+//! that is not JSON, 413 over `[api] max_body_bytes`, 400 naming the JSON path of a bad field or
+//! the query string's fault, 404 for a path identifier that cannot name anything (a uuid that is
+//! not one, a migration id that is not an integer).
 
 use std::sync::Arc;
 
@@ -19,6 +20,7 @@ use super::bodies::parse_body;
 use super::error::{ApiError, ErrorCode};
 use super::shared::DaemonState;
 use crate::echo::{bounded_message, quoted};
+use serde_json::json;
 
 /// A request body type: JSON, and what it is called in messages (`a claim`).
 pub trait JsonBody: DeserializeOwned {
@@ -45,9 +47,14 @@ pub struct ApiQuery<T>(pub T);
 pub struct ApiPath<T>(pub T);
 
 /// The instance uuid of the path (its `{instance_uuid}` or `{uuid}`), checked and hyphenated
-/// lowercase; the request's span records it as `instance_uuid`.
+/// lowercase; the request's span records it as `instance_uuid`. One that is not a UUID names no
+/// instance: 404.
 #[derive(Debug, Clone)]
 pub struct InstanceUuid(pub String);
+
+/// The migration id of the path (`{id}`). One that is not an integer names no migration: 404.
+#[derive(Debug, Clone, Copy)]
+pub struct MigrationId(pub i64);
 
 impl<T: JsonBody> FromRequest<Arc<DaemonState>> for ApiJson<T> {
     type Rejection = ApiError;
@@ -113,8 +120,39 @@ impl<S: Send + Sync> FromRequestParts<S> for InstanceUuid {
                     "the route has no instance uuid in its path",
                 )
             })?;
-        check_uuid(&value, &field).map(InstanceUuid)
+        let uuid = uuid::Uuid::parse_str(&value)
+            .map_err(|_| no_such(&field, "instance", &value, "a UUID"))?
+            .hyphenated()
+            .to_string();
+        tracing::Span::current().record("instance_uuid", uuid.as_str());
+        Ok(InstanceUuid(uuid))
     }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for MigrationId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let ApiPath(raw) = ApiPath::<String>::from_request_parts(parts, state).await?;
+        let id = raw
+            .parse::<i64>()
+            .map_err(|_| no_such("id", "migration", &raw, "an integer"))?;
+        Ok(MigrationId(id))
+    }
+}
+
+/// A path identifier that cannot name anything here is answered like one that names nothing,
+/// 404, as Nova (`GET /servers/None`) and Placement (`GET /resource_providers/None`) answer it;
+/// the message says what the identifier has to be, and `details.field` names it.
+pub fn no_such(field: &str, what: &str, value: &str, expected: &str) -> ApiError {
+    ApiError::new(
+        ErrorCode::NotFound,
+        format!(
+            "no {what} {}: {{{field}}} in the path is not {expected}",
+            quoted(value)
+        ),
+    )
+    .with_details(json!({ "field": field }))
 }
 
 /// An instance uuid, checked (`field` names it in the error); the request's span records it.

@@ -3,8 +3,10 @@
 //! from a real `rtrackd` on the synthetic fixture and calls every operation with generated
 //! requests, valid and invalid, with every check on (status codes, content types, headers and
 //! bodies as documented, no 5xx, invalid data refused, valid data accepted, allowed methods...),
-//! and follows the document's links (claim -> show/abort, migration -> show/confirm/revert) in
-//! stateful sequences, on a second daemon (a host the other phases have not filled). No hooks:
+//! and follows the document's links (claim -> show/abort, migration -> show/confirm/revert) and
+//! those schemathesis infers from field names in stateful sequences, on a second daemon (a host
+//! the other phases have not filled); then, on a third, the document's links alone, most of
+//! which must be followed. No hooks, and schemathesis's default settings but in that last run:
 //! the document (OpenAPI 3.1) alone says what is valid. A fixed seed and a bounded number of
 //! examples keep a run reproducible and within about three minutes on two cores; any failure
 //! fails the test with schemathesis's report.
@@ -158,9 +160,10 @@ fn tail(text: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-/// Runs schemathesis's `phases` against a new daemon (a fresh host: nothing claimed) and
-/// answers its output; fails on any failure it reports, on a TCP listener or an unhealthy daemon.
-fn run_phases(phases: &str) -> String {
+/// Runs schemathesis's `phases` against a new daemon (a fresh host: nothing claimed), with
+/// schemathesis's defaults or the settings file `settings` beside run.sh, and answers its output;
+/// fails on any failure it reports, on a TCP listener or an unhealthy daemon.
+fn run_phases(phases: &str, settings: Option<&str>) -> String {
     let e = env();
     // The document bounds each string, not a whole body: generated bodies past the default
     // 1 MiB limit would be answered 413 before any check of their content (and 413 is neither
@@ -181,7 +184,7 @@ fn run_phases(phases: &str) -> String {
     let origin = format!("http://127.0.0.1:{}", proxy.port);
     let work: PathBuf = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join("schemathesis")
-        .join(phases.replace(',', "-"));
+        .join(phases.replace(',', "-") + settings.map_or("", |_| "-configured"));
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work).unwrap();
     // The document as tested, beside schemathesis's output and report.
@@ -229,6 +232,7 @@ fn run_phases(phases: &str) -> String {
         .args(&args)
         .current_dir(&work)
         .env("PYTHONUNBUFFERED", "1")
+        .envs(settings.map(|c| ("SCHEMATHESIS_CONFIG", run.with_file_name(c))))
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", run.display()));
     let took = started.elapsed();
@@ -274,8 +278,11 @@ fn the_document_and_the_server_agree_under_schemathesis() {
     );
     // The stateful sequences start from claims and moves that fit: on a host the other phases
     // have filled with what they claimed, few would, and the links would go untried.
-    let single = run_phases("examples,coverage,fuzzing");
-    let stateful = run_phases("stateful");
+    let single = run_phases("examples,coverage,fuzzing", None);
+    // Through every link, the inferred ones too: no failure. Then through the document's own
+    // links only, so that most of them are followed.
+    let stateful = run_phases("stateful", None);
+    let declared = run_phases("stateful", Some("declared-links.toml"));
     // It tested every route (but the document's own, which schemathesis leaves out), in every
     // phase, the stateful one through the document's links, most of them followed.
     let routes = rtrack::api::ROUTES.len() - 1;
@@ -289,10 +296,12 @@ fn the_document_and_the_server_agree_under_schemathesis() {
         assert!(single.contains(&expected), "no {expected:?} in:\n{single}");
     }
     assert!(stateful.contains("✅ Stateful"), "{stateful}");
-    let links = stateful
+    assert!(declared.contains("✅ Stateful"), "{declared}");
+    let links = declared
         .lines()
         .find_map(|l| l.trim().strip_prefix("API Links:"))
-        .unwrap_or_else(|| panic!("no API Links in:\n{stateful}"));
+        .unwrap_or_else(|| panic!("no API Links in:\n{declared}"));
+    assert!(!links.contains("inferred"), "{links}");
     let (covered, total) = links
         .split_once(" covered / ")
         .and_then(|(c, rest)| Some((c.trim().parse::<usize>().ok()?, rest)))
@@ -301,6 +310,6 @@ fn the_document_and_the_server_agree_under_schemathesis() {
         .unwrap_or_else(|| panic!("API Links:{links}"));
     assert!(
         2 * covered > total,
-        "only {covered} of {total} links followed:\n{stateful}"
+        "only {covered} of {total} links followed:\n{declared}"
     );
 }

@@ -278,12 +278,32 @@ fn malformed_requests_get_clear_4xx_answers() {
         v["error"]["message"].as_str().unwrap().contains("dry_run"),
         "{v}"
     );
-    let (s, v) = d.call("GET", "/v1/claims/not-a-uuid", None);
-    assert_eq!(s, 400);
-    assert_error(&v, "invalid_request");
-    let (s, v) = d.call("POST", "/v1/migrations/abc/confirm", None);
-    assert_eq!(s, 400);
-    assert_error(&v, "invalid_request");
+    // An identifier in the path that cannot name anything names nothing: 404, as Nova and
+    // Placement answer it, saying what it has to be.
+    for (method, path, field, expected) in [
+        (
+            "GET",
+            "/v1/claims/not-a-uuid",
+            "instance_uuid",
+            "not a UUID",
+        ),
+        ("POST", "/v1/instances/None/state", "uuid", "not a UUID"),
+        ("POST", "/v1/migrations/abc/confirm", "id", "not an integer"),
+        ("GET", "/v1/migrations/None", "id", "not an integer"),
+        (
+            "POST",
+            "/v1/pci-devices/None/release",
+            "address",
+            "not a PCI address",
+        ),
+    ] {
+        let (s, v) = d.call(method, path, Some(&json!({})));
+        assert_eq!(s, 404, "{method} {path}: {v}");
+        assert_error(&v, "not_found");
+        assert_eq!(v["error"]["details"]["field"], field, "{path}: {v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains(expected), "{path}: {v}");
+    }
     let (s, v) = d.call("GET", "/v1/nothing", None);
     assert_eq!(s, 404);
     assert_error(&v, "no_such_route");

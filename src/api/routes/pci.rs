@@ -12,7 +12,7 @@ use axum::Json;
 
 use super::super::bodies::AttachBody;
 use super::super::error::ApiError;
-use super::super::extract::{ApiJson, ApiPath, InstanceUuid};
+use super::super::extract::{no_such, ApiJson, ApiPath, InstanceUuid};
 use super::super::views::{Attached, Detached, PciDeviceView, PciDevices, Released};
 use super::*;
 use crate::echo::bounded;
@@ -50,12 +50,11 @@ pub async fn release_pci_device(
     ApiPath(raw): ApiPath<String>,
 ) -> Result<Json<Released>, ApiError> {
     let address = PciAddress::parse(&raw).ok_or_else(|| {
-        ApiError::invalid(
+        no_such(
             "address",
-            format!(
-                "{} is not a PCI address (dddd:bb:ss.f)",
-                crate::echo::quoted(&raw)
-            ),
+            "PCI device",
+            &raw,
+            "a PCI address (dddd:bb:ss.f)",
         )
     })?;
     let st = state.clone();

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::super::bodies::VersionQuery;
 use super::super::error::{ApiError, ErrorCode};
-use super::super::extract::{ApiPath, ApiQuery, InstanceUuid};
+use super::super::extract::{ApiQuery, InstanceUuid, MigrationId};
 use super::super::views::{
     ClaimShown, ClaimView, ClassUsage, InstanceState, MigrationView, Numa, OfflinePinned, PciPool,
     PowerManagement, Usage,
@@ -221,7 +221,7 @@ pub async fn list_migrations(State(state): St) -> Result<Json<Vec<MigrationView>
 /// `GET /v1/migrations/{id}`.
 pub async fn show_migration(
     State(state): St,
-    ApiPath(id): ApiPath<i64>,
+    MigrationId(id): MigrationId,
 ) -> Result<Json<MigrationView>, ApiError> {
     let migration = blocking(move || migration_view(&state, id)).await?;
     Ok(Json(migration))

@@ -16,7 +16,7 @@ use axum::Json;
 
 use super::super::bodies::{ClaimBody, MigrationBody, ParsedClaim, ParsedMove};
 use super::super::error::{claim_error_code, ApiError, ErrorCode};
-use super::super::extract::{ApiJson, ApiPath, DryRun, InstanceUuid};
+use super::super::extract::{ApiJson, DryRun, InstanceUuid, MigrationId};
 use super::super::views::{
     self, Aborted, ClaimAnswer, InstanceUpdated, MigrationFinished, MigrationView, MoveClaim,
     MoveDryRun,
@@ -344,7 +344,7 @@ async fn finish_migration(
 /// `POST /v1/migrations/{id}/confirm`.
 pub async fn confirm_migration(
     State(state): St,
-    ApiPath(id): ApiPath<i64>,
+    MigrationId(id): MigrationId,
 ) -> Result<Json<MigrationFinished>, ApiError> {
     finish_migration(state, id, true).await
 }
@@ -352,7 +352,7 @@ pub async fn confirm_migration(
 /// `POST /v1/migrations/{id}/revert`.
 pub async fn revert_migration(
     State(state): St,
-    ApiPath(id): ApiPath<i64>,
+    MigrationId(id): MigrationId,
 ) -> Result<Json<MigrationFinished>, ApiError> {
     finish_migration(state, id, false).await
 }
