@@ -9,8 +9,9 @@
 #   at a time (flock on the venv's .lock file). The install's output goes to the venv's
 #   .install.log beside it and its tail to stderr when it fails.
 # - schemathesis.toml beside this script holds the settings a run takes (no schemathesis.toml
-#   found above the working directory is read); SCHEMATHESIS_CONFIG names another file
-#   (declared-links.toml beside it: stateful sequences through the document's links only).
+#   found above the working directory is read); RTRACK_SCHEMATHESIS_CONFIG names another
+#   file by its path (e.g. declared-links.toml beside this script: stateful sequences through
+#   the document's links only).
 # - No hooks: schemathesis reads the document (OpenAPI 3.1) as it is.
 # - Requests to loopback never go through a proxy set in the environment.
 # - Exits with schemathesis's own status (0: no failure).
@@ -50,4 +51,4 @@ export NO_PROXY="127.0.0.1,localhost,::1${NO_PROXY:+,$NO_PROXY}"
 export no_proxy="$NO_PROXY"
 # The document alone decides what is generated: no hooks, whatever the environment says.
 unset SCHEMATHESIS_HOOKS
-exec "$VENV/bin/schemathesis" --config-file "${SCHEMATHESIS_CONFIG:-$HERE/schemathesis.toml}" run "$@"
+exec "$VENV/bin/schemathesis" --config-file "${RTRACK_SCHEMATHESIS_CONFIG:-$HERE/schemathesis.toml}" run "$@"

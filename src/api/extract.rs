@@ -15,12 +15,12 @@ use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, StatusCode};
 use serde::de::DeserializeOwned;
+use serde_json::json;
 
 use super::bodies::parse_body;
 use super::error::{ApiError, ErrorCode};
 use super::shared::DaemonState;
 use crate::echo::{bounded_message, quoted};
-use serde_json::json;
 
 /// A request body type: JSON, and what it is called in messages (`a claim`).
 pub trait JsonBody: DeserializeOwned {
@@ -137,6 +137,7 @@ impl<S: Send + Sync> FromRequestParts<S> for MigrationId {
         let id = raw
             .parse::<i64>()
             .map_err(|_| no_such("id", "migration", &raw, "an integer"))?;
+        tracing::Span::current().record("migration_id", id);
         Ok(MigrationId(id))
     }
 }

@@ -8,7 +8,7 @@
 //! the other phases have not filled); then, on a third, the document's links alone, most of
 //! which must be followed. No hooks, and schemathesis's default settings but in that last run:
 //! the document (OpenAPI 3.1) alone says what is valid. A fixed seed and a bounded number of
-//! examples keep a run reproducible and within about three minutes on two cores; any failure
+//! examples keep a run reproducible and within about two minutes on two cores; any failure
 //! fails the test with schemathesis's report.
 //!
 //! The daemon listens on its Unix socket only: the test process itself forwards a loopback TCP
@@ -35,8 +35,8 @@ use crate::support::{base_config, env, Daemon};
 const RTRACKD: &str = env!("CARGO_BIN_EXE_rtrackd");
 /// The same seed every run: a failure is reproduced by running the test again.
 const SEED: &str = "20260611";
-/// Examples per operation and phase (about 5,000 requests with the stateful phase's sequences:
-/// under a minute on two cores).
+/// Examples per operation and phase (about 5,000 requests in the first run, under a minute on
+/// two cores; a few hundred in each stateful run).
 const MAX_EXAMPLES: &str = "200";
 
 /// A loopback TCP port forwarded to the daemon's Unix socket; stopped when dropped.
@@ -227,12 +227,23 @@ fn run_phases(phases: &str, settings: Option<&str>) -> String {
     args.push(format!("{origin}/v1/openapi.json"));
 
     let started = Instant::now();
-    let out = Command::new("bash")
+    let mut command = Command::new("bash");
+    command
         .arg(&run)
         .args(&args)
         .current_dir(&work)
-        .env("PYTHONUNBUFFERED", "1")
-        .envs(settings.map(|c| ("SCHEMATHESIS_CONFIG", run.with_file_name(c))))
+        .env("PYTHONUNBUFFERED", "1");
+    // The defaults unless `settings` is given, whatever the environment says.
+    let settings_file = settings.map(|c| run.with_file_name(c));
+    match &settings_file {
+        Some(file) => command.env("RTRACK_SCHEMATHESIS_CONFIG", file),
+        None => command.env_remove("RTRACK_SCHEMATHESIS_CONFIG"),
+    };
+    let shown_settings = settings_file.as_ref().map_or_else(
+        || "schemathesis's defaults".to_string(),
+        |f| format!("RTRACK_SCHEMATHESIS_CONFIG={}", f.display()),
+    );
+    let out = command
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", run.display()));
     let took = started.elapsed();
@@ -240,7 +251,7 @@ fn run_phases(phases: &str, settings: Option<&str>) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr);
     std::fs::write(work.join("output.txt"), format!("{stdout}\n{stderr}")).unwrap();
     eprintln!(
-        "schemathesis {phases}: exit {:?} after {:.0} s, {} connections through the proxy; output in {}",
+        "schemathesis {phases} ({shown_settings}): exit {:?} after {:.0} s, {} connections through the proxy; output in {}",
         out.status.code(),
         took.as_secs_f64(),
         proxy.connections.load(Ordering::SeqCst),
@@ -248,7 +259,7 @@ fn run_phases(phases: &str, settings: Option<&str>) -> String {
     );
     assert!(
         out.status.success(),
-        "schemathesis {} failed (exit {:?}):\n{stdout}\n{stderr}\n--- rtrackd log (tail) ---\n{}",
+        "schemathesis {} ({shown_settings}) failed (exit {:?}):\n{stdout}\n{stderr}\n--- rtrackd log (tail) ---\n{}",
         args.join(" "),
         out.status.code(),
         tail(&d.log_text(), 40)
@@ -296,6 +307,13 @@ fn the_document_and_the_server_agree_under_schemathesis() {
         assert!(single.contains(&expected), "no {expected:?} in:\n{single}");
     }
     assert!(stateful.contains("✅ Stateful"), "{stateful}");
+    // The run this test exists for: the links schemathesis infers were among those followed.
+    assert!(
+        stateful
+            .lines()
+            .any(|l| l.contains("API Links:") && l.contains("inferred")),
+        "no inferred links in:\n{stateful}"
+    );
     assert!(declared.contains("✅ Stateful"), "{declared}");
     let links = declared
         .lines()

@@ -306,8 +306,9 @@ fn claims_follow_placement_and_one_time_use_devices_wait_for_release() {
     assert!(metric(&d).contains("rtrack_pci_devices_reserved 0"));
     let (s, v) = d.call("POST", "/v1/pci-devices/0000:01:00.0/release", None);
     assert_eq!(s, 409, "{v}");
+    // An address that cannot name a device names none.
     let (s, v) = d.call("POST", "/v1/pci-devices/zz/release", None);
-    assert_eq!(s, 400, "{v}");
+    assert_eq!(s, 404, "{v}");
     let (s, v) = d.call("POST", "/v1/pci-devices/0000:99:00.0/release", None);
     assert_eq!(s, 404, "{v}");
     check_shape(

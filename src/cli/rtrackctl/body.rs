@@ -11,6 +11,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
+use crate::echo::quoted;
+
 use super::{usage, Failure, RequestArgs};
 use crate::objects::flavor::Flavor;
 use crate::objects::request_spec::RequestSpec;
@@ -33,6 +35,26 @@ pub(super) fn path_segment(s: &str) -> Result<String, Failure> {
         return Err(usage(format!("{s:?} is not an id (no '/', '?' or '#')")));
     }
     Ok(encode_query(s))
+}
+
+/// An instance uuid for a path, checked here: a mistyped one is a usage error (exit 2), not the
+/// daemon's "no such instance" (exit 1).
+pub(super) fn instance_segment(s: &str) -> Result<String, Failure> {
+    if uuid::Uuid::parse_str(s).is_err() {
+        return Err(usage(format!("{}: not an instance UUID", quoted(s))));
+    }
+    path_segment(s)
+}
+
+/// A PCI address for a path, checked here as [`instance_segment`] checks a uuid.
+pub(super) fn address_segment(s: &str) -> Result<String, Failure> {
+    if crate::probes::pci::PciAddress::parse(s).is_none() {
+        return Err(usage(format!(
+            "{}: not a PCI address (dddd:bb:ss.f)",
+            quoted(s)
+        )));
+    }
+    path_segment(s)
 }
 
 /// A stable flavor id from the sizes: the same flags give the same flavor (a retry is the same

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::body::path_segment;
+use super::body::instance_segment;
 use super::tables::*;
 use super::{
     claim_body, failure, json_out, usage, ClaimArgs, Ctx, Failure, MigrateArgs, StateArgs,
@@ -116,7 +116,7 @@ pub(super) fn state(ctx: &Ctx, a: &StateArgs) -> Result<String, Failure> {
     }
     let v = ctx.call(
         "POST",
-        &format!("/v1/instances/{}/state", path_segment(&a.instance)?),
+        &format!("/v1/instances/{}/state", instance_segment(&a.instance)?),
         Some(&Value::Object(body)),
     )?;
     if ctx.cli.json {

@@ -27,7 +27,7 @@ mod tables;
 
 use super::client::{self, Response};
 pub use body::claim_body;
-use body::{encode_query, path_segment};
+use body::{encode_query, instance_segment};
 use tables::*;
 
 /// Default socket path (rtrackd's default).
@@ -386,7 +386,9 @@ pub fn run(cli: &Cli) -> Result<String, Failure> {
         Command::Claim(a) => commands::claim(&ctx, a),
         Command::Claims { instance } => {
             let v = match instance {
-                Some(u) => ctx.call("GET", &format!("/v1/claims/{}", path_segment(u)?), None)?,
+                Some(u) => {
+                    ctx.call("GET", &format!("/v1/claims/{}", instance_segment(u)?), None)?
+                }
                 None => ctx.call("GET", "/v1/claims", None)?,
             };
             if cli.json {
@@ -401,7 +403,7 @@ pub fn run(cli: &Cli) -> Result<String, Failure> {
         Command::Abort { instance } => {
             let v = ctx.call(
                 "DELETE",
-                &format!("/v1/claims/{}", path_segment(instance)?),
+                &format!("/v1/claims/{}", instance_segment(instance)?),
                 None,
             )?;
             if cli.json {

@@ -7,7 +7,7 @@
 use clap::Subcommand;
 use serde_json::{json, Value};
 
-use super::body::path_segment;
+use super::body::{address_segment, instance_segment, path_segment};
 use super::{pretty, usage, Ctx, Failure};
 
 /// `rtrackctl pci` subcommands.
@@ -70,7 +70,7 @@ pub(super) fn run(ctx: &Ctx<'_>, command: &PciCommand) -> Result<String, Failure
         PciCommand::Release { address } => {
             let v = ctx.call(
                 "POST",
-                &format!("/v1/pci-devices/{}/release", path_segment(address)?),
+                &format!("/v1/pci-devices/{}/release", address_segment(address)?),
                 None,
             )?;
             if cli.json {
@@ -96,7 +96,7 @@ pub(super) fn run(ctx: &Ctx<'_>, command: &PciCommand) -> Result<String, Failure
             )?;
             let v = ctx.call(
                 "POST",
-                &format!("/v1/instances/{}/pci-requests", path_segment(instance)?),
+                &format!("/v1/instances/{}/pci-requests", instance_segment(instance)?),
                 Some(&body),
             )?;
             if cli.json {
@@ -131,7 +131,7 @@ pub(super) fn run(ctx: &Ctx<'_>, command: &PciCommand) -> Result<String, Failure
                 "DELETE",
                 &format!(
                     "/v1/instances/{}/pci-requests/{}",
-                    path_segment(instance)?,
+                    instance_segment(instance)?,
                     path_segment(request_id)?
                 ),
                 None,

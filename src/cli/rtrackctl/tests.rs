@@ -1,4 +1,5 @@
 //! Flags to bodies, bodies to the tracker's requests, and the tables.
+use super::body::{address_segment, instance_segment, path_segment};
 use super::*;
 
 fn args(extra: &[&str]) -> ClaimArgs {
@@ -74,6 +75,13 @@ fn bad_flags_are_usage_errors() {
     .unwrap_err();
     assert!(e.message.contains("NAME:COUNT"), "{}", e.message);
     assert!(path_segment("a/b").is_err());
+    // Ids the daemon would answer 404 for are usage errors here.
+    for bad in [instance_segment("None"), address_segment("zz")] {
+        assert_eq!(bad.unwrap_err().code, EXIT_USAGE);
+    }
+    let uuid = "6F8B1F5E-3C6A-4E0B-9A57-2B1F1D0C0A11";
+    assert_eq!(instance_segment(uuid).unwrap(), uuid);
+    assert_eq!(address_segment("0000:3b:00.1").unwrap(), "0000%3A3b%3A00.1");
     assert!(Cli::try_parse_from(["rtrackctl", "claim", "--vcpus", "x"]).is_err());
 }
 
