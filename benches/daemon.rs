@@ -138,7 +138,12 @@ struct CpuSplit {
     transactions: u64,
     /// Seconds the API spent in `POST /v1/claims` (from reading the request to the answer).
     server_seconds: f64,
+    /// Each stage's seconds and count (`rtrack_change_stage_seconds`), in `STAGES` order.
+    stages: [(f64, f64); 5],
 }
+
+/// The stages of a change, as `/metrics` names them.
+const STAGES: [&str; 5] = ["queue", "lock", "decide", "commit", "answer"];
 
 impl CpuSplit {
     fn read(d: &Daemon) -> CpuSplit {
@@ -178,7 +183,15 @@ impl CpuSplit {
                 .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
                 .sum()
         };
+        let stage = |name: &str, what: &str| -> f64 {
+            let prefix = format!("rtrack_change_stage_seconds_{what}{{stage=\"{name}\"}} ");
+            body.lines()
+                .find_map(|l| l.strip_prefix(prefix.as_str()))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0.0)
+        };
         CpuSplit {
+            stages: STAGES.map(|n| (stage(n, "sum"), stage(n, "count"))),
             server_seconds: claims_metric("rtrack_api_request_seconds_sum{"),
             process: cpu_ticks(pid),
             runtime: stat_ticks(&format!("/proc/{pid}/task/{pid}/stat")).1,
@@ -215,6 +228,17 @@ impl CpuSplit {
             (self.machine_steal - before.machine_steal) as f64 * 100.0 / all,
             server_ms
         );
+        // Mean time of each stage of a claim (the service's stages count every change, the
+        // audit's too, which are few here).
+        let means: Vec<String> = STAGES
+            .iter()
+            .zip(self.stages.iter().zip(before.stages.iter()))
+            .map(|(name, ((sum, n), (sum0, n0)))| {
+                let mean_us = (sum - sum0) * 1e6 / (n - n0).max(1.0);
+                format!("{name} {mean_us:.0} us")
+            })
+            .collect();
+        println!("{:>12}  mean per stage: {}", "", means.join(", "));
     }
 }
 

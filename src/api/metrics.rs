@@ -75,6 +75,11 @@ pub struct Metrics {
     pub api_request_seconds: Family<Labels, Histogram, fn() -> Histogram>,
     /// API connections open, and those closed at once over the cap.
     pub connections: crate::api::server::ConnCounters,
+    /// Where a change's time goes, by stage, seconds (see [`Metrics::stage`]).
+    pub change_stage_seconds: Family<Labels, Histogram, fn() -> Histogram>,
+    /// Its `queue` and `answer` stages, kept at hand: the API observes them for every claim.
+    pub stage_queue: Histogram,
+    pub stage_answer: Histogram,
 }
 
 impl Default for Metrics {
@@ -88,7 +93,32 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.0, 17))
 }
 
+fn stage_histogram() -> Histogram {
+    // 10 us (a decision) to ~5 s.
+    Histogram::new(exponential_buckets(0.00001, 2.0, 20))
+}
+
+/// The stages of a change, in the order a claim goes through them: `queue` (from the API to a
+/// blocking-pool thread), `lock`, `decide`, `commit` (the service), `answer` (from the decision
+/// answered to the API taking it up again; claims and moves only).
+pub const CHANGE_STAGES: [&str; 5] = ["queue", "lock", "decide", "commit", "answer"];
 impl Metrics {
+    /// The histogram of one of [`CHANGE_STAGES`].
+    pub fn stage(&self, stage: &'static str) -> Histogram {
+        self.change_stage_seconds
+            .get_or_create(&vec![("stage", stage.to_string())])
+            .clone()
+    }
+
+    /// The service's stages, for [`TrackerService::observe_stages`].
+    pub fn service_stages(&self) -> crate::service::ChangeStages {
+        crate::service::ChangeStages {
+            lock: self.stage("lock"),
+            decide: self.stage("decide"),
+            commit: self.stage("commit"),
+        }
+    }
+
     /// Every drift kind at 0 (at start, and when the Placement settings change).
     pub fn clear_drift(&self) {
         for kind in crate::upstream::reconcile::DRIFT_KINDS {
@@ -101,6 +131,14 @@ impl Metrics {
     /// Creates and registers every metric.
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("rtrack");
+        let change_stage_seconds: Family<Labels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(stage_histogram);
+        let stage = |name: &str| {
+            change_stage_seconds
+                .get_or_create(&vec![("stage", name.to_string())])
+                .clone()
+        };
+        let (stage_queue, stage_answer) = (stage("queue"), stage("answer"));
         let m = Metrics {
             inventory_total: Family::default(),
             inventory_reserved: Family::default(),
@@ -129,6 +167,9 @@ impl Metrics {
             api_requests: Family::default(),
             api_request_seconds: Family::new_with_constructor(latency_histogram),
             connections: crate::api::server::ConnCounters::default(),
+            change_stage_seconds,
+            stage_queue,
+            stage_answer,
             registry: Registry::default(),
         };
         register_resources(&mut registry, &m);
@@ -485,6 +526,17 @@ fn register_api(registry: &mut Registry, m: &Metrics) {
         "api_request_seconds",
         "Time to answer an API request (claims: route /v1/claims), by method and route",
         m.api_request_seconds.clone(),
+    );
+    // Every stage from the start, so that a rate over it exists before the first claim.
+    for stage in CHANGE_STAGES {
+        m.stage(stage);
+    }
+    registry.register(
+        "change_stage_seconds",
+        "Where a change to the tracker spends its time, by stage: queue (API to a worker thread), \
+         lock, decide, commit (waiting for the store writer), answer (back to the API; claims \
+         and moves)",
+        m.change_stage_seconds.clone(),
     );
     registry.register(
         "api_requests",

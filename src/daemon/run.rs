@@ -203,6 +203,7 @@ async fn start(
     );
     let metrics = Arc::new(Metrics::new());
     service.observe_commits(metrics.commit_latency.clone());
+    service.observe_stages(metrics.service_stages());
     let access = Access::for_group(&cfg.api.socket_group);
     if access.group.is_none() {
         tracing::warn!(group = %cfg.api.socket_group, "the socket group does not exist: only root and rtrackd's own user may use the API");

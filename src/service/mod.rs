@@ -18,6 +18,7 @@
 
 mod in_flight;
 mod placement;
+mod stages;
 mod writer;
 
 use std::collections::{BTreeSet, HashMap};
@@ -28,6 +29,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{FairMutex, Mutex};
 
+pub use stages::ChangeStages;
 pub use writer::CommitStats;
 
 use crate::probes::HostInventory;
@@ -39,6 +41,7 @@ use crate::tracker::{AuditOutcome, ClaimOutcome, InstanceInfo, InstanceUpdate, M
 use crate::tracker::{Changes, Tracker, TrackerSettings};
 use crate::tracker::{ClaimError, TrackerState};
 use in_flight::InFlight;
+use stages::StageTimes;
 use writer::{CommitResult, Job};
 
 /// A service failure: the tracker refused, or the store failed.
@@ -98,6 +101,8 @@ pub struct TrackerService {
     writer: Mutex<Option<JoinHandle<()>>>,
     store_path: std::path::PathBuf,
     stats: Arc<Mutex<CommitStats>>,
+    /// Where each change's time goes, once the daemon asks for it.
+    stages: std::sync::OnceLock<ChangeStages>,
 }
 
 /// Seconds since the epoch, for records.
@@ -147,6 +152,7 @@ impl TrackerService {
             writer: Mutex::new(Some(writer)),
             store_path: db.to_path_buf(),
             stats,
+            stages: std::sync::OnceLock::new(),
         })
     }
 
@@ -157,6 +163,8 @@ impl TrackerService {
         subject: Subject<'_>,
         f: impl FnOnce(&mut Tracker) -> Result<(T, Changes), ClaimError>,
     ) -> Result<T, ServiceError> {
+        // Declared before the lock's guard, so dropped (and observed) after it is released.
+        let mut timed = StageTimes::new(self.stages.get());
         let (mut working, keys) = loop {
             let mut working = self.working.lock();
             self.check_store_available(&mut working)?;
@@ -177,7 +185,11 @@ impl TrackerService {
             drop(working);
             self.in_flight.wait_until_settled(&keys);
         };
-        let (value, mut changes) = f(&mut working)?;
+        timed.lock_taken();
+        // A refusal is a decision too.
+        let decided = f(&mut working);
+        timed.decided();
+        let (value, mut changes) = decided?;
         // Consumers the operation let go of are recorded with it, so that their part in
         // Placement is removed even after a crash.
         working.note_releases(&mut changes, now_secs());
@@ -208,6 +220,7 @@ impl TrackerService {
         }
         drop(working);
         let result = wait.recv();
+        timed.committed();
         let outcome = match result {
             Ok(Ok(())) => Ok(value),
             Ok(Err(failure)) => {
@@ -437,6 +450,11 @@ impl TrackerService {
     /// Observes every transaction's latency in `h` from now on.
     pub fn observe_commits(&self, h: prometheus_client::metrics::histogram::Histogram) {
         self.stats.lock().latency = Some(h);
+    }
+
+    /// Observes every change's stages in `stages` from now on (the first call wins).
+    pub fn observe_stages(&self, stages: ChangeStages) {
+        let _ = self.stages.set(stages);
     }
 
     /// Stops the writer after everything queued is committed.

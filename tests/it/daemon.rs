@@ -1136,6 +1136,20 @@ fn metrics_are_valid_and_count_claims() {
         body.contains("rtrack_api_request_seconds_count{method=\"POST\",route=\"/v1/claims\"}"),
         "{body}"
     );
+    // Every stage of a change was timed; each claim passed the API's two.
+    let stage_count = |stage: &str| -> u64 {
+        let prefix = format!("rtrack_change_stage_seconds_count{{stage=\"{stage}\"}} ");
+        body.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .unwrap_or_else(|| panic!("{prefix} in {body}"))
+            .parse()
+            .unwrap()
+    };
+    for stage in ["queue", "lock", "decide", "commit", "answer"] {
+        assert!(stage_count(stage) >= 1, "{stage}: {body}");
+    }
+    assert!(stage_count("queue") >= 2, "{body}");
+    assert_eq!(stage_count("queue"), stage_count("answer"), "{body}");
     for prefix in [
         "rtrack_audit_duration_seconds_count ",
         "rtrack_store_commit_seconds_count ",

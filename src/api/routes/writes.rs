@@ -8,6 +8,7 @@
 //! `conflict`, `invalid_request`...).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -90,11 +91,16 @@ async fn claim_for_caller<V: Send + 'static>(
     view: impl FnOnce(&DaemonState, &ClaimOutcome) -> Result<V, ApiError> + Send + 'static,
     is_dry_run: bool,
 ) -> Result<(ClaimOutcome, V), ApiError> {
-    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (tx, rx) =
+        tokio::sync::oneshot::channel::<(Result<(ClaimOutcome, V), ApiError>, Instant)>();
     let st = state.clone();
     let span = tracing::Span::current();
     span.record("instance_uuid", uuid.as_str());
+    let queued = Instant::now();
     tokio::task::spawn_blocking(move || {
+        st.metrics
+            .stage("queue")
+            .observe(queued.elapsed().as_secs_f64());
         let _entered = span.enter();
         let service: &TrackerService = &st.service;
         if is_dry_run {
@@ -103,7 +109,7 @@ async fn claim_for_caller<V: Send + 'static>(
             let answer = r
                 .map_err(ApiError::from)
                 .and_then(|o| view(&st, &o).map(|v| (o, v)));
-            let _ = tx.send(answer);
+            let _ = tx.send((answer, Instant::now()));
             return;
         }
         match claim(service) {
@@ -112,7 +118,10 @@ async fn claim_for_caller<V: Send + 'static>(
                 record_decision(&st, operation, &uuid, &r);
                 match view(&st, &granted.outcome) {
                     Ok(v) => {
-                        if tx.send(Ok((granted.outcome.clone(), v))).is_ok() {
+                        if tx
+                            .send((Ok((granted.outcome.clone(), v)), Instant::now()))
+                            .is_ok()
+                        {
                             granted.answered();
                         }
                         // Else the caller is gone: dropping `granted` applies the rule.
@@ -120,7 +129,7 @@ async fn claim_for_caller<V: Send + 'static>(
                     Err(e) => {
                         // Not answered with the claim: it does not stay.
                         drop(granted);
-                        let _ = tx.send(Err(e));
+                        let _ = tx.send((Err(e), Instant::now()));
                     }
                 }
             }
@@ -128,17 +137,22 @@ async fn claim_for_caller<V: Send + 'static>(
                 let r: Result<ClaimOutcome, ServiceError> = Err(e);
                 record_decision(&st, operation, &uuid, &r);
                 if let Err(e) = r {
-                    let _ = tx.send(Err(ApiError::from(e)));
+                    let _ = tx.send((Err(ApiError::from(e)), Instant::now()));
                 }
             }
         }
     });
-    rx.await.map_err(|_| {
+    let (answer, answered) = rx.await.map_err(|_| {
         ApiError::new(
             ErrorCode::InternalError,
             "the claim operation ended without an answer; nothing was acknowledged",
         )
-    })?
+    })?;
+    state
+        .metrics
+        .stage_answer
+        .observe(answered.elapsed().as_secs_f64());
+    answer
 }
 
 /// `POST /v1/claims[?dry_run=true]`.
