@@ -228,8 +228,8 @@ impl CpuSplit {
             (self.machine_steal - before.machine_steal) as f64 * 100.0 / all,
             server_ms
         );
-        // Mean time of each stage of a claim (the service's stages count every change, the
-        // audit's too, which are few here).
+        // Mean time of each stage over the changes that passed it (the service's stages count
+        // every change, the audits' too, which are few here).
         let means: Vec<String> = STAGES
             .iter()
             .zip(self.stages.iter().zip(before.stages.iter()))
@@ -238,7 +238,7 @@ impl CpuSplit {
                 format!("{name} {mean_us:.0} us")
             })
             .collect();
-        println!("{:>12}  mean per stage: {}", "", means.join(", "));
+        println!("{:>12}  mean of each stage: {}", "", means.join(", "));
     }
 }
 

@@ -77,8 +77,9 @@ pub struct Metrics {
     pub connections: crate::api::server::ConnCounters,
     /// Where a change's time goes, by stage, seconds (see [`Metrics::stage`]).
     pub change_stage_seconds: Family<Labels, Histogram, fn() -> Histogram>,
-    /// Its `queue` and `answer` stages, kept at hand: the API observes them for every claim.
+    /// Its `queue` stage, kept at hand: the API observes it for every claim and move.
     pub stage_queue: Histogram,
+    /// Its `answer` stage, kept at hand likewise.
     pub stage_answer: Histogram,
 }
 
@@ -102,6 +103,7 @@ fn stage_histogram() -> Histogram {
 /// blocking-pool thread), `lock`, `decide`, `commit` (the service), `answer` (from the decision
 /// answered to the API taking it up again; claims and moves only).
 pub const CHANGE_STAGES: [&str; 5] = ["queue", "lock", "decide", "commit", "answer"];
+
 impl Metrics {
     /// The histogram of one of [`CHANGE_STAGES`].
     pub fn stage(&self, stage: &'static str) -> Histogram {

@@ -99,7 +99,7 @@ async fn claim_for_caller<V: Send + 'static>(
     let queued = Instant::now();
     tokio::task::spawn_blocking(move || {
         st.metrics
-            .stage("queue")
+            .stage_queue
             .observe(queued.elapsed().as_secs_f64());
         let _entered = span.enter();
         let service: &TrackerService = &st.service;
