@@ -32,6 +32,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rtrack::api::metrics::CHANGE_STAGES;
 use rtrack::cli::client;
 use rtrack_fixtures::synthetic::SyntheticHost;
 use support::{base_config, claim, uuid, Daemon};
@@ -138,12 +139,9 @@ struct CpuSplit {
     transactions: u64,
     /// Seconds the API spent in `POST /v1/claims` (from reading the request to the answer).
     server_seconds: f64,
-    /// Each stage's seconds and count (`rtrack_change_stage_seconds`), in `STAGES` order.
+    /// Each stage's seconds and count (`rtrack_change_stage_seconds`), in `CHANGE_STAGES` order.
     stages: [(f64, f64); 5],
 }
-
-/// The stages of a change, as `/metrics` names them.
-const STAGES: [&str; 5] = ["queue", "lock", "decide", "commit", "answer"];
 
 impl CpuSplit {
     fn read(d: &Daemon) -> CpuSplit {
@@ -191,7 +189,7 @@ impl CpuSplit {
                 .unwrap_or(0.0)
         };
         CpuSplit {
-            stages: STAGES.map(|n| (stage(n, "sum"), stage(n, "count"))),
+            stages: CHANGE_STAGES.map(|n| (stage(n, "sum"), stage(n, "count"))),
             server_seconds: claims_metric("rtrack_api_request_seconds_sum{"),
             process: cpu_ticks(pid),
             runtime: stat_ticks(&format!("/proc/{pid}/task/{pid}/stat")).1,
@@ -230,7 +228,7 @@ impl CpuSplit {
         );
         // Mean time of each stage over the changes that passed it (the service's stages count
         // every change, the audits' too, which are few here).
-        let means: Vec<String> = STAGES
+        let means: Vec<String> = CHANGE_STAGES
             .iter()
             .zip(self.stages.iter().zip(before.stages.iter()))
             .map(|(name, ((sum, n), (sum0, n0)))| {

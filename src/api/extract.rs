@@ -120,12 +120,9 @@ impl<S: Send + Sync> FromRequestParts<S> for InstanceUuid {
                     "the route has no instance uuid in its path",
                 )
             })?;
-        let uuid = uuid::Uuid::parse_str(&value)
-            .map_err(|_| no_such(&field, "instance", &value, "a UUID"))?
-            .hyphenated()
-            .to_string();
-        tracing::Span::current().record("instance_uuid", uuid.as_str());
-        Ok(InstanceUuid(uuid))
+        recorded_uuid(&value)
+            .map(InstanceUuid)
+            .ok_or_else(|| no_such(&field, "instance", &value, "a UUID"))
     }
 }
 
@@ -158,11 +155,14 @@ pub fn no_such(field: &str, what: &str, value: &str, expected: &str) -> ApiError
 
 /// An instance uuid, checked (`field` names it in the error); the request's span records it.
 pub fn check_uuid(u: &str, field: &str) -> Result<String, ApiError> {
-    let uuid = uuid::Uuid::parse_str(u)
-        .map(|x| x.hyphenated().to_string())
-        .map_err(|_| ApiError::invalid(field, format!("{} is not a UUID", quoted(u))))?;
+    recorded_uuid(u).ok_or_else(|| ApiError::invalid(field, format!("{} is not a UUID", quoted(u))))
+}
+
+/// `u` hyphenated lowercase, recorded in the request's span; None when it is not a UUID.
+fn recorded_uuid(u: &str) -> Option<String> {
+    let uuid = uuid::Uuid::parse_str(u).ok()?.hyphenated().to_string();
     tracing::Span::current().record("instance_uuid", uuid.as_str());
-    Ok(uuid)
+    Some(uuid)
 }
 
 /// A body is JSON when it says so, or says nothing.

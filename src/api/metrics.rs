@@ -104,12 +104,17 @@ fn stage_histogram() -> Histogram {
 /// answered to the API taking it up again; claims and moves only).
 pub const CHANGE_STAGES: [&str; 5] = ["queue", "lock", "decide", "commit", "answer"];
 
+/// The histogram of `stage` in the stages' family (created at its first use).
+fn stage_in(family: &Family<Labels, Histogram, fn() -> Histogram>, stage: &str) -> Histogram {
+    family
+        .get_or_create(&vec![("stage", stage.to_string())])
+        .clone()
+}
+
 impl Metrics {
     /// The histogram of one of [`CHANGE_STAGES`].
     pub fn stage(&self, stage: &'static str) -> Histogram {
-        self.change_stage_seconds
-            .get_or_create(&vec![("stage", stage.to_string())])
-            .clone()
+        stage_in(&self.change_stage_seconds, stage)
     }
 
     /// The service's stages, for [`TrackerService::observe_stages`].
@@ -135,12 +140,8 @@ impl Metrics {
         let mut registry = Registry::with_prefix("rtrack");
         let change_stage_seconds: Family<Labels, Histogram, fn() -> Histogram> =
             Family::new_with_constructor(stage_histogram);
-        let stage = |name: &str| {
-            change_stage_seconds
-                .get_or_create(&vec![("stage", name.to_string())])
-                .clone()
-        };
-        let (stage_queue, stage_answer) = (stage("queue"), stage("answer"));
+        let stage_queue = stage_in(&change_stage_seconds, "queue");
+        let stage_answer = stage_in(&change_stage_seconds, "answer");
         let m = Metrics {
             inventory_total: Family::default(),
             inventory_reserved: Family::default(),

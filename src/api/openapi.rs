@@ -282,9 +282,10 @@ fn write_paths(s: &Shared) -> Value {
         "/v1/pci-devices": {"get": {"operationId": "listPciDevices", "summary": "Every tracked PCI device: state (available, claimed, allocated, unavailable, unclaimable, reserved), holder, one-time use, Placement provider",
             // No links from here. To an instance's operations: a device's `instance_uuid` is null
             // while it is free, and a runtime expression cannot pick a held device, so such a
-            // link would mostly give null (sent as the text "None", answered 404) as a uuid. To a device's release:
-            // the first device listed is seldom one to release (409), and a read that never fails
-            // as the start of sequences leaves the claims' and moves' links untried.
+            // link would mostly give null (sent as the text "None", answered 404) as a uuid. To
+            // a device's release: the first device listed is seldom one to release (409), and a
+            // read that never fails as the start of sequences leaves the claims' and moves'
+            // links untried.
             "responses": responses(&[("200", ok("devices", schema_ref("PciDevices")))], std_errors)}},
         "/v1/pci-devices/{address}/release": {
             "parameters": [path_param("address", json!({"type": "string", "pattern": crate::probes::pci::PciAddress::PATTERN}), "PCI address")],

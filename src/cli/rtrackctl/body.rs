@@ -11,9 +11,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use crate::echo::quoted;
-
 use super::{usage, Failure, RequestArgs};
+use crate::echo::quoted;
 use crate::objects::flavor::Flavor;
 use crate::objects::request_spec::RequestSpec;
 use crate::objects::NovaObject;
