@@ -120,7 +120,7 @@ pub fn run_once(
     };
     // The daemon's audit derives the same view from its probe.
     let view = HostView::build(Arc::new(inventory), &settings, 0).with_uptime_at(now);
-    let pools = build_pools(view.tracked.values(), &cfg.pci.device_specs);
+    let pools = build_pools(view.tracked.values().map(|d| &**d), &cfg.pci.device_specs);
     let numa = host_object(&view.numa, &NumaUsage::default());
     let mut usage = NodeUsage::empty();
     if let Some(u) = &view.uptime {

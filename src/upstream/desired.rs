@@ -837,7 +837,9 @@ live_migratable = "no"
         let node = Uuid::new_v4();
         let nvme = PciAddress::parse("0000:01:00.0").unwrap();
         let consumer = instance_consumer([(ResourceKey::PciDevice(nvme), 1)]);
-        let mut held = HostView::of_config(inv.clone(), &with).tracked[&nvme].clone();
+        let mut held = HostView::of_config(inv.clone(), &with).tracked[&nvme]
+            .as_ref()
+            .clone();
         held.status = DeviceStatus::Allocated;
         held.owner = Some(DeviceOwner {
             instance_uuid: consumer.uuid.to_string(),

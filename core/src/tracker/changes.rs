@@ -2,6 +2,7 @@
 //! before it answers.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -14,15 +15,15 @@ use crate::probes::pci::PciAddress;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Changes {
     /// Tracked PCI devices written or removed, by address.
-    pub devices: BTreeMap<PciAddress, Option<TrackedDevice>>,
+    pub devices: BTreeMap<PciAddress, Option<Arc<TrackedDevice>>>,
     /// Instance records written or removed, by uuid.
-    pub instances: BTreeMap<String, Option<InstanceRecord>>,
+    pub instances: BTreeMap<String, Option<Arc<InstanceRecord>>>,
     /// Migration records written or removed, by id.
     pub migrations: BTreeMap<i64, Option<MigrationRecord>>,
     /// Instance claims.
-    pub claims: BTreeMap<String, Option<ClaimRecord>>,
+    pub claims: BTreeMap<String, Option<Arc<ClaimRecord>>>,
     /// Move claims.
-    pub move_claims: BTreeMap<i64, Option<ClaimRecord>>,
+    pub move_claims: BTreeMap<i64, Option<Arc<ClaimRecord>>>,
     /// Counters changed.
     pub counters: Option<Counters>,
     /// A new ComputeNode primitive to keep.

@@ -14,7 +14,7 @@ use super::nested::{class_inventory, nested_offer, NestedProvider};
 use super::node_template::{NodeIdentity, NodeTemplate};
 use super::numa::HostTopology;
 use super::pci::claim::CellSockets;
-use super::pci::devices::{select_tracked, TrackedDevice};
+use super::pci::devices::select_tracked;
 use super::pci::providers::{provider_groups, ProviderGroup};
 use crate::inventory::offered::{IntelTdxOffer, Offered, VpmemNamespace};
 use crate::inventory::resources::{
@@ -22,6 +22,7 @@ use crate::inventory::resources::{
 };
 use crate::probes::pci::PciAddress;
 use crate::probes::HostInventory;
+use crate::tracker::pci::devices::TrackedDevices;
 use crate::tracker::TrackerSettings;
 
 /// One probe as the tracker uses it (see the module comment).
@@ -46,7 +47,7 @@ pub struct HostView {
     /// nested providers' units added per class.
     pub inventory: BTreeMap<ResourceClass, ResourceInventory>,
     /// The PCI functions a device spec selects, all available, by address.
-    pub tracked: BTreeMap<PciAddress, TrackedDevice>,
+    pub tracked: TrackedDevices,
     /// With `[pci] report_in_placement`: the PCI child providers, by the address they are
     /// named after; empty otherwise.
     pub pci_providers: BTreeMap<PciAddress, ProviderGroup>,
@@ -99,7 +100,7 @@ impl HostView {
         let mut nested = offer.providers;
         let tracked = select_tracked(&host.pci_devices, &policy.device_specs)
             .into_iter()
-            .map(|d| (d.address, d))
+            .map(|d| (d.address, Arc::new(d)))
             .collect();
         let mut pci_provider_warnings = Vec::new();
         let pci_providers = if policy.report_pci_in_placement {

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use super::model::{InstanceRecord, InstanceRequest, MigrationRecord};
 use super::numa::FittedTopology;
 use super::pci::claim::Assignment;
-use super::pci::devices::TrackedDevice;
 use super::usage::Usage;
 use crate::inventory::resources::ResourceClass;
 use crate::probes::pci::PciAddress;
+use crate::tracker::pci::devices::TrackedDevices;
 use uuid::Uuid;
 
 /// A granted claim, kept for idempotent retries and reports.
@@ -66,16 +66,19 @@ pub enum PciProviderOrigin {
 /// Everything the tracker keeps (what the store persists).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TrackerState {
+    // The records are behind `Arc`s: the service's committed view and the changes on their
+    // way to the store share them with the working tracker, which copies one only to change it
+    // (`Arc::make_mut`).
     /// Tracked PCI devices, by address.
-    pub devices: BTreeMap<PciAddress, TrackedDevice>,
+    pub devices: TrackedDevices,
     /// Instances on or moving to/from this node.
-    pub instances: BTreeMap<String, InstanceRecord>,
+    pub instances: BTreeMap<String, Arc<InstanceRecord>>,
     /// Migrations to, from or on this node, by id.
     pub migrations: BTreeMap<i64, MigrationRecord>,
     /// Instance claims, by instance.
-    pub claims: BTreeMap<String, ClaimRecord>,
+    pub claims: BTreeMap<String, Arc<ClaimRecord>>,
     /// Move claims, by migration.
-    pub move_claims: BTreeMap<i64, ClaimRecord>,
+    pub move_claims: BTreeMap<i64, Arc<ClaimRecord>>,
     /// Nova's failed_builds counter.
     pub failed_builds: u64,
     /// Next id for migrations rtrack creates.
@@ -100,11 +103,12 @@ impl TrackerState {
         for (uuid, claim) in self.claims.iter_mut() {
             if let Some(inst) = self.instances.get(uuid) {
                 if !Arc::ptr_eq(&claim.request, &inst.request) && claim.request == inst.request {
-                    claim.request = inst.request.clone();
+                    Arc::make_mut(claim).request = inst.request.clone();
                 }
                 if let (Some(c), Some(i)) = (&claim.numa_topology, &inst.numa_topology) {
                     if !Arc::ptr_eq(c, i) && c == i {
-                        claim.numa_topology = Some(i.clone());
+                        let shared = Some(i.clone());
+                        Arc::make_mut(claim).numa_topology = shared;
                     }
                 }
             }

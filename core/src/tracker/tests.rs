@@ -308,9 +308,62 @@ fn vf_claim_makes_its_pf_unavailable_and_freeing_restores_exactly() {
     let mut after = t.state().clone();
     for a in [vf, parent] {
         assert!(after.devices[&a].returned > 0, "{a}");
-        after.devices.get_mut(&a).unwrap().returned = 0;
+        std::sync::Arc::make_mut(after.devices.get_mut(&a).unwrap()).returned = 0;
     }
     assert_eq!(&after, &start);
+}
+
+/// The service's committed view is a clone of the working tracker that then applies each
+/// operation's changes: both hold the same records, not copies. A record the working tracker
+/// changes is copied there first, so the committed view keeps what was committed.
+#[test]
+fn the_committed_view_shares_records_with_the_working_tracker() {
+    use std::sync::Arc;
+    let mut t = tracker();
+    let mut committed = t.clone();
+    let shared = |a: &Tracker, b: &Tracker| {
+        let s = (a.state(), b.state());
+        let devices =
+            s.0.devices
+                .iter()
+                .filter(|(k, v)| Arc::ptr_eq(v, &s.1.devices[*k]));
+        let instances =
+            s.0.instances
+                .iter()
+                .filter(|(k, v)| Arc::ptr_eq(v, &s.1.instances[*k]));
+        let claims =
+            s.0.claims
+                .iter()
+                .filter(|(k, v)| Arc::ptr_eq(v, &s.1.claims[*k]));
+        (devices.count(), instances.count(), claims.count())
+    };
+    let devices = t.state().devices.len();
+    assert!(devices > 2);
+    assert_eq!(shared(&t, &committed), (devices, 0, 0));
+    let r = req(
+        flavor(1, 1, 512, 1, &[]),
+        vec![pci("vf", 1, NumaPolicy::Legacy)],
+    );
+    let (o, changes) = t.instance_claim(&info(1), &r, 0, false).unwrap();
+    let vf = o.claim.assignments[0].address;
+    let pf = t.state().devices[&vf].parent_addr.unwrap();
+    // Before the commit: the VF and its PF were copied to change them; the committed view
+    // still holds them as they were.
+    assert_eq!(
+        committed.state().devices[&vf].status,
+        DeviceStatus::Available
+    );
+    assert!(!Arc::ptr_eq(
+        &t.state().devices[&vf],
+        &committed.state().devices[&vf]
+    ));
+    committed.apply_committed(None, changes);
+    assert_eq!(committed.state(), t.state());
+    assert_eq!(shared(&t, &committed), (devices, 1, 1));
+    assert!(Arc::ptr_eq(
+        &t.state().devices[&pf],
+        &committed.state().devices[&pf]
+    ));
 }
 
 #[test]

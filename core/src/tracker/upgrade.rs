@@ -26,7 +26,13 @@ pub(super) fn upgrade_flavors(state: &mut TrackerState) {
                 .keys()
                 .any(|k| k.starts_with("resources") || k == "hw:mem_encryption")
     }
-    for inst in state.instances.values_mut() {
+    // A record is copied only to change it: another view may share it.
+    for shared in state.instances.values_mut() {
+        let flavors = [&shared.old_flavor, &shared.new_flavor];
+        if !needs(&shared.request.flavor) && !flavors.into_iter().flatten().any(needs) {
+            continue;
+        }
+        let inst = Arc::make_mut(shared);
         if needs(&inst.request.flavor) {
             upgrade(&mut Arc::make_mut(&mut inst.request).flavor);
         }
@@ -39,13 +45,14 @@ pub(super) fn upgrade_flavors(state: &mut TrackerState) {
             }
         }
     }
-    for c in state
+    for shared in state
         .claims
         .values_mut()
         .chain(state.move_claims.values_mut())
     {
-        if needs(&c.request.flavor) {
-            upgrade(&mut Arc::make_mut(&mut c.request).flavor);
+        if needs(&shared.request.flavor) {
+            let claim = Arc::make_mut(shared);
+            upgrade(&mut Arc::make_mut(&mut claim.request).flavor);
         }
     }
 }

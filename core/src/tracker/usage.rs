@@ -151,7 +151,7 @@ type Placed = (Option<Arc<FittedTopology>>, Option<Arc<NestedAllocation>>);
 /// Computes usage from the records.
 pub fn compute_usage(
     names: &HostNames,
-    instances: &BTreeMap<String, InstanceRecord>,
+    instances: &BTreeMap<String, Arc<InstanceRecord>>,
     migrations: &BTreeMap<i64, MigrationRecord>,
     rules: CountingRules,
 ) -> Usage {
@@ -286,7 +286,7 @@ impl Counting<'_> {
 /// The newest in-progress migration per instance that is resizing or live-migrating: by update
 /// (else creation) time; on a tie, the higher id (created later).
 fn newest_moves<'a>(
-    instances: &BTreeMap<String, InstanceRecord>,
+    instances: &BTreeMap<String, Arc<InstanceRecord>>,
     migrations: &'a BTreeMap<i64, MigrationRecord>,
 ) -> BTreeMap<&'a str, &'a MigrationRecord> {
     let mut newest: BTreeMap<&str, &MigrationRecord> = BTreeMap::new();
@@ -329,7 +329,7 @@ fn hold_instance_as(
 
 /// Nova's compute stats counters for the instances counted on this node.
 pub fn stats(
-    instances: &BTreeMap<String, InstanceRecord>,
+    instances: &BTreeMap<String, Arc<InstanceRecord>>,
     usage: &Usage,
     failed_builds: u64,
 ) -> BTreeMap<String, String> {

@@ -162,7 +162,7 @@ pub async fn list_claims(State(state): St) -> Result<Json<Vec<ClaimView>>, ApiEr
             s.claims
                 .values()
                 .chain(s.move_claims.values())
-                .map(ClaimView::from)
+                .map(|c| ClaimView::from(&**c))
                 .collect::<Vec<_>>()
         }))
     })
@@ -189,7 +189,7 @@ pub async fn show_claim(
                     })
                 })?;
             Ok(ClaimShown {
-                claim: ClaimView::from(claim),
+                claim: ClaimView::from(&**claim),
                 instance: s.instances.get(&uuid).map(|inst| InstanceState {
                     vm_state: inst.vm_state.clone(),
                     task_state: inst.task_state.clone(),

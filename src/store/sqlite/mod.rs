@@ -22,6 +22,7 @@
 //! silently overwritten.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::de::DeserializeOwned;
@@ -131,16 +132,18 @@ impl Store {
                     message: "key is not a PCI address".into(),
                 }
             })?;
+            let record = Arc::new(d.0);
             if d.1 {
-                upgraded.devices.insert(addr, Some(d.0.clone()));
+                upgraded.devices.insert(addr, Some(record.clone()));
             }
-            state.devices.insert(addr, d.0);
+            state.devices.insert(addr, record);
         }
         for (k, v) in self.rows::<crate::tracker::model::InstanceRecord>("instances", "uuid")? {
+            let record = Arc::new(v.0);
             if v.1 {
-                upgraded.instances.insert(k.clone(), Some(v.0.clone()));
+                upgraded.instances.insert(k.clone(), Some(record.clone()));
             }
-            state.instances.insert(k, v.0);
+            state.instances.insert(k, record);
         }
         for (k, v) in self.rows::<crate::tracker::model::MigrationRecord>("migrations", "id")? {
             let id = parse_id(&k, "migrations", &self.path)?;
@@ -150,17 +153,19 @@ impl Store {
             state.migrations.insert(id, v.0);
         }
         for (k, v) in self.rows::<crate::tracker::ClaimRecord>("claims", "uuid")? {
+            let record = Arc::new(v.0);
             if v.1 {
-                upgraded.claims.insert(k.clone(), Some(v.0.clone()));
+                upgraded.claims.insert(k.clone(), Some(record.clone()));
             }
-            state.claims.insert(k, v.0);
+            state.claims.insert(k, record);
         }
         for (k, v) in self.rows::<crate::tracker::ClaimRecord>("move_claims", "migration_id")? {
             let id = parse_id(&k, "move_claims", &self.path)?;
+            let record = Arc::new(v.0);
             if v.1 {
-                upgraded.move_claims.insert(id, Some(v.0.clone()));
+                upgraded.move_claims.insert(id, Some(record.clone()));
             }
-            state.move_claims.insert(id, v.0);
+            state.move_claims.insert(id, record);
         }
         for (k, v) in self.rows::<crate::tracker::PciProviderRecord>("pci_providers", "address")? {
             let addr =

@@ -210,18 +210,22 @@ impl Tracker {
         held: impl FnOnce(&mut Vec<Assignment>),
         changes: &mut Changes,
     ) {
-        let Some(inst) = self.state.instances.get_mut(uuid) else {
+        let Some(shared) = self.state.instances.get_mut(uuid) else {
             return;
         };
+        let inst = Arc::make_mut(shared);
         requests(&mut Arc::make_mut(&mut inst.request).pci_requests);
         let request = inst.request.clone();
         changes
             .instances
-            .insert(uuid.to_string(), Some(inst.clone()));
-        if let Some(claim) = self.state.claims.get_mut(uuid) {
+            .insert(uuid.to_string(), Some(shared.clone()));
+        if let Some(shared) = self.state.claims.get_mut(uuid) {
+            let claim = Arc::make_mut(shared);
             claim.request = request;
             held(&mut claim.assignments);
-            changes.claims.insert(uuid.to_string(), Some(claim.clone()));
+            changes
+                .claims
+                .insert(uuid.to_string(), Some(shared.clone()));
         }
     }
 }

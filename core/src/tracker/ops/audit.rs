@@ -63,14 +63,14 @@ impl Tracker {
                 // Free: take the probe's properties, keep the state.
                 Some(new) if !busy => {
                     if !same_properties(old, new) {
-                        *old = TrackedDevice {
+                        *old = Arc::new(TrackedDevice {
                             status: old.status,
                             owner: None,
                             returned: old.returned,
                             reservation_seen: old.reservation_seen,
                             unreserve_pending: old.unreserve_pending,
-                            ..new.clone()
-                        };
+                            ..TrackedDevice::clone(new)
+                        });
                         touched.insert(*addr);
                     }
                 }
@@ -103,6 +103,7 @@ impl Tracker {
                 .is_some_and(|o| !self.state.instances.contains_key(&o.instance_uuid));
             if orphan {
                 reclaimed.push(d.address);
+                let d = Arc::make_mut(d);
                 d.owner = None;
                 d.status = d.freed_status();
                 touched.insert(d.address);

@@ -5,6 +5,7 @@
 //! [`Changes`]: crate::tracker::Changes
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::{ClaimOutcome, InstanceInfo};
 use crate::inventory::resources::ResourceClass;
@@ -53,7 +54,7 @@ impl Tracker {
             if *existing.request == *req {
                 return Ok((
                     ClaimOutcome {
-                        claim: existing.clone(),
+                        claim: ClaimRecord::clone(existing),
                         existing: true,
                         dry_run,
                     },
@@ -127,10 +128,11 @@ impl Tracker {
             new_flavor: None,
             migration_context: None,
         };
+        let (record, shared_claim) = (Arc::new(record), Arc::new(claim.clone()));
         self.state.instances.insert(uuid.clone(), record.clone());
         changes.instances.insert(uuid.clone(), Some(record));
-        self.state.claims.insert(uuid.clone(), claim.clone());
-        changes.claims.insert(uuid.clone(), Some(claim.clone()));
+        self.state.claims.insert(uuid.clone(), shared_claim.clone());
+        changes.claims.insert(uuid.clone(), Some(shared_claim));
         if let Some(used) = self.used_cache.get_mut().as_mut() {
             for (class, amount) in &claim.resources {
                 *used.entry(class.clone()).or_default() += amount;
@@ -202,7 +204,7 @@ impl Tracker {
 /// The NUMA cells that hold tracked devices, gathered only for a claim with PCI requests: for
 /// one without, a walk over every tracked device was most of the claim's cost.
 fn cells_with_devices(
-    devices: &BTreeMap<crate::probes::pci::PciAddress, TrackedDevice>,
+    devices: &crate::tracker::pci::devices::TrackedDevices,
     wants_pci: bool,
 ) -> std::collections::BTreeSet<u32> {
     if !wants_pci {

@@ -7,6 +7,7 @@
 //! found, invalid, refused).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use super::InstanceUpdate;
 use crate::inventory::resources::ResourceClass;
@@ -50,7 +51,7 @@ impl Tracker {
         }
         let counted_before = self.counted();
         let mut inst = before.clone();
-        apply_update(&mut inst, up, &self.settings.names);
+        apply_update(Arc::make_mut(&mut inst), up, &self.settings.names);
         self.state.instances.insert(uuid.to_string(), inst.clone());
         // A state change may make the rules count again what they had stopped counting (an
         // instance back from `deleted`, a move back in a resize state): that is a grant, and
@@ -136,7 +137,7 @@ impl Tracker {
 
     /// A deleted (or offloaded) instance: its moves here end, in-progress migrations go to
     /// `error`, its devices and claim are freed, and the record goes unless a move still needs it.
-    fn end_released(&mut self, uuid: &str, inst: InstanceRecord, changes: &mut Changes) {
+    fn end_released(&mut self, uuid: &str, inst: Arc<InstanceRecord>, changes: &mut Changes) {
         let moves: Vec<i64> = self
             .state
             .move_claims

@@ -129,8 +129,9 @@ impl Tracker {
         self.record_migration(mv, &r, now, &mut changes);
         self.record_moving_instance(mv, &r, placements, &mut changes);
         if r.incoming {
-            self.state.move_claims.insert(r.id, claim.clone());
-            changes.move_claims.insert(r.id, Some(claim.clone()));
+            let shared = Arc::new(claim.clone());
+            self.state.move_claims.insert(r.id, shared.clone());
+            changes.move_claims.insert(r.id, Some(shared));
         }
         Ok((ClaimOutcome::granted(claim), changes))
     }
@@ -240,7 +241,7 @@ impl Tracker {
         if let Some(existing) = self.state.move_claims.get(&id) {
             if &existing.instance_uuid == uuid && *existing.request == mv.new {
                 return Ok(Some(ClaimOutcome {
-                    claim: existing.clone(),
+                    claim: ClaimRecord::clone(existing),
                     existing: true,
                     dry_run,
                 }));
@@ -394,6 +395,7 @@ impl Tracker {
                 new_nested: p.new_nested,
             }),
         };
+        let record = Arc::new(record);
         self.state.instances.insert(uuid.clone(), record.clone());
         changes.instances.insert(uuid.clone(), Some(record));
     }

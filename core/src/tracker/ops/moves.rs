@@ -45,21 +45,22 @@ impl Tracker {
         }
         self.set_migration_status(id, status, changes);
         if let Some(m) = self.state.migrations.get(&id).cloned() {
-            if let Some(inst) = self.state.instances.get_mut(&m.instance_uuid) {
-                if !on_node(inst, &self.settings.names) {
-                    let uuid = inst.uuid.clone();
+            if let Some(shared) = self.state.instances.get_mut(&m.instance_uuid) {
+                if !on_node(shared, &self.settings.names) {
+                    let uuid = shared.uuid.clone();
                     self.state.instances.remove(&uuid);
                     changes.instances.insert(uuid, None);
-                } else if inst
+                } else if shared
                     .migration_context
                     .as_ref()
                     .is_some_and(|c| c.migration_id == id)
                 {
+                    let inst = Arc::make_mut(shared);
                     inst.migration_context = None;
                     inst.new_flavor = None;
                     changes
                         .instances
-                        .insert(inst.uuid.clone(), Some(inst.clone()));
+                        .insert(shared.uuid.clone(), Some(shared.clone()));
                 }
             }
         }
@@ -132,7 +133,8 @@ impl Tracker {
             changes.migrations.insert(id, Some(m.clone()));
         }
         if at_dest {
-            if let Some(inst) = self.state.instances.get_mut(&uuid) {
+            if let Some(shared) = self.state.instances.get_mut(&uuid) {
+                let inst = Arc::make_mut(shared);
                 let new_flavor = inst
                     .new_flavor
                     .clone()
@@ -162,12 +164,13 @@ impl Tracker {
                 if inst.vm_state == "resized" {
                     inst.vm_state = "active".into();
                 }
-                changes.instances.insert(uuid.clone(), Some(inst.clone()));
                 let request = inst.request.clone();
+                changes.instances.insert(uuid.clone(), Some(shared.clone()));
                 if let Some(mut claim) = self.state.move_claims.remove(&id) {
                     changes.move_claims.insert(id, None);
-                    claim.migration_id = None;
-                    claim.request = request;
+                    let held = Arc::make_mut(&mut claim);
+                    held.migration_id = None;
+                    held.request = request;
                     self.state.claims.insert(uuid.clone(), claim.clone());
                     changes.claims.insert(uuid.clone(), Some(claim));
                 }
@@ -214,7 +217,8 @@ impl Tracker {
             changes.migrations.insert(id, Some(m.clone()));
         }
         if at_source {
-            if let Some(inst) = self.state.instances.get_mut(&m.instance_uuid) {
+            if let Some(shared) = self.state.instances.get_mut(&m.instance_uuid) {
+                let inst = Arc::make_mut(shared);
                 if let Some(old) = inst.old_flavor.take() {
                     Arc::make_mut(&mut inst.request).flavor = old;
                 }
@@ -233,7 +237,7 @@ impl Tracker {
                 }
                 changes
                     .instances
-                    .insert(inst.uuid.clone(), Some(inst.clone()));
+                    .insert(shared.uuid.clone(), Some(shared.clone()));
             }
         }
         Ok(changes)

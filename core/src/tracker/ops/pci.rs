@@ -11,6 +11,7 @@ use super::PoolUsage;
 use crate::probes::pci::PciAddress;
 use crate::tracker::error::ClaimError;
 use crate::tracker::pci::claim::{free_owner, recompute_relatives_in};
+use crate::tracker::pci::devices::TrackedDevices;
 use crate::tracker::pci::devices::{
     DeviceStatus, OneTimeUseNoted, OneTimeUseReading, TrackedDevice,
 };
@@ -124,7 +125,8 @@ impl Tracker {
                 *last += 1;
                 d.returned = *last;
             }
-            if self.state.devices.get(&d.address) != Some(&d) {
+            if self.state.devices.get(&d.address).map(|s| &**s) != Some(&d) {
+                let d = Arc::new(d);
                 changes.devices.insert(d.address, Some(d.clone()));
                 self.state.devices.insert(d.address, d);
             }
@@ -174,7 +176,7 @@ impl Tracker {
             });
         }
         let mut devices = self.state.devices.clone();
-        if let Some(d) = devices.get_mut(address) {
+        if let Some(d) = devices.get_mut(address).map(Arc::make_mut) {
             d.status = DeviceStatus::Available;
             d.reservation_seen = false;
             d.unreserve_pending = true;
@@ -184,6 +186,7 @@ impl Tracker {
         let changed: Vec<TrackedDevice> = devices
             .into_values()
             .filter(|d| self.state.devices.get(&d.address) != Some(d))
+            .map(Arc::unwrap_or_clone)
             .collect();
         self.replace_devices(Some(changed), &mut changes);
         Ok(changes)
@@ -238,7 +241,7 @@ impl Tracker {
     pub(crate) fn cleaned_in_placement(
         &self,
         requests: &[crate::tracker::model::PciRequest],
-    ) -> Option<BTreeMap<PciAddress, TrackedDevice>> {
+    ) -> Option<TrackedDevices> {
         // Only requests held to Placement's providers (a port's are not, as in Nova).
         let named: BTreeSet<uuid::Uuid> = requests
             .iter()
@@ -264,7 +267,7 @@ impl Tracker {
         }
         let mut devices = self.state.devices.clone();
         for a in &cleaned {
-            if let Some(d) = devices.get_mut(a) {
+            if let Some(d) = devices.get_mut(a).map(Arc::make_mut) {
                 d.status = DeviceStatus::Available;
                 d.reservation_seen = false;
             }
@@ -289,7 +292,7 @@ impl Tracker {
         let mut devices = self.state.devices.clone();
         let mut noted = OneTimeUseNoted::default();
         for (address, r) in readings {
-            let Some(d) = devices.get_mut(address) else {
+            let Some(d) = devices.get_mut(address).map(Arc::make_mut) else {
                 continue;
             };
             if !d.one_time_use() {
@@ -326,6 +329,7 @@ impl Tracker {
         let changed: Vec<TrackedDevice> = devices
             .into_values()
             .filter(|d| self.state.devices.get(&d.address) != Some(d))
+            .map(Arc::unwrap_or_clone)
             .collect();
         let mut changes = Changes::default();
         if !changed.is_empty() {

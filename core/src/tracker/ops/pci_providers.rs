@@ -51,7 +51,10 @@ impl Tracker {
         if !self.settings.policy.report_pci_in_placement {
             return BTreeMap::new();
         }
-        held_unreported(self.state.devices.values(), &self.view.tracked)
+        held_unreported(
+            self.state.devices.values().map(|d| &**d),
+            &self.view.tracked,
+        )
     }
 
     /// The provider of each device reported in Placement.

@@ -28,6 +28,7 @@ use super::spec::NON_POOL_TAGS;
 use super::NumaPolicy;
 use crate::probes::pci::{PciAddress, PciDevType};
 use crate::tracker::model::PciRequest;
+use crate::tracker::pci::devices::TrackedDevices;
 
 /// Host NUMA cells and their sockets (for the `socket` policy); a cell without CPUs has no
 /// socket.
@@ -334,11 +335,7 @@ impl Sim<'_> {
 /// The members of pool `p` in the order Nova's pool gives them: the device returned last
 /// first, then (never returned) the highest address first, as Nova pops the device its pool
 /// appended last and appends devices in discovery order.
-fn nova_take_order(
-    devices: &BTreeMap<PciAddress, TrackedDevice>,
-    index: &PciIndex,
-    p: usize,
-) -> Vec<usize> {
+fn nova_take_order(devices: &TrackedDevices, index: &PciIndex, p: usize) -> Vec<usize> {
     let returned = |i: usize| devices.get(&index.addresses[i]).map_or(0, |d| d.returned);
     let mut order = index.pools[p].members.clone();
     order.sort_by_key(|&i| std::cmp::Reverse((returned(i), i)));
@@ -350,7 +347,7 @@ fn nova_take_order(
 /// could not be met and why. `devices` is the tracker's map and `index` its index; neither is
 /// changed, and only the devices that change are copied.
 pub fn claim_devices(
-    devices: &BTreeMap<PciAddress, TrackedDevice>,
+    devices: &TrackedDevices,
     index: &PciIndex,
     requests: &[PciRequest],
     numa_cells: &[u32],
@@ -422,7 +419,7 @@ pub fn claim_devices(
         .iter()
         .filter_map(|i| devices.get(&index.addresses[*i]).map(|d| (*i, d)))
         .map(|(i, d)| {
-            let mut d = d.clone();
+            let mut d = TrackedDevice::clone(d);
             d.status = sim.status[i];
             if let Some(r) = owners.get(&i) {
                 d.owner = Some(DeviceOwner {

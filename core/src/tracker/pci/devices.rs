@@ -9,6 +9,7 @@
 //! bits are tracked.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -81,6 +82,10 @@ pub struct DeviceOwner {
     /// The InstancePCIRequest it satisfies.
     pub request_id: Option<String>,
 }
+
+/// Tracked devices by address. Each is behind an `Arc`, shared by the tracker's working and
+/// committed views until one of them changes it (`Arc::make_mut`).
+pub type TrackedDevices = BTreeMap<PciAddress, Arc<TrackedDevice>>;
 
 /// One tracked device.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]

@@ -7,10 +7,12 @@
 //! freed is reserved, not available.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use super::devices::{DeviceStatus, TrackedDevice};
 use super::index::PciIndex;
 use crate::probes::pci::{PciAddress, PciDevType};
+use crate::tracker::pci::devices::TrackedDevices;
 
 /// Which of an owner's devices to free.
 #[derive(Debug, Clone, Copy)]
@@ -29,7 +31,7 @@ pub enum Held<'a> {
 /// available once none of its VFs is in use. Returns the devices whose state changed (with
 /// their new state) and the freed addresses; `devices` is not changed.
 pub fn free_owner(
-    devices: &BTreeMap<PciAddress, TrackedDevice>,
+    devices: &TrackedDevices,
     index: &PciIndex,
     owner: &str,
     which: Held<'_>,
@@ -99,7 +101,7 @@ pub fn free_owner(
             let d = devices.get(&index.addresses[*i])?;
             let freeing = freed.contains(i);
             (d.status != *st || freeing).then(|| {
-                let mut d = d.clone();
+                let mut d = TrackedDevice::clone(d);
                 d.status = *st;
                 if freeing {
                     d.owner = None;
@@ -114,15 +116,13 @@ pub fn free_owner(
 /// Re-derives the unavailable/available states of relatives over the tracker's device map (a PF
 /// is unavailable while any VF is allocated or claimed; VFs are unavailable while their PF is;
 /// every other non-owned device is available); returns the devices whose status changed.
-pub fn recompute_relatives_in(
-    devices: &mut BTreeMap<PciAddress, TrackedDevice>,
-) -> Vec<PciAddress> {
-    let blocked = BlockedRelatives::of(devices.values());
+pub fn recompute_relatives_in(devices: &mut TrackedDevices) -> Vec<PciAddress> {
+    let blocked = BlockedRelatives::of(devices.values().map(|d| &**d));
     let mut changed = Vec::new();
     for d in devices.values_mut() {
         match blocked.status_of(d) {
             Some(status) if status != d.status => {
-                d.status = status;
+                Arc::make_mut(d).status = status;
                 changed.push(d.address);
             }
             _ => {}

@@ -7,9 +7,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::devices::{PoolKey, TrackedDevice};
+use super::devices::PoolKey;
 use super::spec::DeviceSpec;
 use crate::probes::pci::{PciAddress, PciDevType};
+use crate::tracker::pci::devices::TrackedDevices;
 
 /// One pool of the index: its key, the key flattened as requests match it, and its members (all
 /// of them, whatever their state), by position, in address order.
@@ -45,7 +46,7 @@ impl PciIndex {
     /// Indexes `devices` (in address order) under `specs`; `providers` gives the Placement
     /// provider of each device reported there.
     pub fn build(
-        devices: &BTreeMap<PciAddress, TrackedDevice>,
+        devices: &TrackedDevices,
         specs: &[DeviceSpec],
         providers: &HashMap<PciAddress, uuid::Uuid>,
     ) -> PciIndex {

@@ -20,6 +20,7 @@ use super::devices::{DeviceStatus, TrackedDevice};
 use super::spec::DeviceSpec;
 use crate::inventory::traits;
 use crate::probes::pci::{PciAddress, PciDevType};
+use crate::tracker::pci::devices::TrackedDevices;
 
 /// One PCI child provider.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,7 +58,7 @@ pub fn derived_provider_uuid(node_uuid: Uuid, name: &str) -> Uuid {
 /// must share one class and trait set. Nova refuses to start on the last two; rtrack reports what
 /// it can and warns.
 pub fn provider_groups(
-    tracked: &BTreeMap<PciAddress, TrackedDevice>,
+    tracked: &TrackedDevices,
     specs: &[DeviceSpec],
     warnings: &mut Vec<String>,
 ) -> BTreeMap<PciAddress, ProviderGroup> {
@@ -164,7 +165,7 @@ fn spec_facts(
 /// while it holds allocations, its total raised to them (`_adjust_for_removals_and_held_devices`).
 pub fn held_unreported<'a>(
     devices: impl IntoIterator<Item = &'a TrackedDevice>,
-    reported: &BTreeMap<PciAddress, TrackedDevice>,
+    reported: &TrackedDevices,
 ) -> BTreeMap<PciAddress, ProviderGroup> {
     let mut groups: BTreeMap<PciAddress, ProviderGroup> = BTreeMap::new();
     for dev in devices {

@@ -495,7 +495,7 @@ fn a_providers_devices_in_two_pools_serve_one_mapped_request() {
         d.address.to_string().as_str() >= "0000:3b:01.4"
             && d.parent_addr == Some(addr("0000:3b:00.0"))
     }) {
-        d.parent_ifname = None;
+        std::sync::Arc::make_mut(d).parent_ifname = None;
     }
     t.replace_state(state);
     let a = provider(&t, "0000:3b:00.0");

@@ -534,12 +534,12 @@ fn records_of_an_older_rtrack_count_their_flavors_classes_when_loaded() {
     .unwrap();
     // As an rtrack that did not read them wrote it: no classes beyond the four, no placement.
     let mut old = t.state().clone();
-    for inst in old.instances.values_mut() {
+    for inst in old.instances.values_mut().map(std::sync::Arc::make_mut) {
         let r = std::sync::Arc::make_mut(&mut inst.request);
         r.flavor.extra_resources.clear();
         inst.nested = None;
     }
-    for c in old.claims.values_mut() {
+    for c in old.claims.values_mut().map(std::sync::Arc::make_mut) {
         std::sync::Arc::make_mut(&mut c.request)
             .flavor
             .extra_resources
