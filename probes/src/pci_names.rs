@@ -57,44 +57,63 @@ mod tests {
     }
 
     /// Every vendor, device, class and subclass line of the file, walked here on its own, is
-    /// found under its ids with its name: the tables are sorted, their offsets and lengths
-    /// point at the right names, and no entry was dropped.
+    /// found in its table under its full key (a device under its vendor, a subclass under its
+    /// class) with exactly its name, the first one where an id repeats: the tables are sorted,
+    /// keyed right, their offsets and lengths point at the right names, and none was dropped.
     #[test]
     fn every_entry_of_the_file_is_found_by_its_ids() {
-        let text = include_str!("../data/pci.ids");
-        let (mut vendor, mut class, mut checked) = (None, None, 0);
-        for line in text
+        let hex = |id: &str| u32::from_str_radix(id, 16).unwrap();
+        let mut first = std::collections::BTreeMap::new();
+        let mut parent = None;
+        for line in include_str!("../data/pci.ids")
             .lines()
             .filter(|l| !l.starts_with('#') && !l.is_empty())
         {
-            let fields: Vec<&str> = line.trim_start_matches('\t').splitn(2, "  ").collect();
-            let tabs = line.len() - line.trim_start_matches('\t').len();
-            let [id, name] = fields[..] else {
+            let entry = line.trim_start_matches('\t');
+            let tabs = line.len() - entry.len();
+            let Some((id, name)) = entry.split_once("  ") else {
                 panic!("{line:?}")
             };
-            let found = match (tabs, id.strip_prefix("C ")) {
-                (0, Some(c)) => {
-                    (class, vendor) = (Some(c), None);
-                    pci_names("", "", &format!("{c}ff")).2
+            let key = match (tabs, id.strip_prefix("C "), parent) {
+                (0, Some(class), _) => {
+                    parent = Some(("subclass", hex(class)));
+                    ("class", hex(class))
                 }
-                (0, None) => {
-                    (vendor, class) = (Some(id), None);
-                    pci_names(id, "", "").0
+                (0, None, _) => {
+                    parent = Some(("device", hex(id)));
+                    ("vendor", hex(id))
                 }
-                (1, _) => match (vendor, class) {
-                    (Some(v), _) => pci_names(v, id, "").1,
-                    (None, Some(c)) => pci_names("", "", &format!("{c}{id}")).2,
-                    (None, None) => panic!("{line:?} under nothing"),
-                },
-                _ => continue,
+                (1, _, Some(("device", vendor))) => ("device", vendor << 16 | hex(id)),
+                (1, _, Some(("subclass", class))) => ("subclass", class << 8 | hex(id)),
+                (2, _, Some(_)) => continue,
+                _ => panic!("{line:?}"),
             };
-            // A file may name one id twice; the first entry wins.
-            if found.as_deref() != Some(name) {
-                let first = format!("{id}  {}", found.as_deref().unwrap_or("?"));
-                assert!(text.contains(&first), "{line:?}: found {found:?}");
-            }
-            checked += 1;
+            first.entry(key).or_insert(name);
         }
-        assert!(checked > 20_000, "{checked} entries");
+        let table = |kind| match kind {
+            "vendor" => &VENDORS[..],
+            "device" => &DEVICES[..],
+            "class" => &CLASSES[..],
+            _ => &SUBCLASSES[..],
+        };
+        for (&(kind, key), name) in &first {
+            assert_eq!(name_in(table(kind), key), Some(*name), "{kind} {key:x}");
+        }
+        let count = |kind| first.keys().filter(|k| k.0 == kind).count();
+        assert_eq!(
+            [
+                VENDORS.len(),
+                DEVICES.len(),
+                CLASSES.len(),
+                SUBCLASSES.len()
+            ],
+            [
+                count("vendor"),
+                count("device"),
+                count("class"),
+                count("subclass")
+            ]
+        );
+        assert!(count("device") > 19_000, "{} devices", count("device"));
     }
 }
