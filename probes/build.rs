@@ -21,11 +21,11 @@ struct Db {
     subclasses: Table,
 }
 
-/// Where the parser is: under which vendor or class the indented lines belong.
+/// Where the parser is: under which vendor or class (its id) the indented lines belong.
 enum Section {
     None,
-    Vendor(u16),
-    Class(u8),
+    Vendor(u32),
+    Class(u32),
 }
 
 fn main() -> Result<(), String> {
@@ -54,30 +54,20 @@ fn parse(text: &str) -> Result<Db, String> {
             (0, Some(class_line), _) => {
                 let (class, name) = entry_of(class_line, 2).ok_or_else(|| bad("C cc  name"))?;
                 add(&mut db.names, &mut db.classes, class, name);
-                section = Section::Class(class as u8);
+                section = Section::Class(class);
             }
             (0, None, _) => {
                 let (vendor, name) = entry_of(entry, 4).ok_or_else(|| bad("vvvv  name"))?;
                 add(&mut db.names, &mut db.vendors, vendor, name);
-                section = Section::Vendor(vendor as u16);
+                section = Section::Vendor(vendor);
             }
             (1, _, Section::Vendor(vendor)) => {
                 let (device, name) = entry_of(entry, 4).ok_or_else(|| bad("\\tdddd  name"))?;
-                add(
-                    &mut db.names,
-                    &mut db.devices,
-                    u32::from(*vendor) << 16 | device,
-                    name,
-                );
+                add(&mut db.names, &mut db.devices, vendor << 16 | device, name);
             }
             (1, _, Section::Class(class)) => {
                 let (sub, name) = entry_of(entry, 2).ok_or_else(|| bad("\\tss  name"))?;
-                add(
-                    &mut db.names,
-                    &mut db.subclasses,
-                    u32::from(*class) << 8 | sub,
-                    name,
-                );
+                add(&mut db.names, &mut db.subclasses, class << 8 | sub, name);
             }
             // Subsystems and programming interfaces: not named by rtrack.
             (2, _, Section::Vendor(_) | Section::Class(_)) => {}
