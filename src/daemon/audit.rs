@@ -153,7 +153,8 @@ impl Auditor {
                 Ok((probed_at, outcome, warnings))
             });
             let r = finish(&state, result, start.elapsed());
-            release_free_memory();
+            // An idle daemon should not hold a probe's worth of garbage.
+            crate::service::release_free_memory();
             r
         });
         match tokio::time::timeout(limit, task).await {
@@ -183,16 +184,6 @@ fn addresses(list: &[crate::probes::pci::PciAddress]) -> String {
         .map(|a| a.to_string())
         .collect::<Vec<_>>()
         .join(",")
-}
-
-/// Gives the heap the probe and the audit freed back to the system: glibc keeps freed memory
-/// in its arenas otherwise, and an idle daemon should not hold a probe's worth of garbage.
-pub fn release_free_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only walks glibc's own arenas; it takes no pointers from us.
-    unsafe {
-        libc::malloc_trim(0);
-    }
 }
 
 /// Logs each pinned host CPU that is offline while it should not be: its guest runs, or CPU

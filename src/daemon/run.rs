@@ -108,7 +108,7 @@ async fn main_loop(
     else {
         return Ok(());
     };
-    audit::release_free_memory();
+    crate::service::release_free_memory();
     let (stop_tx, stop_rx) = watch::channel(false);
     let servers = lifecycle::serve(&cfg, &state, &access, &stop_rx).await?;
     let kick = Arc::new(Notify::new());

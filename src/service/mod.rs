@@ -30,7 +30,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use parking_lot::{FairMutex, Mutex};
 
 pub use stages::ChangeStages;
-pub use writer::CommitStats;
+pub use writer::{release_free_memory, CommitStats};
 
 use crate::probes::HostInventory;
 use crate::store::{Store, StoreError};

@@ -9,10 +9,15 @@
 //! After a failed transaction the writer fails every job until the service has reset its
 //! working tracker (the `Reloaded` marker): jobs queued in between were decided on top of the
 //! changes that were lost.
+//!
+//! Once commits stop for [`QUIET`], the writer gives the heap's free memory back to the system
+//! ([`release_free_memory`]), once per quiet spell: a burst of claims, or the release of many
+//! records, would otherwise leave its high-water mark in glibc's arenas for as long as the
+//! daemon stays idle. An idle writer does not wake up.
 
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -62,6 +67,37 @@ pub struct CommitStats {
     pub latency: Option<prometheus_client::metrics::histogram::Histogram>,
 }
 
+/// How long commits must stop before the writer gives free heap back.
+const QUIET: Duration = Duration::from_secs(5);
+
+/// Gives the heap's free memory back to the system: glibc keeps what was freed in its arenas
+/// otherwise (only their tops are returned on their own).
+pub fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks glibc's own arenas; it takes no pointers from us.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// The next job, or `None` when the channel has closed. After work (`worked`), waits at most
+/// `quiet` for it; when none comes, runs `on_quiet` once and waits without a limit.
+fn next_job<J>(
+    rx: &mpsc::Receiver<J>,
+    worked: &mut bool,
+    quiet: Duration,
+    on_quiet: &dyn Fn(),
+) -> Option<J> {
+    if std::mem::take(worked) {
+        match rx.recv_timeout(quiet) {
+            Ok(job) => return Some(job),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return None,
+            Err(mpsc::RecvTimeoutError::Timeout) => on_quiet(),
+        }
+    }
+    rx.recv().ok()
+}
+
 /// Commits jobs until the channel closes.
 pub fn writer_loop(
     mut store: Store,
@@ -72,7 +108,9 @@ pub fn writer_loop(
     const MAX_BATCH: usize = 512;
     let mut poisoned: Option<CommitFailure> = None;
     let mut epoch = 0u64;
-    while let Ok(first) = rx.recv() {
+    let mut worked = false;
+    while let Some(first) = next_job(&rx, &mut worked, QUIET, &release_free_memory) {
+        worked = true;
         let mut jobs = vec![first];
         while jobs.len() < MAX_BATCH {
             match rx.try_recv() {
@@ -162,5 +200,62 @@ pub fn writer_loop(
         for d in dones {
             let _ = d.send(result.clone());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    const SHORT: Duration = Duration::from_millis(30);
+
+    #[test]
+    fn after_work_a_quiet_spell_runs_the_action_once_then_waits_for_the_next_job() {
+        let (tx, rx) = mpsc::channel();
+        let calls = AtomicUsize::new(0);
+        let on_quiet = || {
+            calls.fetch_add(1, Ordering::SeqCst);
+        };
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(SHORT * 5);
+            tx.send(7).unwrap();
+            tx
+        });
+        let mut worked = true;
+        let start = Instant::now();
+        assert_eq!(next_job(&rx, &mut worked, SHORT, &on_quiet), Some(7));
+        assert!(
+            start.elapsed() >= SHORT * 5,
+            "waited for the job after the quiet spell"
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "once per quiet spell");
+        assert!(!worked);
+        let tx = sender.join().unwrap();
+        // Without work since, nothing runs: the job waiting is returned at once.
+        tx.send(8).unwrap();
+        assert_eq!(next_job(&rx, &mut worked, SHORT, &on_quiet), Some(8));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        drop(tx);
+        assert_eq!(next_job(&rx, &mut worked, SHORT, &on_quiet), None);
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_job_within_the_quiet_spell_runs_nothing() {
+        let (tx, rx) = mpsc::channel();
+        let calls = AtomicUsize::new(0);
+        let on_quiet = || {
+            calls.fetch_add(1, Ordering::SeqCst);
+        };
+        tx.send(1).unwrap();
+        let mut worked = true;
+        assert_eq!(next_job(&rx, &mut worked, SHORT, &on_quiet), Some(1));
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
+        // The channel closing after work ends the wait without the action.
+        worked = true;
+        drop(tx);
+        assert_eq!(next_job(&rx, &mut worked, SHORT, &on_quiet), None);
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
     }
 }
