@@ -131,10 +131,9 @@ fi
 expiration=${expiration:-3600}
 
 # ---- venv (shared by every DIR; one installer at a time)
-VENV=${KEYSTONE_VENV:-$REPO/target/keystone-venv}
 # shellcheck source=../lib/venv.sh
 . "$(dirname -- "${BASH_SOURCE[0]}")/../lib/venv.sh"
-venv_ensure "$VENV" "$HERE/requirements.txt" "$HERE/constraints.txt" 'import keystone.wsgi, gunicorn' "$DIR/logs/install.log"
+venv_named keystone "$DIR/logs/install.log" # sets VENV
 
 # ---- config, keys, database
 if [ "$port" = auto ]; then

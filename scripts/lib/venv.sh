@@ -30,3 +30,38 @@ venv_ensure() {
     flock -u 8
     exec 8>&-
 }
+
+# venv_named NAME LOG: sets VENV to the named test tool's venv and builds it when needed (as
+# venv_ensure). The table of the tools' venvs: where each lives (its environment variable
+# overrides target/NAME-venv), its pin files, and the import that proves the install. Each
+# tool's script uses it, and so does `scripts/test --venvs`, which builds them all ahead of the
+# tests.
+venv_named() {
+    local name=$1 log=$2 root s
+    root=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd)
+    s=$root/scripts
+    case $name in
+        nova-functional)
+            VENV=${NOVA_FUNCTIONAL_VENV:-$root/target/nova-functional-venv}
+            venv_ensure "$VENV" "$s/nova-functional.d/requirements.txt" "$s/nova-functional.d/constraints.txt" \
+                'import nova, placement, testtools, wsgi_intercept, sqlalchemy; assert sqlalchemy.__version__.startswith("2.0.")' \
+                "$log" ;;
+        placement)
+            VENV=${PLACEMENT_VENV:-$root/target/placement-venv}
+            venv_ensure "$VENV" "$s/placement/requirements.txt" "$s/placement/constraints.txt" \
+                'import placement.wsgi, gunicorn, pymysql' "$log" ;;
+        keystone)
+            VENV=${KEYSTONE_VENV:-$root/target/keystone-venv}
+            venv_ensure "$VENV" "$s/keystone/requirements.txt" "$s/keystone/constraints.txt" \
+                'import keystone.wsgi, gunicorn' "$log" ;;
+        osc)
+            VENV=${OSC_VENV:-$root/target/osc-venv}
+            venv_ensure "$VENV" "$s/placement/osc-requirements.txt" "$s/placement/osc-constraints.txt" \
+                'import openstackclient.shell, osc_placement' "$log" ;;
+        schemathesis)
+            VENV=${SCHEMATHESIS_VENV:-$root/target/schemathesis-venv}
+            venv_ensure "$VENV" "$s/schemathesis/requirements.txt" "$s/schemathesis/constraints.txt" \
+                'import schemathesis' "$log" ;;
+        *) fail "venv_named: no venv named '$name'" ;;
+    esac
+}

@@ -12,9 +12,8 @@ fail() { echo "placement/osc: error: $*" >&2; exit 1; }
 url=$1
 shift
 PY=${PYTHON:-python3}
-VENV=${OSC_VENV:-$REPO/target/osc-venv}
 # shellcheck source=../lib/venv.sh
 . "$(dirname -- "${BASH_SOURCE[0]}")/../lib/venv.sh"
-venv_ensure "$VENV" "$HERE/osc-requirements.txt" "$HERE/osc-constraints.txt" 'import openstackclient.shell, osc_placement' "$VENV.install.log"
+venv_named osc "${OSC_VENV:-$REPO/target/osc-venv}.install.log" # sets VENV
 exec "$VENV/bin/openstack" --os-auth-type admin_token --os-token admin --os-endpoint "$url" \
     --os-placement-api-version 1.39 "$@"

@@ -167,10 +167,9 @@ if [ -f "$PIDFILE" ]; then
 fi
 
 # ---- venv (shared by every DIR; one installer at a time)
-VENV=${PLACEMENT_VENV:-$REPO/target/placement-venv}
 # shellcheck source=../lib/venv.sh
 . "$(dirname -- "${BASH_SOURCE[0]}")/../lib/venv.sh"
-venv_ensure "$VENV" "$HERE/requirements.txt" "$HERE/constraints.txt" 'import placement.wsgi, gunicorn, pymysql' "$DIR/logs/install.log"
+venv_named placement "$DIR/logs/install.log" # sets VENV
 
 # sqlite_template LOG: $VENV/placement-template.sqlite, an empty database synced by this venv's
 # Placement (made once, under a lock; it goes when the venv is rebuilt).

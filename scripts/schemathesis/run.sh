@@ -41,10 +41,9 @@ command -v "$PY" >/dev/null \
     || fail "$PY has no venv/ensurepip module (Debian: apt-get install python3-venv)"
 
 # ---- venv (one installer at a time)
-VENV=${SCHEMATHESIS_VENV:-$REPO/target/schemathesis-venv}
 # shellcheck source=../lib/venv.sh
 . "$(dirname -- "${BASH_SOURCE[0]}")/../lib/venv.sh"
-venv_ensure "$VENV" "$HERE/requirements.txt" "$HERE/constraints.txt" 'import schemathesis' "$VENV.install.log"
+venv_named schemathesis "${SCHEMATHESIS_VENV:-$REPO/target/schemathesis-venv}.install.log" # sets VENV
 
 # Loopback only: never through a proxy from the environment.
 export NO_PROXY="127.0.0.1,localhost,::1${NO_PROXY:+,$NO_PROXY}"
