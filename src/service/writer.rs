@@ -10,10 +10,11 @@
 //! working tracker (the `Reloaded` marker): jobs queued in between were decided on top of the
 //! changes that were lost.
 //!
-//! Once commits stop for [`QUIET`], the writer gives the heap's free memory back to the system
-//! ([`release_free_memory`]), once per quiet spell: a burst of claims, or the release of many
-//! records, would otherwise leave its high-water mark in glibc's arenas for as long as the
-//! daemon stays idle. An idle writer does not wake up.
+//! When no job has come for [`QUIET`] after one did (a commit, a new probe, the marker), the
+//! writer gives the heap's free memory back to the system ([`release_free_memory`]), once per
+//! quiet spell: a burst of claims, or the release of many records, would otherwise leave its
+//! high-water mark in glibc's arenas for as long as the daemon stays idle. An idle writer does
+//! not wake up.
 
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -210,35 +211,67 @@ mod tests {
 
     const SHORT: Duration = Duration::from_millis(30);
 
+    /// Sends `job` on `tx` from another thread once `calls` reaches `after` (or 2 s passed, so
+    /// that a wrong `next_job` fails its test instead of hanging it) and then `delay` has
+    /// passed; gives the sender back.
+    fn send_later(
+        tx: mpsc::Sender<u32>,
+        job: u32,
+        calls: Arc<AtomicUsize>,
+        after: usize,
+        delay: Duration,
+    ) -> std::thread::JoinHandle<mpsc::Sender<u32>> {
+        let give_up = Instant::now() + Duration::from_secs(2);
+        std::thread::spawn(move || {
+            while calls.load(Ordering::SeqCst) < after && Instant::now() < give_up {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::thread::sleep(delay);
+            tx.send(job).unwrap();
+            tx
+        })
+    }
+
     #[test]
     fn after_work_a_quiet_spell_runs_the_action_once_then_waits_for_the_next_job() {
         let (tx, rx) = mpsc::channel();
-        let calls = AtomicUsize::new(0);
-        let on_quiet = || {
-            calls.fetch_add(1, Ordering::SeqCst);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counter = calls.clone();
+        let on_quiet = move || {
+            counter.fetch_add(1, Ordering::SeqCst);
         };
-        let sender = std::thread::spawn(move || {
-            std::thread::sleep(SHORT * 5);
-            tx.send(7).unwrap();
-            tx
-        });
+        // The job comes only after the action ran, and well after the quiet spell: a wait
+        // that woke up again at every spell would run the action more than once.
+        let sender = send_later(tx, 7, calls.clone(), 1, SHORT * 5);
         let mut worked = true;
-        let start = Instant::now();
         assert_eq!(next_job(&rx, &mut worked, SHORT, &on_quiet), Some(7));
-        assert!(
-            start.elapsed() >= SHORT * 5,
-            "waited for the job after the quiet spell"
-        );
         assert_eq!(calls.load(Ordering::SeqCst), 1, "once per quiet spell");
         assert!(!worked);
         let tx = sender.join().unwrap();
-        // Without work since, nothing runs: the job waiting is returned at once.
-        tx.send(8).unwrap();
-        assert_eq!(next_job(&rx, &mut worked, SHORT, &on_quiet), Some(8));
-        assert_eq!(calls.load(Ordering::SeqCst), 1);
         drop(tx);
         assert_eq!(next_job(&rx, &mut worked, SHORT, &on_quiet), None);
         assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn without_work_since_the_last_spell_a_long_wait_runs_nothing() {
+        let (tx, rx) = mpsc::channel();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counter = calls.clone();
+        let on_quiet = move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        };
+        let start = Instant::now();
+        let sender = send_later(tx, 8, calls.clone(), 0, SHORT * 5);
+        let mut worked = false;
+        assert_eq!(next_job(&rx, &mut worked, SHORT, &on_quiet), Some(8));
+        assert!(start.elapsed() >= SHORT * 5, "it waited for the job");
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            0,
+            "an idle writer does nothing"
+        );
+        drop(sender.join().unwrap());
     }
 
     #[test]
