@@ -1,6 +1,8 @@
 # venv.sh: a pinned Python venv for rtrack's test tools, built once per pin change. Sourced by
-# scripts/placement, scripts/keystone and scripts/schemathesis; the caller sets PY (python3 >=
-# 3.11 with venv) and fail().
+# the tools' scripts (scripts/placement, scripts/keystone, scripts/schemathesis,
+# scripts/nova-functional; tests/interop/setup-nova-venv.sh builds Nova's at the directory its
+# caller names, from the same pins) and by scripts/test --venvs; the caller defines fail(), and
+# sets PY (python3 >= 3.11 with venv) for venv_ensure (venv_named picks each tool's own).
 
 # venv_ensure VENV REQUIREMENTS CONSTRAINTS CHECK LOG: (re)builds VENV from the pin files when
 # the interpreter or the pins changed (a stamp file holds their hash) or its python is gone; one
@@ -33,32 +35,38 @@ venv_ensure() {
 
 # venv_named NAME LOG: sets VENV to the named test tool's venv and builds it when needed (as
 # venv_ensure). The table of the tools' venvs: where each lives (its environment variable
-# overrides target/NAME-venv), its pin files, and the import that proves the install. Each
-# tool's script uses it, and so does `scripts/test --venvs`, which builds them all ahead of the
-# tests.
+# overrides target/NAME-venv), its interpreter (its *_PYTHON variable, else python3: the stamp
+# holds the interpreter's version, so every caller must pick the same one), its pin files, and
+# the import that proves the install. Each tool's script uses it, and so does
+# `scripts/test --venvs`, which builds them all ahead of the tests.
 venv_named() {
-    local name=$1 log=$2 root s
+    local name=$1 log=$2 root s PY
     root=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd)
     s=$root/scripts
     case $name in
         nova-functional)
+            PY=${PYTHON:-python3}
             VENV=${NOVA_FUNCTIONAL_VENV:-$root/target/nova-functional-venv}
             venv_ensure "$VENV" "$s/nova-functional.d/requirements.txt" "$s/nova-functional.d/constraints.txt" \
                 'import nova, placement, testtools, wsgi_intercept, sqlalchemy; assert sqlalchemy.__version__.startswith("2.0.")' \
                 "$log" ;;
         placement)
+            PY=${PLACEMENT_PYTHON:-python3}
             VENV=${PLACEMENT_VENV:-$root/target/placement-venv}
             venv_ensure "$VENV" "$s/placement/requirements.txt" "$s/placement/constraints.txt" \
                 'import placement.wsgi, gunicorn, pymysql' "$log" ;;
         keystone)
+            PY=${KEYSTONE_PYTHON:-python3}
             VENV=${KEYSTONE_VENV:-$root/target/keystone-venv}
             venv_ensure "$VENV" "$s/keystone/requirements.txt" "$s/keystone/constraints.txt" \
                 'import keystone.wsgi, gunicorn' "$log" ;;
         osc)
+            PY=${PYTHON:-python3}
             VENV=${OSC_VENV:-$root/target/osc-venv}
             venv_ensure "$VENV" "$s/placement/osc-requirements.txt" "$s/placement/osc-constraints.txt" \
                 'import openstackclient.shell, osc_placement' "$log" ;;
         schemathesis)
+            PY=${SCHEMATHESIS_PYTHON:-python3}
             VENV=${SCHEMATHESIS_VENV:-$root/target/schemathesis-venv}
             venv_ensure "$VENV" "$s/schemathesis/requirements.txt" "$s/schemathesis/constraints.txt" \
                 'import schemathesis' "$log" ;;
