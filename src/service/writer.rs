@@ -211,6 +211,15 @@ mod tests {
 
     const SHORT: Duration = Duration::from_millis(30);
 
+    /// An action that counts its calls, and the count.
+    fn counting() -> (Arc<AtomicUsize>, impl Fn()) {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counter = calls.clone();
+        (calls, move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        })
+    }
+
     /// Sends `job` on `tx` from another thread once `calls` reaches `after` (or 2 s passed, so
     /// that a wrong `next_job` fails its test instead of hanging it) and then `delay` has
     /// passed; gives the sender back.
@@ -235,11 +244,7 @@ mod tests {
     #[test]
     fn after_work_a_quiet_spell_runs_the_action_once_then_waits_for_the_next_job() {
         let (tx, rx) = mpsc::channel();
-        let calls = Arc::new(AtomicUsize::new(0));
-        let counter = calls.clone();
-        let on_quiet = move || {
-            counter.fetch_add(1, Ordering::SeqCst);
-        };
+        let (calls, on_quiet) = counting();
         // The job comes only after the action ran, and well after the quiet spell: a wait
         // that woke up again at every spell would run the action more than once.
         let sender = send_later(tx, 7, calls.clone(), 1, SHORT * 5);
@@ -256,11 +261,7 @@ mod tests {
     #[test]
     fn without_work_since_the_last_spell_a_long_wait_runs_nothing() {
         let (tx, rx) = mpsc::channel();
-        let calls = Arc::new(AtomicUsize::new(0));
-        let counter = calls.clone();
-        let on_quiet = move || {
-            counter.fetch_add(1, Ordering::SeqCst);
-        };
+        let (calls, on_quiet) = counting();
         let start = Instant::now();
         let sender = send_later(tx, 8, calls.clone(), 0, SHORT * 5);
         let mut worked = false;
@@ -277,10 +278,7 @@ mod tests {
     #[test]
     fn a_job_within_the_quiet_spell_runs_nothing() {
         let (tx, rx) = mpsc::channel();
-        let calls = AtomicUsize::new(0);
-        let on_quiet = || {
-            calls.fetch_add(1, Ordering::SeqCst);
-        };
+        let (calls, on_quiet) = counting();
         tx.send(1).unwrap();
         let mut worked = true;
         assert_eq!(next_job(&rx, &mut worked, SHORT, &on_quiet), Some(1));
