@@ -34,7 +34,6 @@
 set -Eeuo pipefail
 
 HERE=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd -- "$HERE/../.." && pwd)
 say() { printf 'keystone/start: %s\n' "$*" >&2; }
 fail() { printf 'keystone/start: error: %s\n' "$*" >&2; exit 1; }
 

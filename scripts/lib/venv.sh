@@ -33,43 +33,35 @@ venv_ensure() {
     exec 8>&-
 }
 
-# venv_named NAME LOG: sets VENV to the named test tool's venv and builds it when needed (as
-# venv_ensure). The table of the tools' venvs: where each lives (its environment variable
-# overrides target/NAME-venv), its interpreter (its *_PYTHON variable, else python3: the stamp
-# holds the interpreter's version, so every caller must pick the same one), its pin files, and
-# the import that proves the install. Each tool's script uses it, and so does
+# venv_named NAME [LOG]: sets VENV to the named test tool's venv and builds it when needed (as
+# venv_ensure; pip's output to LOG, else VENV.install.log). The table of the tools' venvs: where
+# each lives (its environment variable overrides target/NAME-venv), its interpreter (its
+# *_PYTHON variable, else python3: the stamp holds the interpreter's version, so every caller
+# must pick the same one), its pin files (in scripts/DIR/, with a prefix for the OpenStack
+# client's), and the import that proves the install. Each tool's script uses it, and so does
 # `scripts/test --venvs`, which builds them all ahead of the tests.
 venv_named() {
-    local name=$1 log=$2 root s PY
+    local name=$1 root pins prefix='' check PY
     root=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd)
-    s=$root/scripts
     case $name in
         nova-functional)
-            PY=${PYTHON:-python3}
-            VENV=${NOVA_FUNCTIONAL_VENV:-$root/target/nova-functional-venv}
-            venv_ensure "$VENV" "$s/nova-functional.d/requirements.txt" "$s/nova-functional.d/constraints.txt" \
-                'import nova, placement, testtools, wsgi_intercept, sqlalchemy; assert sqlalchemy.__version__.startswith("2.0.")' \
-                "$log" ;;
+            PY=${PYTHON:-python3} VENV=${NOVA_FUNCTIONAL_VENV:-$root/target/nova-functional-venv}
+            pins=nova-functional.d
+            check='import nova, placement, testtools, wsgi_intercept, sqlalchemy; assert sqlalchemy.__version__.startswith("2.0.")' ;;
         placement)
-            PY=${PLACEMENT_PYTHON:-python3}
-            VENV=${PLACEMENT_VENV:-$root/target/placement-venv}
-            venv_ensure "$VENV" "$s/placement/requirements.txt" "$s/placement/constraints.txt" \
-                'import placement.wsgi, gunicorn, pymysql' "$log" ;;
+            PY=${PLACEMENT_PYTHON:-python3} VENV=${PLACEMENT_VENV:-$root/target/placement-venv}
+            pins=placement check='import placement.wsgi, gunicorn, pymysql' ;;
         keystone)
-            PY=${KEYSTONE_PYTHON:-python3}
-            VENV=${KEYSTONE_VENV:-$root/target/keystone-venv}
-            venv_ensure "$VENV" "$s/keystone/requirements.txt" "$s/keystone/constraints.txt" \
-                'import keystone.wsgi, gunicorn' "$log" ;;
+            PY=${KEYSTONE_PYTHON:-python3} VENV=${KEYSTONE_VENV:-$root/target/keystone-venv}
+            pins=keystone check='import keystone.wsgi, gunicorn' ;;
         osc)
-            PY=${PYTHON:-python3}
-            VENV=${OSC_VENV:-$root/target/osc-venv}
-            venv_ensure "$VENV" "$s/placement/osc-requirements.txt" "$s/placement/osc-constraints.txt" \
-                'import openstackclient.shell, osc_placement' "$log" ;;
+            PY=${PYTHON:-python3} VENV=${OSC_VENV:-$root/target/osc-venv}
+            pins=placement prefix=osc- check='import openstackclient.shell, osc_placement' ;;
         schemathesis)
-            PY=${SCHEMATHESIS_PYTHON:-python3}
-            VENV=${SCHEMATHESIS_VENV:-$root/target/schemathesis-venv}
-            venv_ensure "$VENV" "$s/schemathesis/requirements.txt" "$s/schemathesis/constraints.txt" \
-                'import schemathesis' "$log" ;;
-        *) fail "venv_named: no venv named '$name'" ;;
+            PY=${SCHEMATHESIS_PYTHON:-python3} VENV=${SCHEMATHESIS_VENV:-$root/target/schemathesis-venv}
+            pins=schemathesis check='import schemathesis' ;;
+        *) fail "venv_named: no venv named '$name' (expected nova-functional, placement, keystone, osc or schemathesis)" ;;
     esac
+    pins=$root/scripts/$pins/$prefix
+    venv_ensure "$VENV" "${pins}requirements.txt" "${pins}constraints.txt" "$check" "${2:-$VENV.install.log}"
 }

@@ -5,8 +5,6 @@
 # installed from PyPI on first use, again when the pins change). The test Placement runs with
 # noauth2: the client sends the token "admin" to the endpoint directly (auth type admin_token).
 set -euo pipefail
-HERE=$(cd -- "$(dirname -- "$0")" && pwd -P)
-REPO=$(cd -- "$HERE/../.." && pwd -P)
 fail() { echo "placement/osc: error: $*" >&2; exit 1; }
 [ "$#" -ge 2 ] || fail "usage: osc.sh URL ARGS..."
 url=$1
@@ -14,6 +12,6 @@ shift
 PY=${PYTHON:-python3}
 # shellcheck source=../lib/venv.sh
 . "$(dirname -- "${BASH_SOURCE[0]}")/../lib/venv.sh"
-venv_named osc "${OSC_VENV:-$REPO/target/osc-venv}.install.log" # sets VENV
+venv_named osc # sets VENV; pip logs to $VENV.install.log
 exec "$VENV/bin/openstack" --os-auth-type admin_token --os-token admin --os-endpoint "$url" \
     --os-placement-api-version 1.39 "$@"

@@ -39,7 +39,6 @@
 set -Eeuo pipefail
 
 HERE=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd -- "$HERE/../.." && pwd)
 say() { printf 'placement/start: %s\n' "$*" >&2; }
 fail() { printf 'placement/start: error: %s\n' "$*" >&2; exit 1; }
 

@@ -21,7 +21,6 @@
 set -Eeuo pipefail
 
 HERE=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd -- "$HERE/../.." && pwd)
 fail() { printf 'schemathesis/run: error: %s\n' "$*" >&2; exit 2; }
 
 case "${1:-}" in
@@ -43,7 +42,7 @@ command -v "$PY" >/dev/null \
 # ---- venv (one installer at a time)
 # shellcheck source=../lib/venv.sh
 . "$(dirname -- "${BASH_SOURCE[0]}")/../lib/venv.sh"
-venv_named schemathesis "${SCHEMATHESIS_VENV:-$REPO/target/schemathesis-venv}.install.log" # sets VENV
+venv_named schemathesis # sets VENV; pip logs to $VENV.install.log
 
 # Loopback only: never through a proxy from the environment.
 export NO_PROXY="127.0.0.1,localhost,::1${NO_PROXY:+,$NO_PROXY}"
